@@ -1,0 +1,1 @@
+//! legate-agent

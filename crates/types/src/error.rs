@@ -1,0 +1,28 @@
+//! The error every server endpoint returns; the HTTP layer maps each variant
+//! to one status code.
+
+/// An endpoint failure, carrying a message that tells the user what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+pub enum RpcError {
+    /// The request was malformed or violated a rule (HTTP 400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The named object does not exist (HTTP 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The token lacks a permission (HTTP 403).
+    #[error("Permission denied: {0}")]
+    PermissionDenied(String),
+    /// A value exceeded a size limit (HTTP 413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The request named a datacenter this server cannot reach (HTTP 500, as Consul).
+    #[error("No path to datacenter")]
+    NoPathToDatacenter(String),
+    /// No Raft leader is known (HTTP 500).
+    #[error("No cluster leader")]
+    NoLeader,
+    /// Anything else (HTTP 500).
+    #[error("{0}")]
+    Internal(String),
+}

@@ -1,0 +1,190 @@
+//! The RPC boundary: HTTP handlers and the agent reach servers only through
+//! [`ServerRpc`]. In `-dev` an in-process server implements it; a network
+//! client (forwarding to the leader or another datacenter) implements the
+//! same trait, so handlers never change.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp, Node,
+    NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
+    WriteOptions,
+};
+
+/// Selects service instances for catalog and health reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ServiceQuery {
+    /// Service name.
+    pub service: String,
+    /// Every one of these tags must be present.
+    pub tags: Vec<String>,
+    /// Only instances whose checks all pass (health reads only).
+    pub passing_only: bool,
+    /// Select mesh-capable instances for the service (proxies and native).
+    pub connect: bool,
+}
+
+/// One element of `/v1/txn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TxnOp {
+    /// A KV operation.
+    #[serde(rename = "KV")]
+    pub kv: KvOp,
+}
+
+/// One result of a successful `/v1/txn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResult {
+    /// The entry the operation read or wrote (without its value for writes).
+    #[serde(rename = "KV")]
+    pub kv: KvEntry,
+}
+
+/// One error of a failed `/v1/txn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TxnError {
+    /// Position of the failing operation.
+    pub op_index: usize,
+    /// What went wrong.
+    pub what: String,
+}
+
+/// The outcome of a transaction: results when it committed, errors when not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct TxnResponse {
+    /// Results, in operation order.
+    pub results: Option<Vec<TxnResult>>,
+    /// Errors; the transaction was rolled back when any.
+    pub errors: Option<Vec<TxnError>>,
+    /// Index of the write, when it committed one.
+    #[serde(skip)]
+    pub index: u64,
+}
+
+/// Server endpoints. Every call carries the request's datacenter, token and
+/// (for reads) consistency and blocking options.
+#[async_trait]
+pub trait ServerRpc: Send + Sync + 'static {
+    /// The leader's RPC address (`""` when none is known).
+    async fn status_leader(&self) -> Result<String, RpcError>;
+    /// The Raft peers' RPC addresses.
+    async fn status_peers(&self) -> Result<Vec<String>, RpcError>;
+
+    /// Registers a node, and optionally a service and checks on it.
+    async fn catalog_register(
+        &self,
+        opts: &WriteOptions,
+        req: RegisterRequest,
+    ) -> Result<u64, RpcError>;
+    /// Removes a node, a service or a check.
+    async fn catalog_deregister(
+        &self,
+        opts: &WriteOptions,
+        req: DeregisterRequest,
+    ) -> Result<u64, RpcError>;
+    /// Known datacenters, local first.
+    async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError>;
+    /// All nodes.
+    async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError>;
+    /// Service names with the union of their tags.
+    async fn catalog_services(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<BTreeMap<String, Vec<String>>>, RpcError>;
+    /// Instances of one service.
+    async fn catalog_service_nodes(
+        &self,
+        opts: &QueryOptions,
+        query: ServiceQuery,
+    ) -> Result<Queried<Vec<ServiceNode>>, RpcError>;
+    /// One node with its services.
+    async fn catalog_node_services(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Option<NodeServices>>, RpcError>;
+
+    /// Checks of one node.
+    async fn health_node_checks(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Vec<HealthCheck>>, RpcError>;
+    /// Checks of one service.
+    async fn health_service_checks(
+        &self,
+        opts: &QueryOptions,
+        service: String,
+    ) -> Result<Queried<Vec<HealthCheck>>, RpcError>;
+    /// Checks in one state (`None`: any).
+    async fn health_checks_in_state(
+        &self,
+        opts: &QueryOptions,
+        state: Option<HealthStatus>,
+    ) -> Result<Queried<Vec<HealthCheck>>, RpcError>;
+    /// Instances of one service with their node and checks.
+    async fn health_service_nodes(
+        &self,
+        opts: &QueryOptions,
+        query: ServiceQuery,
+    ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError>;
+
+    /// One key.
+    async fn kv_get(
+        &self,
+        opts: &QueryOptions,
+        key: String,
+    ) -> Result<Queried<Option<KvEntry>>, RpcError>;
+    /// Every key under a prefix.
+    async fn kv_list(
+        &self,
+        opts: &QueryOptions,
+        prefix: String,
+    ) -> Result<Queried<Vec<KvEntry>>, RpcError>;
+    /// Key names under a prefix, folded at `separator` when it is not empty.
+    async fn kv_keys(
+        &self,
+        opts: &QueryOptions,
+        prefix: String,
+        separator: String,
+    ) -> Result<Queried<Vec<String>>, RpcError>;
+    /// Applies one KV write; `false` when a CAS or lock condition failed.
+    async fn kv_apply(&self, opts: &WriteOptions, op: KvOp) -> Result<bool, RpcError>;
+    /// Applies KV operations atomically.
+    async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError>;
+
+    /// Creates a session and returns its id.
+    async fn session_create(
+        &self,
+        opts: &WriteOptions,
+        session: Session,
+    ) -> Result<String, RpcError>;
+    /// Destroys a session, releasing or deleting its locks.
+    async fn session_destroy(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError>;
+    /// Renews a session's TTL; `None` when it does not exist.
+    async fn session_renew(
+        &self,
+        opts: &WriteOptions,
+        id: String,
+    ) -> Result<Option<Session>, RpcError>;
+    /// One session (an empty list when unknown, as Consul).
+    async fn session_info(
+        &self,
+        opts: &QueryOptions,
+        id: String,
+    ) -> Result<Queried<Vec<Session>>, RpcError>;
+    /// All sessions.
+    async fn session_list(&self, opts: &QueryOptions) -> Result<Queried<Vec<Session>>, RpcError>;
+    /// Sessions of one node.
+    async fn session_node(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Vec<Session>>, RpcError>;
+}
