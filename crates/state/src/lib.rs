@@ -1,1 +1,217 @@
-//! legate-state
+//! The state store: in-memory tables (nodes, services, checks, KV,
+//! sessions, config entries) with secondary indexes, per-row Raft indexes,
+//! per-table max indexes, snapshot/restore, and change notification for
+//! blocking queries.
+//!
+//! Every write arrives as a [`Command`] applied at a Raft index, in log
+//! order, on every server; [`StateStore::apply`] must therefore be
+//! deterministic given the command and the index. (Lock delays are the one
+//! exception, as in Consul: they are local, time-based and not replicated.)
+//!
+//! Depends only on `legate-types` and `legate-filter`; never on Raft, RPC or HTTP.
+
+mod catalog;
+mod command;
+mod kv;
+mod session;
+pub mod watch;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+use legate_types::{HealthCheck, KvEntry, Node, NodeService, Session};
+use serde::{Deserialize, Serialize};
+
+pub use command::{Command, CommandResult};
+pub use watch::{Changes, Table, WatchSet, Watches};
+
+/// Key of a service or check row: (node name, id).
+pub type NodeKey = (String, String);
+
+/// The tables. Readers take a read lock through [`StateStore::read`].
+#[derive(Debug, Default, Clone)]
+pub struct Tables {
+    pub(crate) nodes: BTreeMap<String, Node>,
+    pub(crate) services: BTreeMap<NodeKey, NodeService>,
+    pub(crate) services_by_name: BTreeMap<String, BTreeSet<NodeKey>>,
+    pub(crate) connect_by_target: BTreeMap<String, BTreeSet<NodeKey>>,
+    pub(crate) checks: BTreeMap<NodeKey, HealthCheck>,
+    pub(crate) kv: BTreeMap<String, KvEntry>,
+    pub(crate) kv_tombstones: BTreeMap<String, u64>,
+    pub(crate) sessions: BTreeMap<String, Session>,
+    pub(crate) config_entries: BTreeMap<(String, String), serde_json::Value>,
+    pub(crate) table_index: BTreeMap<String, u64>,
+    pub(crate) service_index: BTreeMap<String, u64>,
+    /// Local, unreplicated lock delays: key -> instant the delay ends.
+    pub(crate) lock_delays: HashMap<String, Instant>,
+}
+
+/// The serializable form of the tables, used for Raft snapshots.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SnapshotData {
+    nodes: Vec<Node>,
+    services: Vec<(String, NodeService)>,
+    checks: Vec<HealthCheck>,
+    kv: Vec<KvEntry>,
+    kv_tombstones: Vec<(String, u64)>,
+    sessions: Vec<Session>,
+    config_entries: Vec<(String, String, serde_json::Value)>,
+    table_index: Vec<(String, u64)>,
+    service_index: Vec<(String, u64)>,
+}
+
+impl Tables {
+    /// The max index of a table (0 when never written).
+    pub fn table_index(&self, table: Table) -> u64 {
+        self.table_index.get(table.name()).copied().unwrap_or(0)
+    }
+
+    /// The max index across several tables.
+    pub fn max_index(&self, tables: &[Table]) -> u64 {
+        tables
+            .iter()
+            .map(|t| self.table_index(*t))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The highest index any table has seen.
+    pub fn latest_index(&self) -> u64 {
+        self.table_index.values().copied().max().unwrap_or(0)
+    }
+
+    pub(crate) fn bump(&mut self, table: Table, index: u64, changes: &mut Changes) {
+        self.table_index.insert(table.name().to_string(), index);
+        changes.tables.insert(table);
+    }
+
+    pub(crate) fn bump_service(&mut self, name: &str, index: u64, changes: &mut Changes) {
+        self.service_index.insert(name.to_string(), index);
+        changes.services.insert(name.to_string());
+    }
+
+    fn to_snapshot(&self) -> SnapshotData {
+        SnapshotData {
+            nodes: self.nodes.values().cloned().collect(),
+            services: self
+                .services
+                .iter()
+                .map(|((n, _), s)| (n.clone(), s.clone()))
+                .collect(),
+            checks: self.checks.values().cloned().collect(),
+            kv: self.kv.values().cloned().collect(),
+            kv_tombstones: self
+                .kv_tombstones
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            sessions: self.sessions.values().cloned().collect(),
+            config_entries: self
+                .config_entries
+                .iter()
+                .map(|((k, n), v)| (k.clone(), n.clone(), v.clone()))
+                .collect(),
+            table_index: self
+                .table_index
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            service_index: self
+                .service_index
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+        }
+    }
+
+    fn from_snapshot(data: SnapshotData) -> Tables {
+        let mut tables = Tables::default();
+        for node in data.nodes {
+            tables.nodes.insert(node.node.clone(), node);
+        }
+        for (node, service) in data.services {
+            tables.insert_service_row(node, service);
+        }
+        for check in data.checks {
+            tables
+                .checks
+                .insert((check.node.clone(), check.check_id.clone()), check);
+        }
+        for entry in data.kv {
+            tables.kv.insert(entry.key.clone(), entry);
+        }
+        tables.kv_tombstones = data.kv_tombstones.into_iter().collect();
+        for session in data.sessions {
+            tables.sessions.insert(session.id.clone(), session);
+        }
+        tables.config_entries = data
+            .config_entries
+            .into_iter()
+            .map(|(k, n, v)| ((k, n), v))
+            .collect();
+        tables.table_index = data.table_index.into_iter().collect();
+        tables.service_index = data.service_index.into_iter().collect();
+        tables
+    }
+}
+
+/// The state store shared by the FSM (writer) and endpoints (readers).
+#[derive(Default)]
+pub struct StateStore {
+    tables: RwLock<Tables>,
+    watches: Watches,
+}
+
+impl StateStore {
+    /// An empty store.
+    pub fn new() -> StateStore {
+        StateStore::default()
+    }
+
+    /// A read view of the tables.
+    pub fn read(&self) -> RwLockReadGuard<'_, Tables> {
+        self.tables.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Tables> {
+        self.tables.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The subscription registry (subscribe before reading).
+    pub fn watches(&self) -> &Watches {
+        &self.watches
+    }
+
+    /// Applies one command at `index`. Errors are part of the result (the
+    /// command is still consumed by the log), never panics.
+    pub fn apply(&self, index: u64, command: &Command) -> CommandResult {
+        let mut changes = Changes::default();
+        let result = {
+            let mut tables = self.write();
+            command::apply(&mut tables, index, command, &mut changes)
+        };
+        if !changes.is_empty() {
+            self.watches.notify(index, &changes);
+        }
+        result
+    }
+
+    /// Serializes the whole store.
+    pub fn snapshot(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(&self.read().to_snapshot())
+    }
+
+    /// Replaces the whole store with a snapshot and wakes every watcher.
+    pub fn restore(&self, bytes: &[u8]) -> Result<(), serde_json::Error> {
+        let data: SnapshotData = serde_json::from_slice(bytes)?;
+        let tables = Tables::from_snapshot(data);
+        let index = tables.latest_index();
+        *self.write() = tables;
+        self.watches.notify_all(index);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,514 @@
+//! Catalog tables: nodes, services, checks, and their reads.
+
+use std::collections::BTreeMap;
+
+use legate_types::{
+    CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, Node, NodeService,
+    NodeServices, RaftIndex, RegisterRequest, ServiceNode,
+};
+
+use crate::{Changes, NodeKey, Table, Tables};
+
+impl Tables {
+    pub(crate) fn insert_service_row(&mut self, node: String, service: NodeService) {
+        let key = (node, service.id.clone());
+        self.services_by_name
+            .entry(service.service.clone())
+            .or_default()
+            .insert(key.clone());
+        if let Some(target) = service.connect_target() {
+            self.connect_by_target
+                .entry(target.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.services.insert(key, service);
+    }
+
+    fn remove_service_row(&mut self, key: &NodeKey) -> Option<NodeService> {
+        let service = self.services.remove(key)?;
+        if let Some(set) = self.services_by_name.get_mut(&service.service) {
+            set.remove(key);
+            if set.is_empty() {
+                self.services_by_name.remove(&service.service);
+            }
+        }
+        if let Some(target) = service.connect_target() {
+            if let Some(set) = self.connect_by_target.get_mut(target) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.connect_by_target.remove(target);
+                }
+            }
+        }
+        Some(service)
+    }
+
+    /// Service names affected by a change to anything on `node`.
+    fn services_on_node(&self, node: &str) -> Vec<String> {
+        self.services
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .flat_map(|(_, s)| {
+                let mut names = vec![s.service.clone()];
+                if let Some(target) = s.connect_target() {
+                    names.push(target.to_string());
+                }
+                names
+            })
+            .collect()
+    }
+
+    fn bump_services_on_node(&mut self, node: &str, index: u64, changes: &mut Changes) {
+        for name in self.services_on_node(node) {
+            self.bump_service(&name, index, changes);
+        }
+    }
+
+    fn bump_service_row(&mut self, service: &NodeService, index: u64, changes: &mut Changes) {
+        self.bump_service(&service.service, index, changes);
+        if let Some(target) = service.connect_target() {
+            let target = target.to_string();
+            self.bump_service(&target, index, changes);
+        }
+    }
+
+    pub(crate) fn ensure_registration(
+        &mut self,
+        index: u64,
+        req: &RegisterRequest,
+        changes: &mut Changes,
+    ) -> Result<(), String> {
+        if req.node.is_empty() {
+            return Err("Must provide node".to_string());
+        }
+        // Validate everything before touching anything: a failed command
+        // must leave the tables unchanged.
+        if let Some(service) = &req.service {
+            if service.service.is_empty() {
+                return Err("Must provide service name".to_string());
+            }
+        }
+        let mut all_checks: Vec<&HealthCheck> = req.checks.iter().collect();
+        if let Some(check) = &req.check {
+            all_checks.push(check);
+        }
+        for check in &all_checks {
+            if check.check_id.is_empty() {
+                return Err("Must provide check ID".to_string());
+            }
+            if !check.service_id.is_empty() {
+                let registered_here = req.service.as_ref().is_some_and(|s| {
+                    let id = if s.id.is_empty() { &s.service } else { &s.id };
+                    *id == check.service_id
+                });
+                if !registered_here
+                    && !self
+                        .services
+                        .contains_key(&(req.node.clone(), check.service_id.clone()))
+                {
+                    return Err(format!(
+                        "Unknown service ID {:?} for check ID {:?}",
+                        check.service_id, check.check_id
+                    ));
+                }
+            }
+        }
+        if !req.skip_node_update || !self.nodes.contains_key(&req.node) {
+            if !req.id.is_empty() {
+                if let Some(other) = self
+                    .nodes
+                    .values()
+                    .find(|n| n.id == req.id && n.node != req.node)
+                {
+                    return Err(format!(
+                        "Node ID {:?} is already registered to node {:?}",
+                        req.id, other.node
+                    ));
+                }
+            }
+            self.ensure_node(index, req, changes);
+        }
+        if let Some(service) = &req.service {
+            self.ensure_service(index, &req.node, service, changes);
+        }
+        for check in all_checks {
+            self.ensure_check(index, &req.node, check, changes);
+        }
+        Ok(())
+    }
+
+    fn ensure_node(&mut self, index: u64, req: &RegisterRequest, changes: &mut Changes) {
+        let mut node = Node {
+            id: req.id.clone(),
+            node: req.node.clone(),
+            address: req.address.clone(),
+            datacenter: req.datacenter.clone(),
+            tagged_addresses: req.tagged_addresses.clone(),
+            meta: req.node_meta.clone(),
+            raft: RaftIndex::at(index),
+        };
+        if let Some(existing) = self.nodes.get(&req.node) {
+            let mut comparable = existing.clone();
+            comparable.raft = node.raft;
+            if node.id.is_empty() {
+                node.id = existing.id.clone();
+                comparable.id = existing.id.clone();
+            }
+            if comparable == node {
+                return;
+            }
+            node.raft.create_index = existing.raft.create_index;
+        }
+        self.nodes.insert(req.node.clone(), node);
+        self.bump(Table::Nodes, index, changes);
+        self.bump_services_on_node(&req.node, index, changes);
+    }
+
+    fn ensure_service(
+        &mut self,
+        index: u64,
+        node: &str,
+        service: &NodeService,
+        changes: &mut Changes,
+    ) {
+        let mut service = service.clone();
+        if service.id.is_empty() {
+            service.id = service.service.clone();
+        }
+        // The sidecar definition is the agent's business, never the catalog's.
+        if let Some(connect) = service.connect.as_mut() {
+            connect.sidecar_service = None;
+            if connect.is_empty() {
+                service.connect = None;
+            }
+        }
+        let key = (node.to_string(), service.id.clone());
+        service.raft = RaftIndex::at(index);
+        if let Some(existing) = self.services.get(&key) {
+            if existing.without_index() == service.without_index() {
+                return;
+            }
+            service.raft.create_index = existing.raft.create_index;
+            let old = self.remove_service_row(&key);
+            if let Some(old) = old {
+                self.bump_service_row(&old, index, changes);
+            }
+        }
+        self.bump_service_row(&service, index, changes);
+        self.insert_service_row(node.to_string(), service.clone());
+        self.bump(Table::Services, index, changes);
+        // Checks of the service carry its name and tags.
+        let check_keys: Vec<NodeKey> = self
+            .checks
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .filter(|(_, c)| c.service_id == service.id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in check_keys {
+            if let Some(check) = self.checks.get_mut(&key) {
+                if check.service_name != service.service || check.service_tags != service.tags {
+                    check.service_name = service.service.clone();
+                    check.service_tags = service.tags.clone();
+                    check.raft.modify_index = index;
+                    self.table_index
+                        .insert(Table::Checks.name().to_string(), index);
+                    changes.tables.insert(Table::Checks);
+                }
+            }
+        }
+    }
+
+    fn ensure_check(&mut self, index: u64, node: &str, check: &HealthCheck, changes: &mut Changes) {
+        let mut check = check.clone();
+        check.node = node.to_string();
+        if !check.service_id.is_empty() {
+            if let Some(service) = self
+                .services
+                .get(&(node.to_string(), check.service_id.clone()))
+            {
+                check.service_name = service.service.clone();
+                check.service_tags = service.tags.clone();
+            }
+        } else {
+            check.service_name.clear();
+            check.service_tags.clear();
+        }
+        let key = (node.to_string(), check.check_id.clone());
+        check.raft = RaftIndex::at(index);
+        if let Some(existing) = self.checks.get(&key) {
+            if existing.without_index() == check.without_index() {
+                return;
+            }
+            check.raft.create_index = existing.raft.create_index;
+        }
+        let critical = check.status == HealthStatus::Critical;
+        let affected = self.check_affects(&check);
+        self.checks.insert(key, check.clone());
+        self.bump(Table::Checks, index, changes);
+        for name in affected {
+            self.bump_service(&name, index, changes);
+        }
+        if critical {
+            self.invalidate_sessions_for_check(index, node, &check.check_id, changes);
+        }
+    }
+
+    /// Service names whose health results include `check`.
+    fn check_affects(&self, check: &HealthCheck) -> Vec<String> {
+        if check.service_id.is_empty() {
+            return self.services_on_node(&check.node);
+        }
+        match self
+            .services
+            .get(&(check.node.clone(), check.service_id.clone()))
+        {
+            Some(service) => {
+                let mut names = vec![service.service.clone()];
+                if let Some(target) = service.connect_target() {
+                    names.push(target.to_string());
+                }
+                names
+            }
+            None => Vec::new(),
+        }
+    }
+
+    pub(crate) fn deregister(
+        &mut self,
+        index: u64,
+        req: &DeregisterRequest,
+        changes: &mut Changes,
+    ) {
+        if !req.service_id.is_empty() {
+            self.delete_service(index, &req.node, &req.service_id, changes);
+        } else if !req.check_id.is_empty() {
+            self.delete_check(index, &req.node, &req.check_id, changes);
+        } else {
+            self.delete_node(index, &req.node, changes);
+        }
+    }
+
+    fn delete_check(&mut self, index: u64, node: &str, check_id: &str, changes: &mut Changes) {
+        let key = (node.to_string(), check_id.to_string());
+        if let Some(check) = self.checks.get(&key).cloned() {
+            let affected = self.check_affects(&check);
+            self.checks.remove(&key);
+            self.bump(Table::Checks, index, changes);
+            for name in affected {
+                self.bump_service(&name, index, changes);
+            }
+            self.invalidate_sessions_for_check(index, node, check_id, changes);
+        }
+    }
+
+    fn delete_service(&mut self, index: u64, node: &str, service_id: &str, changes: &mut Changes) {
+        let key = (node.to_string(), service_id.to_string());
+        let Some(service) = self.remove_service_row(&key) else {
+            return;
+        };
+        self.bump(Table::Services, index, changes);
+        self.bump_service_row(&service, index, changes);
+        let check_ids: Vec<String> = self
+            .checks
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .filter(|(_, c)| c.service_id == service_id)
+            .map(|((_, id), _)| id.clone())
+            .collect();
+        for id in check_ids {
+            self.checks.remove(&(node.to_string(), id.clone()));
+            self.bump(Table::Checks, index, changes);
+            self.invalidate_sessions_for_check(index, node, &id, changes);
+        }
+    }
+
+    fn delete_node(&mut self, index: u64, node: &str, changes: &mut Changes) {
+        if self.nodes.remove(node).is_none() {
+            return;
+        }
+        self.bump(Table::Nodes, index, changes);
+        let service_ids: Vec<String> = self
+            .services
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .map(|((_, id), _)| id.clone())
+            .collect();
+        for id in service_ids {
+            self.delete_service(index, node, &id, changes);
+        }
+        let check_ids: Vec<String> = self
+            .checks
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .map(|((_, id), _)| id.clone())
+            .collect();
+        for id in check_ids {
+            self.delete_check(index, node, &id, changes);
+        }
+        let sessions: Vec<String> = self
+            .sessions
+            .values()
+            .filter(|s| s.node == node)
+            .map(|s| s.id.clone())
+            .collect();
+        for id in sessions {
+            self.session_destroy(index, &id, changes);
+        }
+    }
+
+    // ----- reads -----
+
+    /// All nodes, with the `nodes` table index.
+    pub fn nodes(&self) -> (u64, Vec<Node>) {
+        (
+            self.table_index(Table::Nodes),
+            self.nodes.values().cloned().collect(),
+        )
+    }
+
+    /// One node.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    /// Service names and the union of their tags.
+    pub fn services(&self) -> (u64, BTreeMap<String, Vec<String>>) {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, keys) in &self.services_by_name {
+            let mut tags: Vec<String> = Vec::new();
+            for key in keys {
+                if let Some(service) = self.services.get(key) {
+                    for tag in &service.tags {
+                        if !tags.contains(tag) {
+                            tags.push(tag.clone());
+                        }
+                    }
+                }
+            }
+            tags.sort();
+            out.insert(name.clone(), tags);
+        }
+        (self.table_index(Table::Services), out)
+    }
+
+    /// The index that blocking reads of one service use: the last write that
+    /// touched the service, or the catalog tables when it never existed.
+    pub fn service_index(&self, name: &str) -> u64 {
+        self.service_index
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| self.max_index(&[Table::Nodes, Table::Services]))
+    }
+
+    fn service_keys(&self, name: &str, connect: bool) -> Vec<NodeKey> {
+        let index = if connect {
+            &self.connect_by_target
+        } else {
+            &self.services_by_name
+        };
+        index
+            .get(name)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Instances of a service as flattened catalog rows.
+    pub fn service_nodes(&self, name: &str, connect: bool) -> (u64, Vec<ServiceNode>) {
+        let rows = self
+            .service_keys(name, connect)
+            .iter()
+            .filter_map(|key| {
+                let service = self.services.get(key)?;
+                let node = self.nodes.get(&key.0)?;
+                Some(ServiceNode::from_parts(node, service))
+            })
+            .collect();
+        (self.service_index(name), rows)
+    }
+
+    /// Instances of a service with their node and checks.
+    pub fn check_service_nodes(&self, name: &str, connect: bool) -> (u64, Vec<CheckServiceNode>) {
+        let rows = self
+            .service_keys(name, connect)
+            .iter()
+            .filter_map(|key| {
+                let service = self.services.get(key)?;
+                let node = self.nodes.get(&key.0)?;
+                let checks = self
+                    .checks
+                    .range((key.0.clone(), String::new())..)
+                    .take_while(|((n, _), _)| *n == key.0)
+                    .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)
+                    .map(|(_, c)| c.clone())
+                    .collect();
+                Some(CheckServiceNode {
+                    node: node.clone(),
+                    service: service.clone(),
+                    checks,
+                })
+            })
+            .collect();
+        (self.service_index(name), rows)
+    }
+
+    /// One node with its services.
+    pub fn node_services(&self, name: &str) -> (u64, Option<NodeServices>) {
+        let index = self.max_index(&[Table::Nodes, Table::Services]);
+        let Some(node) = self.nodes.get(name) else {
+            return (index, None);
+        };
+        let services = self
+            .services
+            .range((name.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|((_, id), s)| (id.clone(), s.clone()))
+            .collect();
+        (
+            index,
+            Some(NodeServices {
+                node: node.clone(),
+                services,
+            }),
+        )
+    }
+
+    /// One service instance on one node.
+    pub fn node_service(&self, node: &str, id: &str) -> Option<&NodeService> {
+        self.services.get(&(node.to_string(), id.to_string()))
+    }
+
+    /// Checks of one node.
+    pub fn node_checks(&self, name: &str) -> (u64, Vec<HealthCheck>) {
+        let checks = self
+            .checks
+            .range((name.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|(_, c)| c.clone())
+            .collect();
+        (self.table_index(Table::Checks), checks)
+    }
+
+    /// Checks of every instance of a service.
+    pub fn service_checks(&self, name: &str) -> (u64, Vec<HealthCheck>) {
+        let checks = self
+            .checks
+            .values()
+            .filter(|c| c.service_name == name)
+            .cloned()
+            .collect();
+        (self.table_index(Table::Checks), checks)
+    }
+
+    /// Checks in a state (`None`: all).
+    pub fn checks_in_state(&self, state: Option<HealthStatus>) -> (u64, Vec<HealthCheck>) {
+        let checks = self
+            .checks
+            .values()
+            .filter(|c| state.is_none_or(|s| c.status == s))
+            .cloned()
+            .collect();
+        (self.table_index(Table::Checks), checks)
+    }
+}

@@ -1,0 +1,91 @@
+//! FSM commands: the entries of the Raft log. The `Type` tag of each
+//! variant is its number; numbers are append-only and never reused, so an
+//! old log always decodes (pinned by a test).
+
+use legate_types::rpc::{TxnOp, TxnResponse};
+use legate_types::{DeregisterRequest, KvOp, RegisterRequest, Session};
+use serde::{Deserialize, Serialize};
+
+use crate::{Changes, Tables};
+
+/// One state change, replicated through Raft.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "Type", content = "Body")]
+pub enum Command {
+    /// Register a node, service and checks.
+    #[serde(rename = "0")]
+    Register(RegisterRequest),
+    /// Remove a node, service or check.
+    #[serde(rename = "1")]
+    Deregister(DeregisterRequest),
+    /// One KV write.
+    #[serde(rename = "2")]
+    Kv(KvOp),
+    /// Create a session (the id is chosen before the command is logged).
+    #[serde(rename = "3")]
+    SessionCreate(Session),
+    /// Destroy a session.
+    #[serde(rename = "4")]
+    SessionDestroy(String),
+    /// An atomic KV transaction.
+    #[serde(rename = "5")]
+    Txn(Vec<TxnOp>),
+}
+
+impl Command {
+    /// The command's number in the log encoding.
+    pub fn type_number(&self) -> u32 {
+        match self {
+            Command::Register(_) => 0,
+            Command::Deregister(_) => 1,
+            Command::Kv(_) => 2,
+            Command::SessionCreate(_) => 3,
+            Command::SessionDestroy(_) => 4,
+            Command::Txn(_) => 5,
+        }
+    }
+}
+
+/// The outcome of applying a command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CommandResult {
+    /// Applied.
+    Done,
+    /// Applied a conditional write: whether its condition held.
+    Applied(bool),
+    /// A transaction's outcome.
+    Txn(TxnResponse),
+    /// Refused; the message says why.
+    Failed(String),
+}
+
+pub(crate) fn apply(
+    tables: &mut Tables,
+    index: u64,
+    command: &Command,
+    changes: &mut Changes,
+) -> CommandResult {
+    match command {
+        Command::Register(req) => match tables.ensure_registration(index, req, changes) {
+            Ok(()) => CommandResult::Done,
+            Err(e) => CommandResult::Failed(e),
+        },
+        Command::Deregister(req) => {
+            tables.deregister(index, req, changes);
+            CommandResult::Done
+        }
+        Command::Kv(op) => match tables.kv_apply(index, op, changes) {
+            Ok(applied) => CommandResult::Applied(applied),
+            Err(e) => CommandResult::Failed(e),
+        },
+        Command::SessionCreate(session) => match tables.session_create(index, session, changes) {
+            Ok(()) => CommandResult::Done,
+            Err(e) => CommandResult::Failed(e),
+        },
+        Command::SessionDestroy(id) => {
+            tables.session_destroy(index, id, changes);
+            CommandResult::Done
+        }
+        Command::Txn(ops) => CommandResult::Txn(tables.txn(index, ops, changes)),
+    }
+}

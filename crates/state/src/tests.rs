@@ -1,0 +1,320 @@
+use std::time::Duration;
+
+use legate_types::rpc::TxnOp;
+use legate_types::*;
+use serde_json::json;
+
+use super::*;
+
+fn register(node: &str, service: Option<(&str, &str)>, checks: Vec<HealthCheck>) -> Command {
+    Command::Register(RegisterRequest {
+        node: node.to_string(),
+        address: "127.0.0.1".to_string(),
+        service: service.map(|(id, name)| NodeService {
+            id: id.to_string(),
+            service: name.to_string(),
+            port: 8080,
+            ..Default::default()
+        }),
+        checks,
+        ..Default::default()
+    })
+}
+
+fn check(id: &str, service_id: &str, status: HealthStatus) -> HealthCheck {
+    HealthCheck {
+        check_id: id.to_string(),
+        name: id.to_string(),
+        service_id: service_id.to_string(),
+        status,
+        ..Default::default()
+    }
+}
+
+fn kv(verb: KvVerb, key: &str, value: &str, index: u64, session: &str) -> Command {
+    Command::Kv(KvOp {
+        verb,
+        key: key.to_string(),
+        value: value.as_bytes().to_vec(),
+        flags: 0,
+        index,
+        session: session.to_string(),
+    })
+}
+
+#[test]
+fn command_numbers_are_pinned() {
+    let samples = vec![
+        (register("n", None, vec![]), 0),
+        (Command::Deregister(DeregisterRequest::default()), 1),
+        (kv(KvVerb::Set, "k", "v", 0, ""), 2),
+        (Command::SessionCreate(Session::default()), 3),
+        (Command::SessionDestroy("x".into()), 4),
+        (Command::Txn(vec![]), 5),
+    ];
+    for (command, number) in samples {
+        assert_eq!(command.type_number(), number);
+        let encoded = serde_json::to_value(&command).unwrap();
+        assert_eq!(encoded["Type"], json!(number.to_string()), "{encoded}");
+        let decoded: Command = serde_json::from_value(encoded).unwrap();
+        assert_eq!(decoded, command);
+    }
+}
+
+#[test]
+fn register_is_idempotent_and_tracks_indexes() {
+    let store = StateStore::new();
+    assert_eq!(
+        store.apply(5, &register("n1", Some(("web-1", "web")), vec![])),
+        CommandResult::Done
+    );
+    let (index, rows) = store.read().service_nodes("web", false);
+    assert_eq!(index, 5);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].raft, RaftIndex::at(5));
+    // The same registration again changes nothing.
+    store.apply(6, &register("n1", Some(("web-1", "web")), vec![]));
+    let (index, rows) = store.read().service_nodes("web", false);
+    assert_eq!(index, 5);
+    assert_eq!(rows[0].raft, RaftIndex::at(5));
+    // A registration of another service does not move web's index.
+    store.apply(7, &register("n1", Some(("db-1", "db")), vec![]));
+    assert_eq!(store.read().service_index("web"), 5);
+    assert_eq!(store.read().service_index("db"), 7);
+    let (_, services) = store.read().services();
+    assert_eq!(services.keys().collect::<Vec<_>>(), vec!["db", "web"]);
+}
+
+#[test]
+fn checks_need_a_known_service_and_failed_commands_change_nothing() {
+    let store = StateStore::new();
+    let result = store.apply(
+        3,
+        &register(
+            "n1",
+            None,
+            vec![check("c", "missing", HealthStatus::Passing)],
+        ),
+    );
+    assert!(
+        matches!(result, CommandResult::Failed(ref m) if m.contains("Unknown service")),
+        "{result:?}"
+    );
+    assert!(store.read().nodes().1.is_empty());
+}
+
+#[test]
+fn health_rows_carry_node_and_service_checks() {
+    let store = StateStore::new();
+    store.apply(
+        1,
+        &register(
+            "n1",
+            Some(("web-1", "web")),
+            vec![
+                check("serfHealth", "", HealthStatus::Passing),
+                check("web-check", "web-1", HealthStatus::Critical),
+            ],
+        ),
+    );
+    let (_, rows) = store.read().check_service_nodes("web", false);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].checks.len(), 2);
+    assert_eq!(rows[0].aggregate_status(), HealthStatus::Critical);
+    assert_eq!(rows[0].checks[1].service_name, "web");
+    // Deregistering the service removes its checks too.
+    store.apply(
+        2,
+        &Command::Deregister(DeregisterRequest {
+            node: "n1".into(),
+            service_id: "web-1".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(store.read().node_checks("n1").1.len(), 1);
+    assert!(store.read().check_service_nodes("web", false).1.is_empty());
+    assert_eq!(store.read().service_index("web"), 2);
+}
+
+#[test]
+fn kv_cas_and_delete_tree_keep_indexes_moving_forward() {
+    let store = StateStore::new();
+    assert_eq!(
+        store.apply(1, &kv(KvVerb::Cas, "a/b", "1", 0, "")),
+        CommandResult::Applied(true)
+    );
+    assert_eq!(
+        store.apply(2, &kv(KvVerb::Cas, "a/b", "2", 0, "")),
+        CommandResult::Applied(false)
+    );
+    assert_eq!(
+        store.apply(3, &kv(KvVerb::Cas, "a/b", "2", 1, "")),
+        CommandResult::Applied(true)
+    );
+    store.apply(4, &kv(KvVerb::Set, "a/c/d", "x", 0, ""));
+    let (index, entry) = store.read().kv_get("a/b");
+    assert_eq!((index, entry.unwrap().value), (3, b"2".to_vec()));
+    assert_eq!(store.read().kv_keys("a/", "/").1, vec!["a/b", "a/c/"]);
+    store.apply(9, &kv(KvVerb::DeleteTree, "a/", "", 0, ""));
+    let (index, entries) = store.read().kv_list("a/");
+    assert!(entries.is_empty());
+    assert_eq!(index, 9, "deletes must advance the prefix's index");
+    assert_eq!(
+        store.apply(10, &kv(KvVerb::DeleteCas, "zzz", "", 5, "")),
+        CommandResult::Applied(true)
+    );
+}
+
+#[test]
+fn locks_follow_sessions() {
+    let store = StateStore::new();
+    store.apply(
+        1,
+        &register(
+            "n1",
+            None,
+            vec![check("serfHealth", "", HealthStatus::Passing)],
+        ),
+    );
+    let session = Session {
+        id: "s1".into(),
+        node: "n1".into(),
+        node_checks: vec!["serfHealth".into()],
+        lock_delay: Duration::from_secs(15).as_nanos() as u64,
+        ..Default::default()
+    };
+    assert_eq!(
+        store.apply(2, &Command::SessionCreate(session)),
+        CommandResult::Done
+    );
+    assert_eq!(
+        store.apply(3, &kv(KvVerb::Lock, "lock", "me", 0, "s1")),
+        CommandResult::Applied(true)
+    );
+    assert_eq!(store.read().kv_get("lock").1.unwrap().lock_index, 1);
+    assert!(matches!(
+        store.apply(4, &kv(KvVerb::Lock, "lock", "x", 0, "nope")),
+        CommandResult::Failed(_)
+    ));
+    // The node check turning critical invalidates the session and releases the lock.
+    store.apply(
+        5,
+        &register(
+            "n1",
+            None,
+            vec![check("serfHealth", "", HealthStatus::Critical)],
+        ),
+    );
+    assert!(store.read().session("s1").1.is_none());
+    let entry = store.read().kv_get("lock").1.unwrap();
+    assert_eq!(entry.session, "");
+    assert_eq!(entry.modify_index, 5);
+    // The lock delay keeps a new session from taking it at once.
+    store.apply(
+        6,
+        &register(
+            "n1",
+            None,
+            vec![check("serfHealth", "", HealthStatus::Passing)],
+        ),
+    );
+    store.apply(
+        7,
+        &Command::SessionCreate(Session {
+            id: "s2".into(),
+            node: "n1".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(
+        store.apply(8, &kv(KvVerb::Lock, "lock", "me", 0, "s2")),
+        CommandResult::Applied(false)
+    );
+}
+
+#[test]
+fn failed_transactions_roll_back() {
+    let store = StateStore::new();
+    store.apply(1, &kv(KvVerb::Set, "x", "1", 0, ""));
+    let ops = vec![
+        TxnOp {
+            kv: KvOp::set("y", b"2".to_vec()),
+        },
+        TxnOp {
+            kv: KvOp {
+                verb: KvVerb::DeleteTree,
+                ..KvOp::set("x", vec![])
+            },
+        },
+        TxnOp {
+            kv: KvOp {
+                verb: KvVerb::CheckIndex,
+                index: 99,
+                ..KvOp::set("z", vec![])
+            },
+        },
+    ];
+    let result = store.apply(2, &Command::Txn(ops.clone()));
+    let CommandResult::Txn(response) = result else {
+        panic!("{result:?}")
+    };
+    assert_eq!(response.errors.as_ref().unwrap()[0].op_index, 2);
+    assert!(store.read().kv_get("y").1.is_none());
+    assert!(store.read().kv_get("x").1.is_some());
+    assert_eq!(store.read().table_index(Table::Kvs), 1);
+    // Without the failing check it commits.
+    let result = store.apply(3, &Command::Txn(ops[..2].to_vec()));
+    let CommandResult::Txn(response) = result else {
+        panic!()
+    };
+    assert!(response.errors.is_none());
+    assert_eq!(store.read().kv_get("y").1.unwrap().modify_index, 3);
+    assert!(store.read().kv_get("x").1.is_none());
+}
+
+#[test]
+fn snapshot_restore_round_trip() {
+    let store = StateStore::new();
+    store.apply(
+        1,
+        &register(
+            "n1",
+            Some(("web-1", "web")),
+            vec![check("c1", "web-1", HealthStatus::Passing)],
+        ),
+    );
+    store.apply(2, &kv(KvVerb::Set, "k", "v", 0, ""));
+    store.apply(
+        3,
+        &Command::SessionCreate(Session {
+            id: "s".into(),
+            node: "n1".into(),
+            ..Default::default()
+        }),
+    );
+    store.apply(4, &kv(KvVerb::Delete, "k", "", 0, ""));
+    let bytes = store.snapshot().unwrap();
+    let copy = StateStore::new();
+    copy.restore(&bytes).unwrap();
+    assert_eq!(copy.snapshot().unwrap(), bytes);
+    assert_eq!(
+        copy.read().service_nodes("web", false),
+        store.read().service_nodes("web", false)
+    );
+    assert_eq!(copy.read().kv_get("k").0, 4);
+}
+
+#[tokio::test]
+async fn watches_wake_only_the_touched_service_and_prefix() {
+    let store = std::sync::Arc::new(StateStore::new());
+    let web = store.watches().service("web");
+    let db = store.watches().service("db");
+    let key = store.watches().kv_prefix("app/config");
+    let other_key = store.watches().kv_prefix("other/");
+    store.apply(1, &register("n1", Some(("web-1", "web")), vec![]));
+    store.apply(2, &kv(KvVerb::Set, "app/config", "v", 0, ""));
+    assert!(web.wait(Duration::from_millis(200)).await);
+    assert!(!db.wait(Duration::from_millis(50)).await);
+    assert!(key.wait(Duration::from_millis(200)).await);
+    assert!(!other_key.wait(Duration::from_millis(50)).await);
+}
