@@ -1,1 +1,243 @@
-//! legate-raft
+//! Raft for Legate's servers: openraft with a log kept in memory (`-dev`) or
+//! on disk (redb), a state machine over the [`StateStore`], and snapshots.
+//!
+//! Depends on `legate-types` and `legate-state`; never on RPC or HTTP. The
+//! network between servers is a trait object supplied by the caller, so a
+//! single server needs none and clustering plugs its transport in here.
+
+mod log_store;
+mod network;
+mod state_machine;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use legate_state::{Command, CommandResult, StateStore};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+
+pub use log_store::LogStore;
+pub use network::NoNetwork;
+pub use state_machine::StateMachine;
+
+openraft::declare_raft_types!(
+    /// Legate's Raft type configuration.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// How to start a Raft node.
+#[derive(Debug, Clone)]
+pub struct RaftOptions {
+    /// This server's Raft id.
+    pub node_id: u64,
+    /// This server's RPC address (reported by `/v1/status/leader`).
+    pub address: String,
+    /// Where the log and snapshots live; `None` keeps everything in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Initialize a one-server cluster when no state exists yet.
+    pub bootstrap: bool,
+    /// Scales election and heartbeat timing (Consul's `raft_multiplier`).
+    pub raft_multiplier: u64,
+    /// Take a snapshot after this many log entries.
+    pub snapshot_threshold: u64,
+}
+
+/// Errors of Raft operations.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftError {
+    /// Startup failed.
+    #[error("raft startup failed: {0}")]
+    Startup(String),
+    /// This server is not the leader (or none is known).
+    #[error("not the leader")]
+    NotLeader {
+        /// The leader's address, when known.
+        leader: Option<String>,
+    },
+    /// Anything else.
+    #[error("raft error: {0}")]
+    Other(String),
+}
+
+/// A running Raft node with its state store.
+#[derive(Clone)]
+pub struct RaftNode {
+    raft: Raft<TypeConfig>,
+    store: Arc<StateStore>,
+    options: RaftOptions,
+}
+
+impl RaftNode {
+    /// Starts a node over `store`, loading on-disk state when a data dir is
+    /// given, and bootstraps a single-server cluster when asked to.
+    pub async fn start(
+        options: RaftOptions,
+        store: Arc<StateStore>,
+    ) -> Result<RaftNode, RaftError> {
+        let multiplier = options.raft_multiplier.max(1);
+        let config = Config {
+            cluster_name: "legate".to_string(),
+            heartbeat_interval: 50 * multiplier,
+            election_timeout_min: 150 * multiplier,
+            election_timeout_max: 300 * multiplier,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_threshold.max(16)),
+            max_in_snapshot_log_to_keep: 256,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| RaftError::Startup(e.to_string()))?;
+        let raft_dir = options.data_dir.as_ref().map(|d| d.join("raft"));
+        let log = match &raft_dir {
+            Some(dir) => LogStore::open(dir).map_err(|e| RaftError::Startup(e.to_string()))?,
+            None => LogStore::in_memory(),
+        };
+        let state_machine =
+            StateMachine::new(store.clone(), raft_dir.clone()).map_err(RaftError::Startup)?;
+        let raft = Raft::new(
+            options.node_id,
+            Arc::new(config),
+            NoNetwork,
+            log,
+            state_machine,
+        )
+        .await
+        .map_err(|e| RaftError::Startup(e.to_string()))?;
+        let node = RaftNode {
+            raft,
+            store,
+            options,
+        };
+        if node.options.bootstrap
+            && !node
+                .raft
+                .is_initialized()
+                .await
+                .map_err(|e| RaftError::Startup(e.to_string()))?
+        {
+            let mut members = BTreeMap::new();
+            members.insert(
+                node.options.node_id,
+                BasicNode {
+                    addr: node.options.address.clone(),
+                },
+            );
+            node.raft
+                .initialize(members)
+                .await
+                .map_err(|e| RaftError::Startup(e.to_string()))?;
+        }
+        Ok(node)
+    }
+
+    /// The state store this node applies to.
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+
+    /// Replicates and applies a command; returns its log index and result.
+    pub async fn apply(&self, command: Command) -> Result<(u64, CommandResult), RaftError> {
+        match self.raft.client_write(command).await {
+            Ok(response) => Ok((response.log_id.index, response.data)),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(f),
+            )) => Err(RaftError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(RaftError::Other(e.to_string())),
+        }
+    }
+
+    /// Confirms leadership with a quorum (for `?consistent` reads).
+    pub async fn ensure_linearizable(&self) -> Result<(), RaftError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::CheckIsLeaderError::ForwardToLeader(f),
+            )) => Err(RaftError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(RaftError::Other(e.to_string())),
+        }
+    }
+
+    /// The current leader's address, if one is known.
+    pub fn leader_address(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())
+    }
+
+    /// True when this node is the leader.
+    pub fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics().borrow().clone();
+        metrics.current_leader == Some(self.options.node_id)
+    }
+
+    /// Addresses of every voter.
+    pub fn peer_addresses(&self) -> Vec<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(_, n)| n.addr.clone())
+            .collect()
+    }
+
+    /// Time since the leader was last heard from (zero on the leader).
+    pub fn last_contact(&self) -> Duration {
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader == Some(self.options.node_id) {
+            return Duration::ZERO;
+        }
+        metrics
+            .millis_since_quorum_ack
+            .map(Duration::from_millis)
+            .unwrap_or_default()
+    }
+
+    /// Waits until some leader is known, up to `timeout`.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> bool {
+        let mut metrics = self.raft.metrics();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if metrics.borrow().current_leader.is_some() {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return false,
+            }
+        }
+    }
+
+    /// Takes a snapshot now.
+    pub async fn snapshot(&self) -> Result<(), RaftError> {
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| RaftError::Other(e.to_string()))
+    }
+
+    /// Stops the node.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;
