@@ -1,1 +1,129 @@
-//! legate-server
+//! A Legate server: the typed endpoints behind [`ServerRpc`], blocking
+//! queries over the state store, and the leader's loops (session TTLs,
+//! member reconciliation).
+//!
+//! Depends on types, state, raft and filter; never on the agent or HTTP.
+//! The binary wires an agent to a server.
+
+mod authorizer;
+mod blocking;
+mod endpoints;
+mod leader;
+mod sessions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use legate_raft::{RaftError, RaftNode, RaftOptions};
+use legate_state::{Command, CommandResult, StateStore};
+use legate_types::RpcError;
+
+pub use authorizer::{Access, AllowAll, Authorizer, Resource};
+pub use leader::{CONSUL_SERVICE, SERF_CHECK_ID};
+use sessions::SessionTimers;
+
+/// Settings of a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The datacenter this server belongs to.
+    pub datacenter: String,
+    /// This server's node name.
+    pub node_name: String,
+    /// This server's node id (UUID).
+    pub node_id: String,
+    /// The address other agents reach this node at.
+    pub advertise_address: String,
+    /// The server RPC port (reported as the leader address).
+    pub server_port: u16,
+    /// Raft storage and bootstrap settings.
+    pub raft: RaftOptions,
+}
+
+/// A running server.
+pub struct Server {
+    config: ServerConfig,
+    raft: RaftNode,
+    store: Arc<StateStore>,
+    authorizer: Arc<dyn Authorizer>,
+    session_timers: SessionTimers,
+    shutdown: tokio_util_shutdown::Shutdown,
+}
+
+mod tokio_util_shutdown {
+    use tokio::sync::watch;
+
+    /// A flag background loops watch to know when to stop.
+    #[derive(Clone)]
+    pub struct Shutdown {
+        tx: std::sync::Arc<watch::Sender<bool>>,
+    }
+
+    impl Shutdown {
+        pub fn new() -> Shutdown {
+            Shutdown {
+                tx: std::sync::Arc::new(watch::channel(false).0),
+            }
+        }
+
+        pub fn trigger(&self) {
+            self.tx.send_replace(true);
+        }
+
+        pub async fn wait(&self) {
+            let mut rx = self.tx.subscribe();
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    }
+}
+
+impl Server {
+    /// Starts Raft over a fresh state store and the leader loops.
+    pub async fn start(config: ServerConfig) -> Result<Arc<Server>, RaftError> {
+        let store = Arc::new(StateStore::new());
+        let raft = RaftNode::start(config.raft.clone(), store.clone()).await?;
+        let server = Arc::new(Server {
+            config,
+            raft,
+            store,
+            authorizer: Arc::new(AllowAll),
+            session_timers: SessionTimers::default(),
+            shutdown: tokio_util_shutdown::Shutdown::new(),
+        });
+        leader::spawn_leader_loop(server.clone());
+        Ok(server)
+    }
+
+    /// The server's settings.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The state store (for in-process readers such as tests).
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+
+    /// Waits until a leader is known.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> bool {
+        self.raft.wait_for_leader(timeout).await
+    }
+
+    /// Stops the leader loops and Raft.
+    pub async fn shutdown(&self) {
+        self.shutdown.trigger();
+        self.raft.shutdown().await;
+    }
+
+    /// Writes a command through Raft, mapping failures to endpoint errors.
+    pub(crate) async fn write(&self, command: Command) -> Result<(u64, CommandResult), RpcError> {
+        match self.raft.apply(command).await {
+            Ok((index, CommandResult::Failed(message))) => {
+                let _ = index;
+                Err(RpcError::BadRequest(message))
+            }
+            Ok(ok) => Ok(ok),
+            Err(RaftError::NotLeader { .. }) => Err(RpcError::NoLeader),
+            Err(e) => Err(RpcError::Internal(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Blocking queries and read consistency, as Consul documents them: a read
+//! with `min_index` waits until the result's index passes it or the wait
+//! (default 5m, max 10m, plus up to wait/16 of jitter) runs out; indexes
+//! are never 0.
+
+use std::time::Duration;
+
+use legate_state::{Tables, WatchSet, Watches};
+use legate_types::{Consistency, Queried, QueryMeta, QueryOptions, RpcError};
+use rand::Rng;
+
+use crate::Server;
+
+impl Server {
+    /// Checks that a request targets this datacenter.
+    pub(crate) fn check_datacenter(&self, datacenter: &str) -> Result<(), RpcError> {
+        if datacenter.is_empty() || datacenter == self.config.datacenter {
+            Ok(())
+        } else {
+            Err(RpcError::NoPathToDatacenter(datacenter.to_string()))
+        }
+    }
+
+    /// Runs a read with the request's consistency and blocking options.
+    /// `watch` subscribes to what the read depends on (called before each
+    /// read, so no change between read and wait is missed); `read` returns
+    /// the result with its index.
+    pub(crate) async fn blocking_query<T>(
+        &self,
+        opts: &QueryOptions,
+        watch: impl Fn(&Watches) -> WatchSet,
+        read: impl Fn(&Tables) -> Result<(u64, T), RpcError>,
+    ) -> Result<Queried<T>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        match opts.consistency {
+            Consistency::Consistent => self
+                .raft
+                .ensure_linearizable()
+                .await
+                .map_err(|_| RpcError::NoLeader)?,
+            Consistency::Default if !self.raft.is_leader() => {
+                // Until forwarding exists, a follower answers default reads
+                // only when it knows a leader (single-server: never reached).
+                if self.raft.leader_address().is_none() {
+                    return Err(RpcError::NoLeader);
+                }
+            }
+            _ => {}
+        }
+        let deadline = if opts.min_index > 0 {
+            let wait = opts.effective_wait();
+            let jitter_cap = (wait / 16).as_millis() as u64;
+            let jitter = if jitter_cap > 0 {
+                rand::rng().random_range(0..=jitter_cap)
+            } else {
+                0
+            };
+            Some(tokio::time::Instant::now() + wait + Duration::from_millis(jitter))
+        } else {
+            None
+        };
+        loop {
+            let watches = watch(self.store.watches());
+            let (index, value) = read(&self.store.read())?;
+            let index = index.max(1);
+            let done = match deadline {
+                None => true,
+                Some(deadline) => index > opts.min_index || tokio::time::Instant::now() >= deadline,
+            };
+            if done {
+                return Ok(Queried {
+                    meta: self.query_meta(index, opts.consistency),
+                    value,
+                });
+            }
+            let remaining = deadline
+                .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+                .unwrap_or_default();
+            tokio::select! {
+                _ = watches.wait(remaining) => {}
+                _ = self.shutdown.wait() => {
+                    return Ok(Queried { meta: self.query_meta(index, opts.consistency), value });
+                }
+            }
+        }
+    }
+
+    pub(crate) fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
+        QueryMeta {
+            index: index.max(1),
+            known_leader: self.raft.leader_address().is_some(),
+            last_contact: self.raft.last_contact(),
+            consistency,
+        }
+    }
+}
+
+/// Parses a filter once, so a bad expression fails before any blocking.
+pub(crate) fn parse_filter(filter: &str) -> Result<Option<legate_filter::Expr>, RpcError> {
+    if filter.trim().is_empty() {
+        return Ok(None);
+    }
+    legate_filter::Expr::parse(filter)
+        .map(Some)
+        .map_err(|e| RpcError::BadRequest(e.to_string()))
+}
+
+/// Keeps the rows an optional filter matches.
+pub(crate) fn apply_filter<T: serde::Serialize>(rows: Vec<T>, filter: &Option<legate_filter::Expr>) -> Vec<T> {
+    match filter {
+        None => rows,
+        Some(expr) => rows
+            .into_iter()
+            .filter(|row| serde_json::to_value(row).map(|v| expr.matches(&v)).unwrap_or(false))
+            .collect(),
+    }
+}

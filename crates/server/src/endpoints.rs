@@ -1,0 +1,453 @@
+//! The server endpoints: validation, authorization, then Raft for writes
+//! or a (blocking) state-store read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use legate_state::{Command, CommandResult, Table};
+use legate_types::duration::parse_go_duration;
+use legate_types::rpc::{ServerRpc, ServiceQuery, TxnOp, TxnResponse};
+use legate_types::*;
+
+use crate::blocking::{apply_filter, parse_filter};
+use crate::{Access, Resource, Server};
+
+fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
+    wanted
+        .iter()
+        .all(|w| tags.iter().any(|t| t.eq_ignore_ascii_case(w)))
+}
+
+impl Server {
+    fn authorize(&self, token: &str, resource: Resource, access: Access) -> Result<(), RpcError> {
+        self.authorizer.authorize(token, &resource, access)
+    }
+
+    fn validate_register(&self, req: &mut RegisterRequest) -> Result<(), RpcError> {
+        if req.node.is_empty() {
+            return Err(RpcError::BadRequest("Must provide node".into()));
+        }
+        if req.address.is_empty() && !req.skip_node_update {
+            return Err(RpcError::BadRequest("Must provide address if SkipNodeUpdate is not set".into()));
+        }
+        if req.datacenter.is_empty() {
+            req.datacenter = self.config.datacenter.clone();
+        }
+        if !req.id.is_empty() && uuid::Uuid::parse_str(&req.id).is_err() {
+            return Err(RpcError::BadRequest(format!("Invalid node ID: {:?} is not a UUID", req.id)));
+        }
+        if let Some(service) = req.service.as_mut() {
+            if service.service.is_empty() {
+                return Err(RpcError::BadRequest("Must provide service name".into()));
+            }
+            if service.id.is_empty() {
+                service.id = service.service.clone();
+            }
+            if service.is_sidecar_proxy() {
+                let destination = service.proxy.as_ref().map(|p| p.destination_service_name.as_str()).unwrap_or("");
+                if destination.is_empty() {
+                    return Err(RpcError::BadRequest("Proxy.DestinationServiceName must be set for a Connect proxy".into()));
+                }
+                if service.port == 0 && service.socket_path.is_empty() {
+                    return Err(RpcError::BadRequest("Port or SocketPath must be set for a Connect proxy".into()));
+                }
+            }
+        }
+        let node = req.node.clone();
+        let fix_check = |check: &mut HealthCheck| -> Result<(), RpcError> {
+            if check.node.is_empty() {
+                check.node = node.clone();
+            }
+            if check.node != node {
+                return Err(RpcError::BadRequest(format!(
+                    "Check node {:?} does not match the registration node {:?}",
+                    check.node, node
+                )));
+            }
+            if check.check_id.is_empty() {
+                if check.name.is_empty() {
+                    return Err(RpcError::BadRequest("Must provide check ID or name".into()));
+                }
+                check.check_id = check.name.clone();
+            }
+            Ok(())
+        };
+        if let Some(check) = req.check.as_mut() {
+            fix_check(check)?;
+        }
+        for check in req.checks.iter_mut() {
+            fix_check(check)?;
+        }
+        Ok(())
+    }
+
+    fn write_index(result: (u64, CommandResult)) -> u64 {
+        result.0
+    }
+}
+
+#[async_trait]
+impl ServerRpc for Server {
+    async fn status_leader(&self) -> Result<String, RpcError> {
+        Ok(self.raft.leader_address().unwrap_or_default())
+    }
+
+    async fn status_peers(&self) -> Result<Vec<String>, RpcError> {
+        Ok(self.raft.peer_addresses())
+    }
+
+    async fn catalog_register(&self, opts: &WriteOptions, mut req: RegisterRequest) -> Result<u64, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.validate_register(&mut req)?;
+        self.authorize(&opts.token, Resource::Node(req.node.clone()), Access::Write)?;
+        if let Some(service) = &req.service {
+            self.authorize(&opts.token, Resource::Service(service.service.clone()), Access::Write)?;
+        }
+        self.write(Command::Register(req)).await.map(Self::write_index)
+    }
+
+    async fn catalog_deregister(&self, opts: &WriteOptions, req: DeregisterRequest) -> Result<u64, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        if req.node.is_empty() {
+            return Err(RpcError::BadRequest("Must provide node".into()));
+        }
+        self.authorize(&opts.token, Resource::Node(req.node.clone()), Access::Write)?;
+        self.write(Command::Deregister(req)).await.map(Self::write_index)
+    }
+
+    async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError> {
+        Ok(vec![self.config.datacenter.clone()])
+    }
+
+    async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.authorize(&opts.token, Resource::Node(String::new()), Access::Read)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Nodes]),
+            |t| {
+                let (index, nodes) = t.nodes();
+                Ok((index, apply_filter(nodes, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn catalog_services(&self, opts: &QueryOptions) -> Result<Queried<BTreeMap<String, Vec<String>>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Services]),
+            |t| {
+                let (index, services) = t.services();
+                if filter.is_none() {
+                    return Ok((index, services));
+                }
+                // Filters apply to instances (ServiceNode rows); keep the names
+                // with at least one matching instance.
+                let mut out = BTreeMap::new();
+                for (name, tags) in services {
+                    let (_, rows) = t.service_nodes(&name, false);
+                    if !apply_filter(rows, &filter).is_empty() {
+                        out.insert(name, tags);
+                    }
+                }
+                Ok((index, out))
+            },
+        )
+        .await
+    }
+
+    async fn catalog_service_nodes(&self, opts: &QueryOptions, query: ServiceQuery) -> Result<Queried<Vec<ServiceNode>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.authorize(&opts.token, Resource::Service(query.service.clone()), Access::Read)?;
+        self.blocking_query(
+            opts,
+            |w| w.service(&query.service),
+            |t| {
+                let (index, rows) = t.service_nodes(&query.service, query.connect);
+                let rows = rows.into_iter().filter(|r| has_all_tags(&r.service_tags, &query.tags)).collect();
+                Ok((index, apply_filter(rows, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn catalog_node_services(&self, opts: &QueryOptions, node: String) -> Result<Queried<Option<NodeServices>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.authorize(&opts.token, Resource::Node(node.clone()), Access::Read)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Nodes, Table::Services]),
+            |t| {
+                let (index, found) = t.node_services(&node);
+                let found = found.map(|mut ns| {
+                    if filter.is_some() {
+                        let kept: Vec<NodeService> = apply_filter(ns.services.values().cloned().collect(), &filter);
+                        ns.services = kept.into_iter().map(|s| (s.id.clone(), s)).collect();
+                    }
+                    ns
+                });
+                Ok((index, found))
+            },
+        )
+        .await
+    }
+
+    async fn health_node_checks(&self, opts: &QueryOptions, node: String) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Checks]),
+            |t| {
+                let (index, checks) = t.node_checks(&node);
+                Ok((index, apply_filter(checks, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn health_service_checks(&self, opts: &QueryOptions, service: String) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Checks]),
+            |t| {
+                let (index, checks) = t.service_checks(&service);
+                Ok((index, apply_filter(checks, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn health_checks_in_state(&self, opts: &QueryOptions, state: Option<HealthStatus>) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Checks]),
+            |t| {
+                let (index, checks) = t.checks_in_state(state);
+                Ok((index, apply_filter(checks, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn health_service_nodes(&self, opts: &QueryOptions, query: ServiceQuery) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.authorize(&opts.token, Resource::Service(query.service.clone()), Access::Read)?;
+        self.blocking_query(
+            opts,
+            |w| w.service(&query.service),
+            |t| {
+                let (index, rows) = t.check_service_nodes(&query.service, query.connect);
+                let rows: Vec<CheckServiceNode> = rows
+                    .into_iter()
+                    .filter(|r| has_all_tags(&r.service.tags, &query.tags))
+                    .filter(|r| !query.passing_only || r.checks.iter().all(|c| c.status == HealthStatus::Passing))
+                    .collect();
+                Ok((index, apply_filter(rows, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn kv_get(&self, opts: &QueryOptions, key: String) -> Result<Queried<Option<KvEntry>>, RpcError> {
+        self.authorize(&opts.token, Resource::Key(key.clone()), Access::Read)?;
+        self.blocking_query(opts, |w| w.kv_prefix(&key), |t| Ok(t.kv_get(&key))).await
+    }
+
+    async fn kv_list(&self, opts: &QueryOptions, prefix: String) -> Result<Queried<Vec<KvEntry>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
+        self.blocking_query(
+            opts,
+            |w| w.kv_prefix(&prefix),
+            |t| {
+                let (index, entries) = t.kv_list(&prefix);
+                Ok((index, apply_filter(entries, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn kv_keys(&self, opts: &QueryOptions, prefix: String, separator: String) -> Result<Queried<Vec<String>>, RpcError> {
+        self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
+        self.blocking_query(opts, |w| w.kv_prefix(&prefix), |t| Ok(t.kv_keys(&prefix, &separator))).await
+    }
+
+    async fn kv_apply(&self, opts: &WriteOptions, op: KvOp) -> Result<bool, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        if op.key.is_empty() && op.verb != KvVerb::DeleteTree {
+            return Err(RpcError::BadRequest("Missing key name".into()));
+        }
+        if op.value.len() > KV_MAX_VALUE_SIZE {
+            return Err(RpcError::TooLarge(format!(
+                "Request body(truncated): value of {} bytes exceeds the {} byte limit (kv_max_value_size)",
+                op.value.len(),
+                KV_MAX_VALUE_SIZE
+            )));
+        }
+        self.authorize(&opts.token, Resource::Key(op.key.clone()), Access::Write)?;
+        match self.write(Command::Kv(op)).await? {
+            (_, CommandResult::Applied(applied)) => Ok(applied),
+            (_, other) => Err(RpcError::Internal(format!("unexpected KV result {other:?}"))),
+        }
+    }
+
+    async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        if ops.len() > 128 {
+            return Err(RpcError::TooLarge(format!(
+                "Transaction contains too many operations ({} > 128)",
+                ops.len()
+            )));
+        }
+        for (position, op) in ops.iter().enumerate() {
+            if op.kv.value.len() > KV_MAX_VALUE_SIZE {
+                return Err(RpcError::TooLarge(format!("operation {position}: value exceeds {KV_MAX_VALUE_SIZE} bytes")));
+            }
+            let access = if op.kv.verb.is_read() { Access::Read } else { Access::Write };
+            self.authorize(&opts.token, Resource::Key(op.kv.key.clone()), access)?;
+        }
+        // A read-only transaction needs no Raft round trip.
+        if ops.iter().all(|o| o.kv.verb.is_read()) {
+            let results = read_only_txn(&self.store.read(), &ops);
+            return Ok(results);
+        }
+        match self.write(Command::Txn(ops)).await? {
+            (_, CommandResult::Txn(response)) => Ok(response),
+            (_, other) => Err(RpcError::Internal(format!("unexpected transaction result {other:?}"))),
+        }
+    }
+
+    async fn session_create(&self, opts: &WriteOptions, mut session: Session) -> Result<String, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        if session.node.is_empty() {
+            return Err(RpcError::BadRequest("Must provide Node".into()));
+        }
+        if !session.ttl.is_empty() {
+            let ttl = parse_go_duration(&session.ttl).map_err(|e| RpcError::BadRequest(format!("Session TTL: {e}")))?;
+            if !ttl.is_zero() && (ttl < SESSION_TTL_MIN || ttl > SESSION_TTL_MAX) {
+                return Err(RpcError::BadRequest(format!(
+                    "Invalid Session TTL '{}', must be between [10s=24h0m0s]",
+                    session.ttl
+                )));
+            }
+            if ttl.is_zero() {
+                session.ttl.clear();
+            }
+        }
+        self.authorize(&opts.token, Resource::Session(session.node.clone()), Access::Write)?;
+        session.id = uuid::Uuid::new_v4().to_string();
+        let id = session.id.clone();
+        let ttl = session.ttl.clone();
+        self.write(Command::SessionCreate(session)).await?;
+        if !ttl.is_empty() {
+            if let Ok(ttl) = parse_go_duration(&ttl) {
+                self.session_timers.reset(&id, ttl);
+            }
+        }
+        Ok(id)
+    }
+
+    async fn session_destroy(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        if id.is_empty() {
+            return Err(RpcError::BadRequest("Missing session".into()));
+        }
+        let node = self.store.read().session(&id).1.map(|s| s.node).unwrap_or_default();
+        self.authorize(&opts.token, Resource::Session(node), Access::Write)?;
+        self.write(Command::SessionDestroy(id.clone())).await?;
+        self.session_timers.clear(&id);
+        Ok(())
+    }
+
+    async fn session_renew(&self, opts: &WriteOptions, id: String) -> Result<Option<Session>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        let session = self.store.read().session(&id).1;
+        let Some(session) = session else {
+            return Ok(None);
+        };
+        self.authorize(&opts.token, Resource::Session(session.node.clone()), Access::Write)?;
+        if !session.ttl.is_empty() {
+            let ttl = parse_go_duration(&session.ttl).unwrap_or(Duration::from_secs(10));
+            self.session_timers.reset(&id, ttl);
+        }
+        Ok(Some(session))
+    }
+
+    async fn session_info(&self, opts: &QueryOptions, id: String) -> Result<Queried<Vec<Session>>, RpcError> {
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Sessions]),
+            |t| {
+                let (index, session) = t.session(&id);
+                Ok((index, session.into_iter().collect()))
+            },
+        )
+        .await
+    }
+
+    async fn session_list(&self, opts: &QueryOptions) -> Result<Queried<Vec<Session>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Sessions]),
+            |t| {
+                let (index, sessions) = t.sessions();
+                Ok((index, apply_filter(sessions, &filter)))
+            },
+        )
+        .await
+    }
+
+    async fn session_node(&self, opts: &QueryOptions, node: String) -> Result<Queried<Vec<Session>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Sessions]),
+            |t| {
+                let (index, sessions) = t.node_sessions(&node);
+                Ok((index, apply_filter(sessions, &filter)))
+            },
+        )
+        .await
+    }
+}
+
+fn read_only_txn(tables: &legate_state::Tables, ops: &[TxnOp]) -> TxnResponse {
+    use legate_types::rpc::{TxnError, TxnResult};
+    let mut results = Vec::new();
+    let mut errors = Vec::new();
+    for (position, op) in ops.iter().enumerate() {
+        let (_, entry) = tables.kv_get(&op.kv.key);
+        match op.kv.verb {
+            KvVerb::GetTree => results.extend(tables.kv_list(&op.kv.key).1.into_iter().map(|kv| TxnResult { kv })),
+            KvVerb::Get => match entry {
+                Some(kv) => results.push(TxnResult { kv }),
+                None => errors.push(TxnError { op_index: position, what: format!("key {:?} doesn't exist", op.kv.key) }),
+            },
+            KvVerb::CheckIndex => match entry {
+                Some(kv) if kv.modify_index == op.kv.index => results.push(TxnResult { kv }),
+                _ => errors.push(TxnError { op_index: position, what: format!("current modify index does not match {} for key {:?}", op.kv.index, op.kv.key) }),
+            },
+            KvVerb::CheckSession => match entry {
+                Some(kv) if kv.session == op.kv.session => results.push(TxnResult { kv }),
+                _ => errors.push(TxnError { op_index: position, what: format!("key {:?} is not locked by session {:?}", op.kv.key, op.kv.session) }),
+            },
+            KvVerb::CheckNotExists => {
+                if entry.is_some() {
+                    errors.push(TxnError { op_index: position, what: format!("key {:?} exists", op.kv.key) });
+                }
+            }
+            _ => {}
+        }
+    }
+    if errors.is_empty() {
+        TxnResponse { results: Some(results), errors: None, index: 0 }
+    } else {
+        TxnResponse { results: None, errors: Some(errors), index: 0 }
+    }
+}

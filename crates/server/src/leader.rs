@@ -1,0 +1,126 @@
+//! The leader's background work: reconciling the servers' own catalog
+//! entries (node + `serfHealth`), and expiring TTL sessions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use legate_state::Command;
+use legate_types::duration::parse_go_duration;
+use legate_types::{HealthCheck, HealthStatus, NodeService, RegisterRequest};
+
+use crate::Server;
+
+/// The name and id of the membership health check every node carries.
+pub const SERF_CHECK_ID: &str = "serfHealth";
+const SERF_CHECK_NAME: &str = "Serf Health Status";
+/// The service every server registers for itself.
+pub const CONSUL_SERVICE: &str = "consul";
+
+pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut was_leader = false;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = server.shutdown.wait() => return,
+            }
+            let leader = server.raft.is_leader();
+            if !leader {
+                if was_leader {
+                    server.session_timers.clear_all();
+                }
+                was_leader = false;
+                continue;
+            }
+            if !was_leader {
+                start_session_clocks(&server);
+            }
+            was_leader = true;
+            if let Err(e) = reconcile_self(&server).await {
+                tracing::warn!(error = %e, "leader: reconciling this server's catalog entry failed");
+            }
+            for id in server.session_timers.take_expired() {
+                tracing::info!(session = %id, "leader: session TTL expired");
+                if let Err(e) = server.write(Command::SessionDestroy(id)).await {
+                    tracing::warn!(error = %e, "leader: destroying an expired session failed");
+                }
+            }
+        }
+    });
+}
+
+fn start_session_clocks(server: &Server) {
+    let (_, sessions) = server.store.read().sessions();
+    for session in sessions {
+        if let Ok(ttl) = parse_go_duration(&session.ttl) {
+            if !ttl.is_zero() {
+                server.session_timers.ensure(&session.id, ttl);
+            }
+        }
+    }
+}
+
+/// Registers this server's node and its passing `serfHealth` check when the
+/// catalog lacks them (membership-driven reconciliation of every member comes
+/// with gossip).
+async fn reconcile_self(server: &Server) -> Result<(), legate_types::RpcError> {
+    let config = &server.config;
+    let needs_update = {
+        let tables = server.store.read();
+        let node_ok = tables
+            .node(&config.node_name)
+            .is_some_and(|n| n.address == config.advertise_address && n.id == config.node_id);
+        let (_, checks) = tables.node_checks(&config.node_name);
+        let check_ok = checks
+            .iter()
+            .any(|c| c.check_id == SERF_CHECK_ID && c.status == HealthStatus::Passing);
+        let service_ok = tables
+            .node_service(&config.node_name, CONSUL_SERVICE)
+            .is_some_and(|s| s.port == config.server_port);
+        !(node_ok && check_ok && service_ok)
+    };
+    if !needs_update {
+        return Ok(());
+    }
+    let mut tagged = std::collections::BTreeMap::new();
+    tagged.insert("lan".to_string(), config.advertise_address.clone());
+    tagged.insert("lan_ipv4".to_string(), config.advertise_address.clone());
+    tagged.insert("wan".to_string(), config.advertise_address.clone());
+    tagged.insert("wan_ipv4".to_string(), config.advertise_address.clone());
+    let mut meta = std::collections::BTreeMap::new();
+    meta.insert("consul-network-segment".to_string(), String::new());
+    meta.insert("consul-version".to_string(), legate_types::CONSUL_API_VERSION.to_string());
+    let existing_meta = server.store.read().node(&config.node_name).map(|n| n.meta.clone());
+    let request = RegisterRequest {
+        id: config.node_id.clone(),
+        node: config.node_name.clone(),
+        address: config.advertise_address.clone(),
+        datacenter: config.datacenter.clone(),
+        tagged_addresses: tagged,
+        node_meta: existing_meta.unwrap_or(meta),
+        check: Some(HealthCheck {
+            node: config.node_name.clone(),
+            check_id: SERF_CHECK_ID.to_string(),
+            name: SERF_CHECK_NAME.to_string(),
+            status: HealthStatus::Passing,
+            output: "Agent alive and reachable".to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    server.write(Command::Register(request)).await?;
+    let service = RegisterRequest {
+        node: config.node_name.clone(),
+        address: config.advertise_address.clone(),
+        skip_node_update: true,
+        service: Some(NodeService {
+            id: CONSUL_SERVICE.to_string(),
+            service: CONSUL_SERVICE.to_string(),
+            port: config.server_port,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    server.write(Command::Register(service)).await.map(|_| ())
+}
