@@ -1,1 +1,629 @@
-//! legate-agent
+//! The Legate agent: local services and checks, check runners,
+//! anti-entropy with the catalog, maintenance mode, user events, and the
+//! agent configuration loader. It reaches servers only through
+//! [`ServerRpc`], so it runs the same beside an in-process server (`-dev`)
+//! or a remote one.
+//!
+//! Depends on types and hcl; never on the server, state store or HTTP.
+
+pub mod checks;
+pub mod config;
+pub mod local;
+mod sync;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use legate_types::rpc::ServerRpc;
+use legate_types::{CheckDefinition, HealthCheck, HealthStatus, NodeService, ServiceDefinition};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Notify};
+
+pub use config::AgentConfig;
+use local::{
+    LocalState, RegistrationDelta, RegistrationPolicy, NODE_MAINT_CHECK, SERVICE_MAINT_PREFIX,
+};
+
+/// Agent-level errors; the HTTP layer maps them to status codes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// Invalid input (HTTP 400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Unknown service or check (HTTP 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// Failure persisting state (HTTP 500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// A user event (`/v1/event/fire`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UserEvent {
+    /// Event UUID.
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// Event name.
+    pub name: String,
+    /// Base64 payload (null when empty).
+    pub payload: Option<String>,
+    /// Node name filter (regex).
+    pub node_filter: String,
+    /// Service name filter (regex).
+    pub service_filter: String,
+    /// Tag filter (regex).
+    pub tag_filter: String,
+    /// Protocol version.
+    pub version: u32,
+    /// Lamport time.
+    #[serde(rename = "LTime")]
+    pub ltime: u64,
+}
+
+const MAX_EVENTS: usize = 256;
+
+/// The agent.
+pub struct Agent {
+    config: AgentConfig,
+    node_id: String,
+    rpc: Arc<dyn ServerRpc>,
+    local: Mutex<LocalState>,
+    sync_now: Notify,
+    runners: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    ttl_resets: Mutex<HashMap<String, Arc<Notify>>>,
+    changes: watch::Sender<u64>,
+    events: Mutex<VecDeque<UserEvent>>,
+    events_changed: watch::Sender<u64>,
+    shutdown: watch::Sender<bool>,
+    started: Instant,
+}
+
+impl Agent {
+    /// Starts an agent: restores persisted registrations, registers config
+    /// services and checks, and starts anti-entropy.
+    pub async fn start(
+        config: AgentConfig,
+        node_id: String,
+        rpc: Arc<dyn ServerRpc>,
+    ) -> Result<Arc<Agent>, AgentError> {
+        let agent = Arc::new(Agent {
+            config,
+            node_id,
+            rpc,
+            local: Mutex::new(LocalState::default()),
+            sync_now: Notify::new(),
+            runners: Mutex::new(HashMap::new()),
+            ttl_resets: Mutex::new(HashMap::new()),
+            changes: watch::channel(0).0,
+            events: Mutex::new(VecDeque::new()),
+            events_changed: watch::channel(0).0,
+            shutdown: watch::channel(false).0,
+            started: Instant::now(),
+        });
+        for def in agent.config.services.clone() {
+            agent
+                .add_service(def, "", true, false)
+                .map_err(|e| AgentError::BadRequest(format!("service from config: {e}")))?;
+        }
+        for def in agent.config.checks.clone() {
+            agent
+                .add_check(def, "", true)
+                .map_err(|e| AgentError::BadRequest(format!("check from config: {e}")))?;
+        }
+        agent.restore_persisted()?;
+        sync::spawn(agent.clone());
+        spawn_reaper(agent.clone());
+        Ok(agent)
+    }
+
+    fn restore_persisted(self: &Arc<Self>) -> Result<(), AgentError> {
+        let Some(dir) = self.config.data_dir.clone() else {
+            return Ok(());
+        };
+        let Some(state) = local::load(&dir).map_err(|e| AgentError::Internal(e.to_string()))?
+        else {
+            return Ok(());
+        };
+        for service in state.services {
+            if let Err(e) = self.add_service(service.definition, &service.token, false, false) {
+                tracing::warn!(error = %e, "dropping a persisted service that no longer validates");
+            }
+        }
+        for check in state.checks {
+            if let Err(e) = self.add_check(check.definition, &check.token, false) {
+                tracing::warn!(error = %e, "dropping a persisted check that no longer validates");
+            }
+        }
+        {
+            let mut local = self.lock_local();
+            for (id, (status, output)) in state.check_status {
+                local.update_check(&id, status, &output);
+            }
+        }
+        Ok(())
+    }
+
+    /// The agent's configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The node id.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// How long the agent has run.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The server endpoints.
+    pub fn rpc(&self) -> &Arc<dyn ServerRpc> {
+        &self.rpc
+    }
+
+    fn lock_local(&self) -> MutexGuard<'_, LocalState> {
+        self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn policy(&self, from_config: bool) -> RegistrationPolicy {
+        RegistrationPolicy {
+            node_name: self.config.node_name.clone(),
+            allow_scripts: self.config.enable_script_checks
+                || (from_config && self.config.enable_local_script_checks),
+            sidecar_ports: (
+                self.config.ports.sidecar_min_port,
+                self.config.ports.sidecar_max_port,
+            ),
+        }
+    }
+
+    /// Registers a service (with its checks and sidecar) through the API.
+    pub fn register_service(
+        self: &Arc<Self>,
+        def: ServiceDefinition,
+        token: &str,
+        replace_existing_checks: bool,
+    ) -> Result<(), AgentError> {
+        self.add_service(def, token, false, replace_existing_checks)
+    }
+
+    fn add_service(
+        self: &Arc<Self>,
+        def: ServiceDefinition,
+        token: &str,
+        from_config: bool,
+        replace_existing_checks: bool,
+    ) -> Result<(), AgentError> {
+        let policy = self.policy(from_config);
+        let delta = self.lock_local().add_service(
+            def,
+            token,
+            from_config,
+            replace_existing_checks,
+            &policy,
+        )?;
+        self.after_change(delta)
+    }
+
+    /// Removes a service, its checks and its sidecar.
+    pub fn deregister_service(self: &Arc<Self>, id: &str) -> Result<(), AgentError> {
+        let delta = {
+            let mut local = self.lock_local();
+            match local.services.get(id) {
+                None => return Err(AgentError::NotFound(format!("Unknown service ID {id:?}. Ensure that the service ID is passed, not the service name."))),
+                Some(s) if s.parent_id.is_some() => {
+                    let parent = s.parent_id.clone().unwrap_or_default();
+                    // Deregistering a generated sidecar directly is allowed, as in Consul;
+                    // the parent forgets it.
+                    if let Some(p) = local.services.get_mut(&parent) {
+                        p.sidecar_id = None;
+                    }
+                }
+                Some(_) => {}
+            }
+            local.remove_service(id, true)
+        };
+        self.after_change(delta)
+    }
+
+    /// Registers a check through the API.
+    pub fn register_check(
+        self: &Arc<Self>,
+        def: CheckDefinition,
+        token: &str,
+    ) -> Result<(), AgentError> {
+        self.add_check(def, token, false)
+    }
+
+    fn add_check(
+        self: &Arc<Self>,
+        def: CheckDefinition,
+        token: &str,
+        from_config: bool,
+    ) -> Result<(), AgentError> {
+        let policy = self.policy(from_config);
+        let delta = {
+            let mut local = self.lock_local();
+            let service = if def.service_id.is_empty() {
+                None
+            } else {
+                Some(
+                    local
+                        .services
+                        .get(&def.service_id)
+                        .map(|s| s.service.clone())
+                        .ok_or_else(|| {
+                            AgentError::BadRequest(format!(
+                                "ServiceID {:?} does not exist",
+                                def.service_id
+                            ))
+                        })?,
+                )
+            };
+            let (def, check) = local::build_check(
+                &policy.node_name,
+                &def,
+                "",
+                service.as_ref(),
+                policy.allow_scripts,
+            )?;
+            local.put_check(def, check, token, from_config)
+        };
+        self.after_change(delta)
+    }
+
+    /// Removes a check.
+    pub fn deregister_check(self: &Arc<Self>, id: &str) -> Result<(), AgentError> {
+        let delta = {
+            let mut local = self.lock_local();
+            if !local.checks.contains_key(id) {
+                return Err(AgentError::NotFound(format!("Unknown check ID {id:?}")));
+            }
+            local.remove_check(id)
+        };
+        self.after_change(delta)
+    }
+
+    /// Sets a TTL check's status (`pass`, `warn`, `fail`, `update`).
+    pub fn update_ttl_check(
+        &self,
+        id: &str,
+        status: HealthStatus,
+        output: &str,
+    ) -> Result<(), AgentError> {
+        {
+            let local = self.lock_local();
+            let check = local
+                .checks
+                .get(id)
+                .ok_or_else(|| AgentError::NotFound(format!("Unknown check ID {id:?}")))?;
+            if check.definition.ttl.is_none() {
+                return Err(AgentError::BadRequest(format!(
+                    "CheckID {id:?} does not have associated TTL"
+                )));
+            }
+        }
+        if let Some(reset) = self
+            .ttl_resets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+        {
+            reset.notify_one();
+        }
+        self.set_check_status(id, status, output);
+        self.persist();
+        Ok(())
+    }
+
+    pub(crate) fn ttl_reset_signal(&self, id: &str) -> Arc<Notify> {
+        self.ttl_resets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id.to_string())
+            .or_insert_with(|| Arc::new(Notify::new()))
+            .clone()
+    }
+
+    /// Records a check result and schedules a sync when it changed.
+    pub(crate) fn set_check_status(&self, id: &str, status: HealthStatus, output: &str) {
+        let changed = self.lock_local().update_check(id, status, output);
+        if changed {
+            self.changed();
+        }
+    }
+
+    /// Records new output without a status change.
+    pub(crate) fn set_check_output(&self, id: &str, output: &str) {
+        let status = self.lock_local().checks.get(id).map(|c| c.check.status);
+        if let Some(status) = status {
+            self.set_check_status(id, status, output);
+        }
+    }
+
+    fn after_change(self: &Arc<Self>, delta: RegistrationDelta) -> Result<(), AgentError> {
+        {
+            let mut runners = self.runners.lock().unwrap_or_else(|e| e.into_inner());
+            for id in &delta.stopped {
+                if let Some(handle) = runners.remove(id) {
+                    handle.abort();
+                }
+                self.ttl_resets
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(id);
+            }
+            for id in &delta.started {
+                if let Some(handle) = runners.remove(id) {
+                    handle.abort();
+                }
+                let def = self
+                    .lock_local()
+                    .checks
+                    .get(id)
+                    .map(|c| c.definition.clone());
+                if let Some(def) = def {
+                    if let Some(handle) = checks::spawn(self.clone(), id.clone(), def) {
+                        runners.insert(id.clone(), handle);
+                    }
+                }
+            }
+        }
+        self.persist();
+        self.changed();
+        Ok(())
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v += 1);
+        self.sync_now.notify_one();
+    }
+
+    /// Writes API registrations and check states to the data dir.
+    fn persist(&self) {
+        let Some(dir) = &self.config.data_dir else {
+            return;
+        };
+        let state = self.lock_local().to_persisted();
+        if let Err(e) = local::save(dir, &state) {
+            tracing::error!(error = %e, "persisting local agent state failed");
+        }
+    }
+
+    /// A receiver that changes whenever local state changes.
+    pub fn local_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Local services by id, as the catalog should hold them.
+    pub fn services(&self) -> BTreeMap<String, NodeService> {
+        self.lock_local()
+            .services
+            .iter()
+            .map(|(id, s)| (id.clone(), s.service.clone()))
+            .collect()
+    }
+
+    /// One local service.
+    pub fn service(&self, id: &str) -> Option<NodeService> {
+        self.lock_local()
+            .services
+            .get(id)
+            .map(|s| s.service.clone())
+    }
+
+    /// Local checks by id.
+    pub fn checks(&self) -> BTreeMap<String, HealthCheck> {
+        self.lock_local()
+            .checks
+            .iter()
+            .map(|(id, c)| (id.clone(), c.check.clone()))
+            .collect()
+    }
+
+    /// The worst status of a local service's checks (node checks included).
+    pub fn local_service_health(&self, id: &str) -> Option<HealthStatus> {
+        self.lock_local().service_health(id)
+    }
+
+    /// A local service with its checks (node checks included).
+    pub fn service_with_checks(&self, id: &str) -> Option<(NodeService, Vec<HealthCheck>)> {
+        let local = self.lock_local();
+        let service = local.services.get(id)?.service.clone();
+        let checks = local
+            .checks
+            .values()
+            .filter(|c| c.check.service_id == id || c.check.service_id.is_empty())
+            .map(|c| c.check.clone())
+            .collect();
+        Some((service, checks))
+    }
+
+    /// Puts a service in or out of maintenance mode.
+    pub fn service_maintenance(
+        self: &Arc<Self>,
+        id: &str,
+        enable: bool,
+        reason: &str,
+    ) -> Result<(), AgentError> {
+        let check_id = format!("{SERVICE_MAINT_PREFIX}{id}");
+        let delta = {
+            let mut local = self.lock_local();
+            let service = local
+                .services
+                .get(id)
+                .map(|s| s.service.clone())
+                .ok_or_else(|| {
+                    AgentError::NotFound(format!("No service registered with ID {id:?}"))
+                })?;
+            if enable {
+                let notes = if reason.is_empty() {
+                    "Maintenance mode is enabled for this service, but no reason was provided. This is a default message.".to_string()
+                } else {
+                    reason.to_string()
+                };
+                let check = HealthCheck {
+                    node: self.config.node_name.clone(),
+                    check_id: check_id.clone(),
+                    name: "Service Maintenance Mode".into(),
+                    status: HealthStatus::Critical,
+                    notes,
+                    service_id: service.id.clone(),
+                    service_name: service.service.clone(),
+                    service_tags: service.tags.clone(),
+                    check_type: "maintenance".into(),
+                    ..Default::default()
+                };
+                let def = CheckDefinition {
+                    check_id: check_id.clone(),
+                    service_id: service.id.clone(),
+                    status: "critical".into(),
+                    ..Default::default()
+                };
+                local.put_check(def, check, "", true)
+            } else {
+                local.remove_check(&check_id)
+            }
+        };
+        self.after_change(delta)
+    }
+
+    /// Puts the node in or out of maintenance mode.
+    pub fn node_maintenance(
+        self: &Arc<Self>,
+        enable: bool,
+        reason: &str,
+    ) -> Result<(), AgentError> {
+        let delta = {
+            let mut local = self.lock_local();
+            if enable {
+                let notes = if reason.is_empty() {
+                    "Maintenance mode is enabled for this node, but no reason was provided. This is a default message.".to_string()
+                } else {
+                    reason.to_string()
+                };
+                let check = HealthCheck {
+                    node: self.config.node_name.clone(),
+                    check_id: NODE_MAINT_CHECK.into(),
+                    name: "Node Maintenance Mode".into(),
+                    status: HealthStatus::Critical,
+                    notes,
+                    check_type: "maintenance".into(),
+                    ..Default::default()
+                };
+                let def = CheckDefinition {
+                    check_id: NODE_MAINT_CHECK.into(),
+                    status: "critical".into(),
+                    ..Default::default()
+                };
+                local.put_check(def, check, "", true)
+            } else {
+                local.remove_check(NODE_MAINT_CHECK)
+            }
+        };
+        self.after_change(delta)
+    }
+
+    /// Records a user event (delivered locally until gossip exists).
+    pub fn fire_event(&self, mut event: UserEvent) -> UserEvent {
+        event.id = uuid::Uuid::new_v4().to_string();
+        event.version = 1;
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        event.ltime = events.back().map(|e| e.ltime + 1).unwrap_or(1);
+        events.push_back(event.clone());
+        while events.len() > MAX_EVENTS {
+            events.pop_front();
+        }
+        self.events_changed.send_modify(|v| *v += 1);
+        event
+    }
+
+    /// Recent user events, optionally by name.
+    pub fn events(&self, name: &str) -> Vec<UserEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|e| name.is_empty() || e.name == name)
+            .cloned()
+            .collect()
+    }
+
+    /// A receiver that changes whenever an event is fired.
+    pub fn event_changes(&self) -> watch::Receiver<u64> {
+        self.events_changed.subscribe()
+    }
+
+    /// Asks the agent to stop (`/v1/agent/leave`).
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Waits until shutdown is requested.
+    pub async fn shutdown_requested(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|v| *v).await;
+    }
+
+    /// Triggers a full anti-entropy sync soon (`/v1/agent/reload`).
+    pub fn resync(&self) {
+        self.lock_local().mark_all_out_of_sync();
+        self.sync_now.notify_one();
+    }
+
+    /// Stops check runners.
+    pub fn stop(&self) {
+        self.shutdown.send_replace(true);
+        for (_, handle) in self
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            handle.abort();
+        }
+    }
+}
+
+/// Removes services whose check has been critical for longer than its
+/// `DeregisterCriticalServiceAfter`.
+fn spawn_reaper(agent: Arc<Agent>) {
+    tokio::spawn(async move {
+        let mut shutdown = agent.shutdown.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.wait_for(|v| *v) => return,
+            }
+            let doomed: Vec<String> = {
+                let local = agent.lock_local();
+                local
+                    .checks
+                    .values()
+                    .filter(|c| !c.check.service_id.is_empty())
+                    .filter(|c| {
+                        match (
+                            c.definition.deregister_critical_service_after,
+                            c.critical_since,
+                        ) {
+                            (Some(after), Some(since)) => {
+                                c.check.status == HealthStatus::Critical && since.elapsed() >= after
+                            }
+                            _ => false,
+                        }
+                    })
+                    .map(|c| c.check.service_id.clone())
+                    .collect()
+            };
+            for id in doomed {
+                tracing::info!(service = %id, "removing service: critical for longer than DeregisterCriticalServiceAfter");
+                let _ = agent.deregister_service(&id);
+            }
+        }
+    });
+}

@@ -38,7 +38,12 @@ pub trait Authorizer: Send + Sync + 'static {
 pub struct AllowAll;
 
 impl Authorizer for AllowAll {
-    fn authorize(&self, _token: &str, _resource: &Resource, _access: Access) -> Result<(), RpcError> {
+    fn authorize(
+        &self,
+        _token: &str,
+        _resource: &Resource,
+        _access: Access,
+    ) -> Result<(), RpcError> {
         Ok(())
     }
 }

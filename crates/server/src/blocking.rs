@@ -106,12 +106,19 @@ pub(crate) fn parse_filter(filter: &str) -> Result<Option<legate_filter::Expr>, 
 }
 
 /// Keeps the rows an optional filter matches.
-pub(crate) fn apply_filter<T: serde::Serialize>(rows: Vec<T>, filter: &Option<legate_filter::Expr>) -> Vec<T> {
+pub(crate) fn apply_filter<T: serde::Serialize>(
+    rows: Vec<T>,
+    filter: &Option<legate_filter::Expr>,
+) -> Vec<T> {
     match filter {
         None => rows,
         Some(expr) => rows
             .into_iter()
-            .filter(|row| serde_json::to_value(row).map(|v| expr.matches(&v)).unwrap_or(false))
+            .filter(|row| {
+                serde_json::to_value(row)
+                    .map(|v| expr.matches(&v))
+                    .unwrap_or(false)
+            })
             .collect(),
     }
 }

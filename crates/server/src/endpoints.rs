@@ -29,13 +29,18 @@ impl Server {
             return Err(RpcError::BadRequest("Must provide node".into()));
         }
         if req.address.is_empty() && !req.skip_node_update {
-            return Err(RpcError::BadRequest("Must provide address if SkipNodeUpdate is not set".into()));
+            return Err(RpcError::BadRequest(
+                "Must provide address if SkipNodeUpdate is not set".into(),
+            ));
         }
         if req.datacenter.is_empty() {
             req.datacenter = self.config.datacenter.clone();
         }
         if !req.id.is_empty() && uuid::Uuid::parse_str(&req.id).is_err() {
-            return Err(RpcError::BadRequest(format!("Invalid node ID: {:?} is not a UUID", req.id)));
+            return Err(RpcError::BadRequest(format!(
+                "Invalid node ID: {:?} is not a UUID",
+                req.id
+            )));
         }
         if let Some(service) = req.service.as_mut() {
             if service.service.is_empty() {
@@ -45,12 +50,20 @@ impl Server {
                 service.id = service.service.clone();
             }
             if service.is_sidecar_proxy() {
-                let destination = service.proxy.as_ref().map(|p| p.destination_service_name.as_str()).unwrap_or("");
+                let destination = service
+                    .proxy
+                    .as_ref()
+                    .map(|p| p.destination_service_name.as_str())
+                    .unwrap_or("");
                 if destination.is_empty() {
-                    return Err(RpcError::BadRequest("Proxy.DestinationServiceName must be set for a Connect proxy".into()));
+                    return Err(RpcError::BadRequest(
+                        "Proxy.DestinationServiceName must be set for a Connect proxy".into(),
+                    ));
                 }
                 if service.port == 0 && service.socket_path.is_empty() {
-                    return Err(RpcError::BadRequest("Port or SocketPath must be set for a Connect proxy".into()));
+                    return Err(RpcError::BadRequest(
+                        "Port or SocketPath must be set for a Connect proxy".into(),
+                    ));
                 }
             }
         }
@@ -97,23 +110,39 @@ impl ServerRpc for Server {
         Ok(self.raft.peer_addresses())
     }
 
-    async fn catalog_register(&self, opts: &WriteOptions, mut req: RegisterRequest) -> Result<u64, RpcError> {
+    async fn catalog_register(
+        &self,
+        opts: &WriteOptions,
+        mut req: RegisterRequest,
+    ) -> Result<u64, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.validate_register(&mut req)?;
         self.authorize(&opts.token, Resource::Node(req.node.clone()), Access::Write)?;
         if let Some(service) = &req.service {
-            self.authorize(&opts.token, Resource::Service(service.service.clone()), Access::Write)?;
+            self.authorize(
+                &opts.token,
+                Resource::Service(service.service.clone()),
+                Access::Write,
+            )?;
         }
-        self.write(Command::Register(req)).await.map(Self::write_index)
+        self.write(Command::Register(req))
+            .await
+            .map(Self::write_index)
     }
 
-    async fn catalog_deregister(&self, opts: &WriteOptions, req: DeregisterRequest) -> Result<u64, RpcError> {
+    async fn catalog_deregister(
+        &self,
+        opts: &WriteOptions,
+        req: DeregisterRequest,
+    ) -> Result<u64, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         if req.node.is_empty() {
             return Err(RpcError::BadRequest("Must provide node".into()));
         }
         self.authorize(&opts.token, Resource::Node(req.node.clone()), Access::Write)?;
-        self.write(Command::Deregister(req)).await.map(Self::write_index)
+        self.write(Command::Deregister(req))
+            .await
+            .map(Self::write_index)
     }
 
     async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError> {
@@ -134,7 +163,10 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn catalog_services(&self, opts: &QueryOptions) -> Result<Queried<BTreeMap<String, Vec<String>>>, RpcError> {
+    async fn catalog_services(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<BTreeMap<String, Vec<String>>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.blocking_query(
             opts,
@@ -159,22 +191,37 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn catalog_service_nodes(&self, opts: &QueryOptions, query: ServiceQuery) -> Result<Queried<Vec<ServiceNode>>, RpcError> {
+    async fn catalog_service_nodes(
+        &self,
+        opts: &QueryOptions,
+        query: ServiceQuery,
+    ) -> Result<Queried<Vec<ServiceNode>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
-        self.authorize(&opts.token, Resource::Service(query.service.clone()), Access::Read)?;
+        self.authorize(
+            &opts.token,
+            Resource::Service(query.service.clone()),
+            Access::Read,
+        )?;
         self.blocking_query(
             opts,
             |w| w.service(&query.service),
             |t| {
                 let (index, rows) = t.service_nodes(&query.service, query.connect);
-                let rows = rows.into_iter().filter(|r| has_all_tags(&r.service_tags, &query.tags)).collect();
+                let rows = rows
+                    .into_iter()
+                    .filter(|r| has_all_tags(&r.service_tags, &query.tags))
+                    .collect();
                 Ok((index, apply_filter(rows, &filter)))
             },
         )
         .await
     }
 
-    async fn catalog_node_services(&self, opts: &QueryOptions, node: String) -> Result<Queried<Option<NodeServices>>, RpcError> {
+    async fn catalog_node_services(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Option<NodeServices>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.authorize(&opts.token, Resource::Node(node.clone()), Access::Read)?;
         self.blocking_query(
@@ -184,7 +231,8 @@ impl ServerRpc for Server {
                 let (index, found) = t.node_services(&node);
                 let found = found.map(|mut ns| {
                     if filter.is_some() {
-                        let kept: Vec<NodeService> = apply_filter(ns.services.values().cloned().collect(), &filter);
+                        let kept: Vec<NodeService> =
+                            apply_filter(ns.services.values().cloned().collect(), &filter);
                         ns.services = kept.into_iter().map(|s| (s.id.clone(), s)).collect();
                     }
                     ns
@@ -195,7 +243,11 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn health_node_checks(&self, opts: &QueryOptions, node: String) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
+    async fn health_node_checks(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.blocking_query(
             opts,
@@ -208,7 +260,11 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn health_service_checks(&self, opts: &QueryOptions, service: String) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
+    async fn health_service_checks(
+        &self,
+        opts: &QueryOptions,
+        service: String,
+    ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.blocking_query(
             opts,
@@ -221,7 +277,11 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn health_checks_in_state(&self, opts: &QueryOptions, state: Option<HealthStatus>) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
+    async fn health_checks_in_state(
+        &self,
+        opts: &QueryOptions,
+        state: Option<HealthStatus>,
+    ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.blocking_query(
             opts,
@@ -234,9 +294,17 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn health_service_nodes(&self, opts: &QueryOptions, query: ServiceQuery) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
+    async fn health_service_nodes(
+        &self,
+        opts: &QueryOptions,
+        query: ServiceQuery,
+    ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
-        self.authorize(&opts.token, Resource::Service(query.service.clone()), Access::Read)?;
+        self.authorize(
+            &opts.token,
+            Resource::Service(query.service.clone()),
+            Access::Read,
+        )?;
         self.blocking_query(
             opts,
             |w| w.service(&query.service),
@@ -245,7 +313,10 @@ impl ServerRpc for Server {
                 let rows: Vec<CheckServiceNode> = rows
                     .into_iter()
                     .filter(|r| has_all_tags(&r.service.tags, &query.tags))
-                    .filter(|r| !query.passing_only || r.checks.iter().all(|c| c.status == HealthStatus::Passing))
+                    .filter(|r| {
+                        !query.passing_only
+                            || r.checks.iter().all(|c| c.status == HealthStatus::Passing)
+                    })
                     .collect();
                 Ok((index, apply_filter(rows, &filter)))
             },
@@ -253,12 +324,21 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn kv_get(&self, opts: &QueryOptions, key: String) -> Result<Queried<Option<KvEntry>>, RpcError> {
+    async fn kv_get(
+        &self,
+        opts: &QueryOptions,
+        key: String,
+    ) -> Result<Queried<Option<KvEntry>>, RpcError> {
         self.authorize(&opts.token, Resource::Key(key.clone()), Access::Read)?;
-        self.blocking_query(opts, |w| w.kv_prefix(&key), |t| Ok(t.kv_get(&key))).await
+        self.blocking_query(opts, |w| w.kv_prefix(&key), |t| Ok(t.kv_get(&key)))
+            .await
     }
 
-    async fn kv_list(&self, opts: &QueryOptions, prefix: String) -> Result<Queried<Vec<KvEntry>>, RpcError> {
+    async fn kv_list(
+        &self,
+        opts: &QueryOptions,
+        prefix: String,
+    ) -> Result<Queried<Vec<KvEntry>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
         self.blocking_query(
@@ -272,9 +352,19 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn kv_keys(&self, opts: &QueryOptions, prefix: String, separator: String) -> Result<Queried<Vec<String>>, RpcError> {
+    async fn kv_keys(
+        &self,
+        opts: &QueryOptions,
+        prefix: String,
+        separator: String,
+    ) -> Result<Queried<Vec<String>>, RpcError> {
         self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
-        self.blocking_query(opts, |w| w.kv_prefix(&prefix), |t| Ok(t.kv_keys(&prefix, &separator))).await
+        self.blocking_query(
+            opts,
+            |w| w.kv_prefix(&prefix),
+            |t| Ok(t.kv_keys(&prefix, &separator)),
+        )
+        .await
     }
 
     async fn kv_apply(&self, opts: &WriteOptions, op: KvOp) -> Result<bool, RpcError> {
@@ -292,7 +382,9 @@ impl ServerRpc for Server {
         self.authorize(&opts.token, Resource::Key(op.key.clone()), Access::Write)?;
         match self.write(Command::Kv(op)).await? {
             (_, CommandResult::Applied(applied)) => Ok(applied),
-            (_, other) => Err(RpcError::Internal(format!("unexpected KV result {other:?}"))),
+            (_, other) => Err(RpcError::Internal(format!(
+                "unexpected KV result {other:?}"
+            ))),
         }
     }
 
@@ -306,9 +398,15 @@ impl ServerRpc for Server {
         }
         for (position, op) in ops.iter().enumerate() {
             if op.kv.value.len() > KV_MAX_VALUE_SIZE {
-                return Err(RpcError::TooLarge(format!("operation {position}: value exceeds {KV_MAX_VALUE_SIZE} bytes")));
+                return Err(RpcError::TooLarge(format!(
+                    "operation {position}: value exceeds {KV_MAX_VALUE_SIZE} bytes"
+                )));
             }
-            let access = if op.kv.verb.is_read() { Access::Read } else { Access::Write };
+            let access = if op.kv.verb.is_read() {
+                Access::Read
+            } else {
+                Access::Write
+            };
             self.authorize(&opts.token, Resource::Key(op.kv.key.clone()), access)?;
         }
         // A read-only transaction needs no Raft round trip.
@@ -318,17 +416,24 @@ impl ServerRpc for Server {
         }
         match self.write(Command::Txn(ops)).await? {
             (_, CommandResult::Txn(response)) => Ok(response),
-            (_, other) => Err(RpcError::Internal(format!("unexpected transaction result {other:?}"))),
+            (_, other) => Err(RpcError::Internal(format!(
+                "unexpected transaction result {other:?}"
+            ))),
         }
     }
 
-    async fn session_create(&self, opts: &WriteOptions, mut session: Session) -> Result<String, RpcError> {
+    async fn session_create(
+        &self,
+        opts: &WriteOptions,
+        mut session: Session,
+    ) -> Result<String, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         if session.node.is_empty() {
             return Err(RpcError::BadRequest("Must provide Node".into()));
         }
         if !session.ttl.is_empty() {
-            let ttl = parse_go_duration(&session.ttl).map_err(|e| RpcError::BadRequest(format!("Session TTL: {e}")))?;
+            let ttl = parse_go_duration(&session.ttl)
+                .map_err(|e| RpcError::BadRequest(format!("Session TTL: {e}")))?;
             if !ttl.is_zero() && (ttl < SESSION_TTL_MIN || ttl > SESSION_TTL_MAX) {
                 return Err(RpcError::BadRequest(format!(
                     "Invalid Session TTL '{}', must be between [10s=24h0m0s]",
@@ -339,7 +444,11 @@ impl ServerRpc for Server {
                 session.ttl.clear();
             }
         }
-        self.authorize(&opts.token, Resource::Session(session.node.clone()), Access::Write)?;
+        self.authorize(
+            &opts.token,
+            Resource::Session(session.node.clone()),
+            Access::Write,
+        )?;
         session.id = uuid::Uuid::new_v4().to_string();
         let id = session.id.clone();
         let ttl = session.ttl.clone();
@@ -357,20 +466,34 @@ impl ServerRpc for Server {
         if id.is_empty() {
             return Err(RpcError::BadRequest("Missing session".into()));
         }
-        let node = self.store.read().session(&id).1.map(|s| s.node).unwrap_or_default();
+        let node = self
+            .store
+            .read()
+            .session(&id)
+            .1
+            .map(|s| s.node)
+            .unwrap_or_default();
         self.authorize(&opts.token, Resource::Session(node), Access::Write)?;
         self.write(Command::SessionDestroy(id.clone())).await?;
         self.session_timers.clear(&id);
         Ok(())
     }
 
-    async fn session_renew(&self, opts: &WriteOptions, id: String) -> Result<Option<Session>, RpcError> {
+    async fn session_renew(
+        &self,
+        opts: &WriteOptions,
+        id: String,
+    ) -> Result<Option<Session>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         let session = self.store.read().session(&id).1;
         let Some(session) = session else {
             return Ok(None);
         };
-        self.authorize(&opts.token, Resource::Session(session.node.clone()), Access::Write)?;
+        self.authorize(
+            &opts.token,
+            Resource::Session(session.node.clone()),
+            Access::Write,
+        )?;
         if !session.ttl.is_empty() {
             let ttl = parse_go_duration(&session.ttl).unwrap_or(Duration::from_secs(10));
             self.session_timers.reset(&id, ttl);
@@ -378,7 +501,11 @@ impl ServerRpc for Server {
         Ok(Some(session))
     }
 
-    async fn session_info(&self, opts: &QueryOptions, id: String) -> Result<Queried<Vec<Session>>, RpcError> {
+    async fn session_info(
+        &self,
+        opts: &QueryOptions,
+        id: String,
+    ) -> Result<Queried<Vec<Session>>, RpcError> {
         self.blocking_query(
             opts,
             |w| w.tables(&[Table::Sessions]),
@@ -403,7 +530,11 @@ impl ServerRpc for Server {
         .await
     }
 
-    async fn session_node(&self, opts: &QueryOptions, node: String) -> Result<Queried<Vec<Session>>, RpcError> {
+    async fn session_node(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Vec<Session>>, RpcError> {
         let filter = parse_filter(&opts.filter)?;
         self.blocking_query(
             opts,
@@ -424,30 +555,62 @@ fn read_only_txn(tables: &legate_state::Tables, ops: &[TxnOp]) -> TxnResponse {
     for (position, op) in ops.iter().enumerate() {
         let (_, entry) = tables.kv_get(&op.kv.key);
         match op.kv.verb {
-            KvVerb::GetTree => results.extend(tables.kv_list(&op.kv.key).1.into_iter().map(|kv| TxnResult { kv })),
+            KvVerb::GetTree => results.extend(
+                tables
+                    .kv_list(&op.kv.key)
+                    .1
+                    .into_iter()
+                    .map(|kv| TxnResult { kv }),
+            ),
             KvVerb::Get => match entry {
                 Some(kv) => results.push(TxnResult { kv }),
-                None => errors.push(TxnError { op_index: position, what: format!("key {:?} doesn't exist", op.kv.key) }),
+                None => errors.push(TxnError {
+                    op_index: position,
+                    what: format!("key {:?} doesn't exist", op.kv.key),
+                }),
             },
             KvVerb::CheckIndex => match entry {
                 Some(kv) if kv.modify_index == op.kv.index => results.push(TxnResult { kv }),
-                _ => errors.push(TxnError { op_index: position, what: format!("current modify index does not match {} for key {:?}", op.kv.index, op.kv.key) }),
+                _ => errors.push(TxnError {
+                    op_index: position,
+                    what: format!(
+                        "current modify index does not match {} for key {:?}",
+                        op.kv.index, op.kv.key
+                    ),
+                }),
             },
             KvVerb::CheckSession => match entry {
                 Some(kv) if kv.session == op.kv.session => results.push(TxnResult { kv }),
-                _ => errors.push(TxnError { op_index: position, what: format!("key {:?} is not locked by session {:?}", op.kv.key, op.kv.session) }),
+                _ => errors.push(TxnError {
+                    op_index: position,
+                    what: format!(
+                        "key {:?} is not locked by session {:?}",
+                        op.kv.key, op.kv.session
+                    ),
+                }),
             },
             KvVerb::CheckNotExists => {
                 if entry.is_some() {
-                    errors.push(TxnError { op_index: position, what: format!("key {:?} exists", op.kv.key) });
+                    errors.push(TxnError {
+                        op_index: position,
+                        what: format!("key {:?} exists", op.kv.key),
+                    });
                 }
             }
             _ => {}
         }
     }
     if errors.is_empty() {
-        TxnResponse { results: Some(results), errors: None, index: 0 }
+        TxnResponse {
+            results: Some(results),
+            errors: None,
+            index: 0,
+        }
     } else {
-        TxnResponse { results: None, errors: Some(errors), index: 0 }
+        TxnResponse {
+            results: None,
+            errors: Some(errors),
+            index: 0,
+        }
     }
 }

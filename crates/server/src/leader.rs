@@ -90,8 +90,15 @@ async fn reconcile_self(server: &Server) -> Result<(), legate_types::RpcError> {
     tagged.insert("wan_ipv4".to_string(), config.advertise_address.clone());
     let mut meta = std::collections::BTreeMap::new();
     meta.insert("consul-network-segment".to_string(), String::new());
-    meta.insert("consul-version".to_string(), legate_types::CONSUL_API_VERSION.to_string());
-    let existing_meta = server.store.read().node(&config.node_name).map(|n| n.meta.clone());
+    meta.insert(
+        "consul-version".to_string(),
+        legate_types::CONSUL_API_VERSION.to_string(),
+    );
+    let existing_meta = server
+        .store
+        .read()
+        .node(&config.node_name)
+        .map(|n| n.meta.clone());
     let request = RegisterRequest {
         id: config.node_id.clone(),
         node: config.node_name.clone(),

@@ -24,7 +24,8 @@ impl SessionTimers {
 
     /// Starts or restarts a session's clock.
     pub(crate) fn reset(&self, id: &str, ttl: Duration) {
-        self.lock().insert(id.to_string(), Instant::now() + ttl * TTL_MULTIPLIER);
+        self.lock()
+            .insert(id.to_string(), Instant::now() + ttl * TTL_MULTIPLIER);
     }
 
     /// Starts a clock only if none runs yet (after a leadership change).
@@ -43,7 +44,11 @@ impl SessionTimers {
     pub(crate) fn take_expired(&self) -> Vec<String> {
         let now = Instant::now();
         let mut map = self.lock();
-        let expired: Vec<String> = map.iter().filter(|(_, d)| **d <= now).map(|(id, _)| id.clone()).collect();
+        let expired: Vec<String> = map
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in &expired {
             map.remove(id);
         }

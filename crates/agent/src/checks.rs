@@ -1,0 +1,499 @@
+//! Check runners: one task per check, reporting results to the agent's
+//! local state. TTL checks wait for updates; HTTP, TCP, gRPC and script
+//! checks probe on their interval; alias checks mirror another service.
+//! `SuccessBeforePassing`, `FailuresBeforeWarning` and
+//! `FailuresBeforeCritical` gate status changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use legate_types::{CheckDefinition, HealthStatus, QueryOptions};
+use rand::Rng;
+use tokio::net::TcpStream;
+
+use crate::Agent;
+
+/// Longest output kept from a probe.
+const MAX_OUTPUT: usize = 4096;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Consecutive-result gating of status changes.
+#[derive(Debug, Default, Clone)]
+pub struct StatusGate {
+    successes: u32,
+    failures: u32,
+    success_before_passing: u32,
+    failures_before_warning: u32,
+    failures_before_critical: u32,
+}
+
+impl StatusGate {
+    /// A gate for a definition.
+    pub fn new(def: &CheckDefinition) -> StatusGate {
+        StatusGate {
+            success_before_passing: def.success_before_passing,
+            failures_before_warning: def.failures_before_warning,
+            failures_before_critical: def.failures_before_critical,
+            ..Default::default()
+        }
+    }
+
+    /// The status to report for an observed result, or `None` to keep the
+    /// current one.
+    pub fn observe(&mut self, observed: HealthStatus) -> Option<HealthStatus> {
+        match observed {
+            HealthStatus::Passing => {
+                self.failures = 0;
+                self.successes = self.successes.saturating_add(1);
+                (self.successes >= self.success_before_passing.max(1))
+                    .then_some(HealthStatus::Passing)
+            }
+            HealthStatus::Warning => {
+                self.successes = 0;
+                self.failures = 0;
+                Some(HealthStatus::Warning)
+            }
+            _ => {
+                self.successes = 0;
+                self.failures = self.failures.saturating_add(1);
+                if self.failures >= self.failures_before_critical.max(1) {
+                    Some(HealthStatus::Critical)
+                } else if self.failures_before_warning > 0
+                    && self.failures >= self.failures_before_warning
+                {
+                    Some(HealthStatus::Warning)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+fn truncate(mut text: String) -> String {
+    if text.len() > MAX_OUTPUT {
+        let mut cut = MAX_OUTPUT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(" ... (truncated)");
+    }
+    text
+}
+
+/// Starts the runner of a check; TTL and maintenance checks have none
+/// beyond the TTL clock.
+pub(crate) fn spawn(
+    agent: Arc<Agent>,
+    id: String,
+    def: CheckDefinition,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let check_type = def.check_type().ok()?;
+    let handle = match check_type {
+        "ttl" => tokio::spawn(run_ttl(
+            agent,
+            id,
+            def.ttl.unwrap_or(Duration::from_secs(30)),
+        )),
+        "alias" => tokio::spawn(run_alias(agent, id, def)),
+        "http" | "tcp" | "grpc" | "script" => tokio::spawn(run_probe(agent, id, def, check_type)),
+        _ => return None,
+    };
+    Some(handle)
+}
+
+async fn run_ttl(agent: Arc<Agent>, id: String, ttl: Duration) {
+    let reset = agent.ttl_reset_signal(&id);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ttl) => {
+                agent.set_check_status(&id, HealthStatus::Critical, "TTL expired");
+                reset.notified().await;
+            }
+            _ = reset.notified() => {}
+        }
+    }
+}
+
+async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_type: &'static str) {
+    let interval = def
+        .interval
+        .unwrap_or(Duration::from_secs(10))
+        .max(Duration::from_secs(1));
+    let timeout = def.timeout.unwrap_or(if check_type == "script" {
+        Duration::from_secs(30)
+    } else {
+        DEFAULT_TIMEOUT
+    });
+    let mut gate = StatusGate::new(&def);
+    let stagger = rand::rng().random_range(0..=interval.as_millis().min(500) as u64);
+    tokio::time::sleep(Duration::from_millis(stagger)).await;
+    let client = match check_type {
+        "http" | "grpc" => match http_client(&def, timeout, check_type == "grpc") {
+            Ok(c) => Some(c),
+            Err(e) => {
+                agent.set_check_status(
+                    &id,
+                    HealthStatus::Critical,
+                    &format!("invalid check configuration: {e}"),
+                );
+                return;
+            }
+        },
+        _ => None,
+    };
+    loop {
+        let (observed, output) = match check_type {
+            "http" => probe_http(client.as_ref(), &def).await,
+            "tcp" => probe_tcp(&def.tcp, timeout).await,
+            "grpc" => probe_grpc(client.as_ref(), &def).await,
+            _ => probe_script(&def.script_args, timeout).await,
+        };
+        match gate.observe(observed) {
+            Some(status) => agent.set_check_status(&id, status, &truncate(output)),
+            None => agent.set_check_output(&id, &truncate(output)),
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+fn http_client(
+    def: &CheckDefinition,
+    timeout: Duration,
+    http2: bool,
+) -> Result<reqwest::Client, reqwest::Error> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .danger_accept_invalid_certs(def.tls_skip_verify)
+        .user_agent("Consul Health Check");
+    if http2 && !def.grpc_use_tls {
+        builder = builder.http2_prior_knowledge();
+    }
+    builder.build()
+}
+
+async fn probe_http(
+    client: Option<&reqwest::Client>,
+    def: &CheckDefinition,
+) -> (HealthStatus, String) {
+    let Some(client) = client else {
+        return (HealthStatus::Critical, "no HTTP client".into());
+    };
+    let method = if def.method.is_empty() {
+        "GET"
+    } else {
+        def.method.as_str()
+    };
+    let Ok(parsed_method) = reqwest::Method::from_bytes(method.as_bytes()) else {
+        return (
+            HealthStatus::Critical,
+            format!("invalid HTTP method {method:?}"),
+        );
+    };
+    let mut request = client
+        .request(parsed_method, &def.http)
+        .header("Accept", "text/plain, text/*, */*");
+    for (name, values) in &def.header {
+        for value in values {
+            request = request.header(name.as_str(), value.as_str());
+        }
+    }
+    if !def.body.is_empty() {
+        request = request.body(def.body.clone());
+    }
+    match request.send().await {
+        Err(e) => (
+            HealthStatus::Critical,
+            format!("HTTP {method} {}: {e}", def.http),
+        ),
+        Ok(response) => {
+            let code = response.status();
+            let body = response.text().await.unwrap_or_default();
+            let output = format!(
+                "HTTP {method} {}: {} {} Output: {}",
+                def.http,
+                code.as_u16(),
+                code.canonical_reason().unwrap_or(""),
+                body
+            );
+            let status = if code.is_success() {
+                HealthStatus::Passing
+            } else if code.as_u16() == 429 {
+                HealthStatus::Warning
+            } else {
+                HealthStatus::Critical
+            };
+            (status, output)
+        }
+    }
+}
+
+async fn probe_tcp(address: &str, timeout: Duration) -> (HealthStatus, String) {
+    match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
+        Ok(Ok(_)) => (
+            HealthStatus::Passing,
+            format!("TCP connect {address}: Success"),
+        ),
+        Ok(Err(e)) => (HealthStatus::Critical, format!("dial tcp {address}: {e}")),
+        Err(_) => (
+            HealthStatus::Critical,
+            format!("dial tcp {address}: i/o timeout"),
+        ),
+    }
+}
+
+/// Encodes a `grpc.health.v1.HealthCheckRequest` in a gRPC frame.
+fn grpc_health_request(service: &str) -> Vec<u8> {
+    let mut message = Vec::new();
+    if !service.is_empty() {
+        message.push(0x0a);
+        let mut len = service.len();
+        loop {
+            let byte = (len & 0x7f) as u8;
+            len >>= 7;
+            if len == 0 {
+                message.push(byte);
+                break;
+            }
+            message.push(byte | 0x80);
+        }
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    frame
+}
+
+/// Reads the serving status out of a `HealthCheckResponse` frame.
+fn grpc_health_status(body: &[u8]) -> Option<u64> {
+    let message = body.get(5..)?;
+    let mut i = 0;
+    while i < message.len() {
+        let tag = message[i];
+        i += 1;
+        if tag == 0x08 {
+            let mut value = 0u64;
+            let mut shift = 0;
+            loop {
+                let byte = *message.get(i)?;
+                i += 1;
+                value |= ((byte & 0x7f) as u64) << shift;
+                if byte & 0x80 == 0 {
+                    return Some(value);
+                }
+                shift += 7;
+            }
+        } else {
+            return None;
+        }
+    }
+    Some(0)
+}
+
+async fn probe_grpc(
+    client: Option<&reqwest::Client>,
+    def: &CheckDefinition,
+) -> (HealthStatus, String) {
+    let Some(client) = client else {
+        return (HealthStatus::Critical, "no gRPC client".into());
+    };
+    let (target, service) = match def.grpc.split_once('/') {
+        Some((t, s)) => (t, s),
+        None => (def.grpc.as_str(), ""),
+    };
+    let scheme = if def.grpc_use_tls { "https" } else { "http" };
+    let url = format!("{scheme}://{target}/grpc.health.v1.Health/Check");
+    let response = client
+        .post(&url)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(grpc_health_request(service))
+        .send()
+        .await;
+    match response {
+        Err(e) => (HealthStatus::Critical, format!("gRPC {}: {e}", def.grpc)),
+        Ok(response) => {
+            if let Some(code) = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+            {
+                if code != "0" {
+                    let message = response
+                        .headers()
+                        .get("grpc-message")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    return (
+                        HealthStatus::Critical,
+                        format!("gRPC {} failed: status {code} {message}", def.grpc),
+                    );
+                }
+            }
+            let body = response.bytes().await.unwrap_or_default();
+            match grpc_health_status(&body) {
+                Some(1) => (
+                    HealthStatus::Passing,
+                    format!("gRPC check {}: success", def.grpc),
+                ),
+                Some(other) => (
+                    HealthStatus::Critical,
+                    format!(
+                        "gRPC check {}: service reports status {other} (not SERVING)",
+                        def.grpc
+                    ),
+                ),
+                None => (
+                    HealthStatus::Critical,
+                    format!("gRPC check {}: malformed response", def.grpc),
+                ),
+            }
+        }
+    }
+}
+
+async fn probe_script(args: &[String], timeout: Duration) -> (HealthStatus, String) {
+    let Some((program, rest)) = args.split_first() else {
+        return (HealthStatus::Critical, "no script arguments".into());
+    };
+    let mut command = tokio::process::Command::new(program);
+    command.args(rest).kill_on_drop(true);
+    match tokio::time::timeout(timeout, command.output()).await {
+        Err(_) => (
+            HealthStatus::Critical,
+            format!("Timed out ({timeout:?}) running check"),
+        ),
+        Ok(Err(e)) => (
+            HealthStatus::Critical,
+            format!("failed to run {program}: {e}"),
+        ),
+        Ok(Ok(output)) => {
+            let mut text = String::from_utf8_lossy(&output.stdout).to_string();
+            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            let status = match output.status.code() {
+                Some(0) => HealthStatus::Passing,
+                Some(1) => HealthStatus::Warning,
+                _ => HealthStatus::Critical,
+            };
+            (status, text)
+        }
+    }
+}
+
+async fn run_alias(agent: Arc<Agent>, id: String, def: CheckDefinition) {
+    let local_node = agent.config().node_name.clone();
+    let node = if def.alias_node.is_empty() {
+        local_node.clone()
+    } else {
+        def.alias_node.clone()
+    };
+    let mut changes = agent.local_changes();
+    loop {
+        let (status, output) = if node == local_node && !def.alias_service.is_empty() {
+            match agent.local_service_health(&def.alias_service) {
+                Some(HealthStatus::Passing) => {
+                    (HealthStatus::Passing, "All checks passing.".to_string())
+                }
+                Some(status) => (
+                    status,
+                    format!(
+                        "Aliased service {:?} is {}",
+                        def.alias_service,
+                        status.as_str()
+                    ),
+                ),
+                None => (
+                    HealthStatus::Critical,
+                    format!(
+                        "Service {} could not be found on node {node}",
+                        def.alias_service
+                    ),
+                ),
+            }
+        } else {
+            remote_alias_status(&agent, &node, &def.alias_service).await
+        };
+        agent.set_check_status(&id, status, &output);
+        if node == local_node && !def.alias_service.is_empty() {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+async fn remote_alias_status(
+    agent: &Agent,
+    node: &str,
+    service_id: &str,
+) -> (HealthStatus, String) {
+    match agent
+        .rpc()
+        .health_node_checks(&QueryOptions::default(), node.to_string())
+        .await
+    {
+        Err(e) => (HealthStatus::Critical, format!("alias lookup failed: {e}")),
+        Ok(result) => {
+            let checks: Vec<_> = result
+                .value
+                .iter()
+                .filter(|c| {
+                    service_id.is_empty() || c.service_id == service_id || c.service_id.is_empty()
+                })
+                .collect();
+            let status = legate_types::aggregate_status(checks.into_iter());
+            (
+                status,
+                format!("Aliased node {node} is {}", status.as_str()),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_requires_consecutive_results() {
+        let def = CheckDefinition {
+            success_before_passing: 2,
+            failures_before_critical: 3,
+            failures_before_warning: 1,
+            ..Default::default()
+        };
+        let mut gate = StatusGate::new(&def);
+        assert_eq!(gate.observe(HealthStatus::Passing), None);
+        assert_eq!(
+            gate.observe(HealthStatus::Passing),
+            Some(HealthStatus::Passing)
+        );
+        assert_eq!(
+            gate.observe(HealthStatus::Critical),
+            Some(HealthStatus::Warning)
+        );
+        assert_eq!(
+            gate.observe(HealthStatus::Critical),
+            Some(HealthStatus::Warning)
+        );
+        assert_eq!(
+            gate.observe(HealthStatus::Critical),
+            Some(HealthStatus::Critical)
+        );
+        assert_eq!(gate.observe(HealthStatus::Passing), None);
+    }
+
+    #[test]
+    fn grpc_frames_round_trip() {
+        let frame = grpc_health_request("web");
+        assert_eq!(frame, vec![0, 0, 0, 0, 5, 0x0a, 3, b'w', b'e', b'b']);
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 0]), Some(0));
+        assert_eq!(grpc_health_status(&[0, 0]), None);
+    }
+}

@@ -1,0 +1,871 @@
+//! Agent configuration: HCL (HCL1) and JSON files, merged in Consul's order
+//! (dev defaults, then files in the order given with `-config-dir` files in
+//! lexical order, then flags), into one [`AgentConfig`].
+//!
+//! Merge rules, as Consul's: objects merge key by key, lists append, other
+//! values are replaced by later ones. `service`/`check` are folded into
+//! `services`/`checks`. Unknown top-level keys are refused with the file and
+//! key named; documented keys Legate does not implement yet are accepted
+//! with one warning each.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use legate_types::keys::canonicalize_keys;
+use legate_types::{CheckDefinition, ServiceDefinition};
+use serde_json::{Map, Value};
+
+/// A configuration error naming where it was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Every top-level key Consul documents. Keys outside this list are refused.
+const KNOWN_KEYS: &[&str] = &[
+    "acl",
+    "acl_datacenter",
+    "acl_default_policy",
+    "acl_down_policy",
+    "acl_master_token",
+    "acl_token",
+    "acl_ttl",
+    "addresses",
+    "advertise_addr",
+    "advertise_addr_ipv4",
+    "advertise_addr_ipv6",
+    "advertise_addr_wan",
+    "advertise_addr_wan_ipv4",
+    "advertise_addr_wan_ipv6",
+    "advertise_reconnect_timeout",
+    "alt_domain",
+    "audit",
+    "auto_config",
+    "auto_encrypt",
+    "auto_reload_config",
+    "autopilot",
+    "bind_addr",
+    "bootstrap",
+    "bootstrap_expect",
+    "ca_file",
+    "ca_path",
+    "cache",
+    "cert_file",
+    "check",
+    "check_output_max_size",
+    "check_update_interval",
+    "checks",
+    "client_addr",
+    "cloud",
+    "config_entries",
+    "connect",
+    "data_dir",
+    "datacenter",
+    "default_query_time",
+    "disable_anonymous_signature",
+    "disable_coordinates",
+    "disable_host_node_id",
+    "disable_http_unprintable_char_filter",
+    "disable_keyring_file",
+    "disable_remote_exec",
+    "disable_update_check",
+    "discard_check_output",
+    "discovery_max_stale",
+    "dns_config",
+    "domain",
+    "enable_acl_replication",
+    "enable_agent_tls_for_checks",
+    "enable_central_service_config",
+    "enable_debug",
+    "enable_local_script_checks",
+    "enable_script_checks",
+    "enable_syslog",
+    "encrypt",
+    "encrypt_verify_incoming",
+    "encrypt_verify_outgoing",
+    "experiments",
+    "http_config",
+    "key_file",
+    "leave_on_terminate",
+    "license_path",
+    "limits",
+    "locality",
+    "log_file",
+    "log_json",
+    "log_level",
+    "log_rotate_bytes",
+    "log_rotate_duration",
+    "log_rotate_max_files",
+    "max_query_time",
+    "node_id",
+    "node_meta",
+    "node_name",
+    "peering",
+    "performance",
+    "pid_file",
+    "ports",
+    "primary_datacenter",
+    "primary_gateways",
+    "primary_gateways_interval",
+    "protocol",
+    "raft_boltdb",
+    "raft_logstore",
+    "raft_protocol",
+    "raft_snapshot_interval",
+    "raft_snapshot_threshold",
+    "raft_trailing_logs",
+    "read_replica",
+    "reconnect_timeout",
+    "reconnect_timeout_wan",
+    "recursors",
+    "rejoin_after_leave",
+    "reporting",
+    "retry_interval",
+    "retry_interval_wan",
+    "retry_join",
+    "retry_join_wan",
+    "retry_max",
+    "retry_max_wan",
+    "rpc",
+    "segment",
+    "segments",
+    "serf_lan",
+    "serf_lan_allowed_cidrs",
+    "serf_wan",
+    "serf_wan_allowed_cidrs",
+    "server",
+    "server_name",
+    "server_rejoin_age_max",
+    "service",
+    "services",
+    "session_ttl_min",
+    "skip_leave_on_interrupt",
+    "start_join",
+    "start_join_wan",
+    "syslog_facility",
+    "telemetry",
+    "tls",
+    "translate_wan_addrs",
+    "ui",
+    "ui_config",
+    "ui_dir",
+    "unix_sockets",
+    "use_streaming_backend",
+    "verify_incoming",
+    "verify_incoming_https",
+    "verify_incoming_rpc",
+    "verify_outgoing",
+    "verify_server_hostname",
+    "watches",
+    "xds",
+];
+
+/// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
+const IMPLEMENTED_KEYS: &[&str] = &[
+    "acl",
+    "addresses",
+    "advertise_addr",
+    "bind_addr",
+    "bootstrap",
+    "bootstrap_expect",
+    "check",
+    "checks",
+    "client_addr",
+    "config_entries",
+    "connect",
+    "data_dir",
+    "datacenter",
+    "enable_local_script_checks",
+    "enable_script_checks",
+    "log_json",
+    "log_level",
+    "node_id",
+    "node_meta",
+    "node_name",
+    "performance",
+    "pid_file",
+    "ports",
+    "primary_datacenter",
+    "server",
+    "service",
+    "services",
+    "ui",
+    "ui_config",
+    "disable_update_check",
+    "domain",
+    "leave_on_terminate",
+    "skip_leave_on_interrupt",
+];
+
+const KNOWN_PORTS: &[&str] = &[
+    "dns",
+    "http",
+    "https",
+    "grpc",
+    "grpc_tls",
+    "serf_lan",
+    "serf_wan",
+    "server",
+    "sidecar_min_port",
+    "sidecar_max_port",
+    "expose_min_port",
+    "expose_max_port",
+];
+
+/// Listening ports; `None` means disabled (`-1` in config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ports {
+    /// HTTP API.
+    pub http: Option<u16>,
+    /// HTTPS API.
+    pub https: Option<u16>,
+    /// DNS.
+    pub dns: Option<u16>,
+    /// Plain gRPC (xDS).
+    pub grpc: Option<u16>,
+    /// gRPC over TLS.
+    pub grpc_tls: Option<u16>,
+    /// LAN gossip.
+    pub serf_lan: Option<u16>,
+    /// WAN gossip.
+    pub serf_wan: Option<u16>,
+    /// Server RPC.
+    pub server: Option<u16>,
+    /// First port for auto-assigned sidecars.
+    pub sidecar_min_port: u16,
+    /// Last port for auto-assigned sidecars.
+    pub sidecar_max_port: u16,
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports {
+            http: Some(8500),
+            https: None,
+            dns: Some(8600),
+            grpc: None,
+            grpc_tls: Some(8503),
+            serf_lan: Some(8301),
+            serf_wan: Some(8302),
+            server: Some(8300),
+            sidecar_min_port: 21000,
+            sidecar_max_port: 21255,
+        }
+    }
+}
+
+/// The agent's effective configuration.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Dev mode: one in-memory server.
+    pub dev: bool,
+    /// Run a server in this agent.
+    pub server: bool,
+    /// Bootstrap a one-server cluster.
+    pub bootstrap: bool,
+    /// Servers to wait for before bootstrapping.
+    pub bootstrap_expect: u32,
+    /// Datacenter.
+    pub datacenter: String,
+    /// Primary datacenter.
+    pub primary_datacenter: String,
+    /// Node name.
+    pub node_name: String,
+    /// Node id (UUID); generated and persisted when not given.
+    pub node_id: String,
+    /// Node metadata.
+    pub node_meta: std::collections::BTreeMap<String, String>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Address the HTTP/DNS/gRPC listeners bind.
+    pub client_addr: IpAddr,
+    /// Address cluster traffic binds.
+    pub bind_addr: IpAddr,
+    /// Address advertised to others.
+    pub advertise_addr: Option<IpAddr>,
+    /// Ports.
+    pub ports: Ports,
+    /// Log level.
+    pub log_level: String,
+    /// Logs as JSON.
+    pub log_json: bool,
+    /// PID file.
+    pub pid_file: Option<PathBuf>,
+    /// DNS domain.
+    pub domain: String,
+    /// Allow script checks from the API.
+    pub enable_script_checks: bool,
+    /// Allow script checks from config files.
+    pub enable_local_script_checks: bool,
+    /// Raft timing multiplier.
+    pub raft_multiplier: u64,
+    /// Serve the web UI.
+    pub ui: bool,
+    /// ACLs (parsed now, enforced later).
+    pub acl_enabled: bool,
+    /// ACL default policy.
+    pub acl_default_policy: String,
+    /// Connect enabled.
+    pub connect_enabled: bool,
+    /// Config entries to bootstrap (applied by a later component).
+    pub config_entries_bootstrap: Vec<Value>,
+    /// Services from config files.
+    pub services: Vec<ServiceDefinition>,
+    /// Checks from config files.
+    pub checks: Vec<CheckDefinition>,
+    /// Warnings collected while loading (printed once at startup).
+    pub warnings: Vec<String>,
+}
+
+impl AgentConfig {
+    /// The address to advertise: the configured one, else the bind address,
+    /// else loopback.
+    pub fn advertise(&self) -> IpAddr {
+        if let Some(a) = self.advertise_addr {
+            return a;
+        }
+        if self.bind_addr.is_unspecified() {
+            IpAddr::from([127, 0, 0, 1])
+        } else {
+            self.bind_addr
+        }
+    }
+}
+
+/// One source of configuration.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// A file (format by extension: `.hcl` or `.json`).
+    File(PathBuf),
+    /// A directory: every `.hcl` and `.json` file in it, in lexical order.
+    Dir(PathBuf),
+    /// An inline HCL fragment (`-hcl`).
+    Hcl(String),
+    /// An already-built JSON fragment (flags, dev defaults).
+    Json(String, Value),
+}
+
+/// Reads one file into JSON, by extension.
+pub fn parse_file(path: &Path) -> Result<Value, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("Error reading {}: {e}", path.display())))?;
+    let name = path.display().to_string();
+    if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        serde_json::from_str(&text).map_err(|e| ConfigError(format!("Error parsing {name}: {e}")))
+    } else {
+        legate_hcl::parse(&text).map_err(|e| ConfigError(format!("Error parsing {name}: {e}")))
+    }
+}
+
+fn expand_sources(sources: &[ConfigSource]) -> Result<Vec<(String, Value)>, ConfigError> {
+    let mut out = Vec::new();
+    for source in sources {
+        match source {
+            ConfigSource::File(path) => out.push((path.display().to_string(), parse_file(path)?)),
+            ConfigSource::Dir(dir) => {
+                let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+                    .map_err(|e| {
+                        ConfigError(format!("Error reading config dir {}: {e}", dir.display()))
+                    })?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        matches!(
+                            p.extension().and_then(|e| e.to_str()),
+                            Some("hcl") | Some("json")
+                        )
+                    })
+                    .collect();
+                files.sort();
+                for path in files {
+                    out.push((path.display().to_string(), parse_file(&path)?));
+                }
+            }
+            ConfigSource::Hcl(text) => {
+                let value = legate_hcl::parse(text)
+                    .map_err(|e| ConfigError(format!("Error parsing -hcl {text:?}: {e}")))?;
+                out.push(("-hcl".to_string(), value));
+            }
+            ConfigSource::Json(name, value) => out.push((name.clone(), value.clone())),
+        }
+    }
+    Ok(out)
+}
+
+/// Folds singular `service`/`check` into the plural lists and makes every
+/// list-typed field a list.
+fn normalize_fragment(name: &str, value: Value) -> Result<Map<String, Value>, ConfigError> {
+    let Value::Object(map) = value else {
+        return Err(ConfigError(format!(
+            "Error parsing {name}: the top level must be an object"
+        )));
+    };
+    let mut out = Map::new();
+    for (key, value) in map {
+        let (key, value) = match key.as_str() {
+            "service" => ("services".to_string(), value),
+            "check" => ("checks".to_string(), value),
+            _ => (key, value),
+        };
+        let value = if matches!(
+            key.as_str(),
+            "services" | "checks" | "retry_join" | "retry_join_wan" | "recursors"
+        ) {
+            as_list(value)
+        } else {
+            value
+        };
+        match out.get_mut(&key) {
+            Some(existing) => merge(existing, value),
+            None => {
+                out.insert(key, value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn as_list(value: Value) -> Value {
+    match value {
+        Value::Array(_) => value,
+        other => Value::Array(vec![other]),
+    }
+}
+
+/// Merges `later` into `base` (objects by key, lists appended, else replaced).
+pub fn merge(base: &mut Value, later: Value) {
+    match (base, later) {
+        (Value::Object(base), Value::Object(later)) => {
+            for (k, v) in later {
+                match base.get_mut(&k) {
+                    Some(existing) => merge(existing, v),
+                    None => {
+                        base.insert(k, v);
+                    }
+                }
+            }
+        }
+        (Value::Array(base), Value::Array(later)) => base.extend(later),
+        (base, later) => *base = later,
+    }
+}
+
+/// Loads and merges sources into a config.
+pub fn load(sources: &[ConfigSource]) -> Result<AgentConfig, ConfigError> {
+    let fragments = expand_sources(sources)?;
+    let mut merged = Value::Object(Map::new());
+    let mut warnings = Vec::new();
+    for (name, value) in fragments {
+        let fragment = normalize_fragment(&name, value)?;
+        for key in fragment.keys() {
+            if !KNOWN_KEYS.contains(&key.as_str()) {
+                return Err(ConfigError(format!(
+                    "Error parsing {name}: invalid config key {key}"
+                )));
+            }
+            if !IMPLEMENTED_KEYS.contains(&key.as_str()) {
+                let warning = format!(
+                    "config key {key:?} ({name}) is accepted but not implemented by Legate yet"
+                );
+                if !warnings.contains(&warning) {
+                    warnings.push(warning);
+                }
+            }
+        }
+        if let Some(Value::Object(ports)) = fragment.get("ports") {
+            for key in ports.keys() {
+                if !KNOWN_PORTS.contains(&key.as_str()) {
+                    return Err(ConfigError(format!(
+                        "Error parsing {name}: invalid config key ports.{key}"
+                    )));
+                }
+            }
+        }
+        merge(&mut merged, Value::Object(fragment));
+    }
+    build(merged, warnings)
+}
+
+fn get<'a>(map: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
+    let mut current = map.get(path[0])?;
+    for key in &path[1..] {
+        current = current.as_object()?.get(*key)?;
+    }
+    Some(current)
+}
+
+fn get_str(map: &Map<String, Value>, path: &[&str]) -> Result<Option<String>, ConfigError> {
+    match get(map, path) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(ConfigError(format!(
+            "{}: expected a string, got {other}",
+            path.join(".")
+        ))),
+    }
+}
+
+fn get_bool(map: &Map<String, Value>, path: &[&str]) -> Result<Option<bool>, ConfigError> {
+    match get(map, path) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
+        Some(other) => Err(ConfigError(format!(
+            "{}: expected true or false, got {other}",
+            path.join(".")
+        ))),
+    }
+}
+
+fn get_int(map: &Map<String, Value>, path: &[&str]) -> Result<Option<i64>, ConfigError> {
+    match get(map, path) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(|_| {
+            ConfigError(format!(
+                "{}: expected a whole number, got {s:?}",
+                path.join(".")
+            ))
+        }),
+        Some(other) => Err(ConfigError(format!(
+            "{}: expected a whole number, got {other}",
+            path.join(".")
+        ))),
+    }
+}
+
+fn get_ip(map: &Map<String, Value>, path: &[&str]) -> Result<Option<IpAddr>, ConfigError> {
+    match get_str(map, path)? {
+        None => Ok(None),
+        Some(s) => {
+            // Consul allows several space-separated addresses; Legate binds the first.
+            let first = s.split_whitespace().next().unwrap_or("");
+            first
+                .parse()
+                .map(Some)
+                .map_err(|_| ConfigError(format!("{}: {s:?} is not an IP address", path.join("."))))
+        }
+    }
+}
+
+fn port(
+    map: &Map<String, Value>,
+    name: &str,
+    default: Option<u16>,
+) -> Result<Option<u16>, ConfigError> {
+    match get_int(map, &["ports", name])? {
+        None => Ok(default),
+        Some(n) if n < 0 => Ok(None),
+        Some(0) if name == "grpc" || name == "https" => Ok(None),
+        Some(n) if n <= 65535 => Ok(Some(n as u16)),
+        Some(n) => Err(ConfigError(format!(
+            "ports.{name}: {n} is not a valid port"
+        ))),
+    }
+}
+
+fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigError> {
+    let map = match merged {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let defaults = Ports::default();
+    let ports = Ports {
+        http: port(&map, "http", defaults.http)?,
+        https: port(&map, "https", defaults.https)?,
+        dns: port(&map, "dns", defaults.dns)?,
+        grpc: port(&map, "grpc", defaults.grpc)?,
+        grpc_tls: port(&map, "grpc_tls", defaults.grpc_tls)?,
+        serf_lan: port(&map, "serf_lan", defaults.serf_lan)?,
+        serf_wan: port(&map, "serf_wan", defaults.serf_wan)?,
+        server: port(&map, "server", defaults.server)?,
+        sidecar_min_port: port(&map, "sidecar_min_port", Some(defaults.sidecar_min_port))?
+            .unwrap_or(21000),
+        sidecar_max_port: port(&map, "sidecar_max_port", Some(defaults.sidecar_max_port))?
+            .unwrap_or(21255),
+    };
+    if ports.sidecar_min_port > ports.sidecar_max_port {
+        return Err(ConfigError(
+            "ports.sidecar_min_port must not exceed ports.sidecar_max_port".into(),
+        ));
+    }
+    let services = match map.get("services") {
+        None => Vec::new(),
+        Some(value) => as_list(value.clone())
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| decode_service(v).map_err(|e| ConfigError(format!("services[{i}]: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let checks = match map.get("checks") {
+        None => Vec::new(),
+        Some(value) => as_list(value.clone())
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| decode_check(v).map_err(|e| ConfigError(format!("checks[{i}]: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let node_meta = match get(&map, &["node_meta"]) {
+        None => Default::default(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(ConfigError(format!(
+                    "node_meta.{k}: expected a string, got {other}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "node_meta: expected an object, got {other}"
+            )))
+        }
+    };
+    let datacenter = get_str(&map, &["datacenter"])?.unwrap_or_else(|| "dc1".to_string());
+    if datacenter.is_empty()
+        || !datacenter
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(ConfigError(format!(
+            "datacenter {datacenter:?} may only contain letters, digits, '-' and '_'"
+        )));
+    }
+    let node_name = match get_str(&map, &["node_name"])? {
+        Some(n) if !n.is_empty() => n,
+        _ => hostname(),
+    };
+    let raft_multiplier = get_int(&map, &["performance", "raft_multiplier"])?.unwrap_or(1);
+    if !(1..=10).contains(&raft_multiplier) {
+        return Err(ConfigError(format!(
+            "performance.raft_multiplier cannot be {raft_multiplier}. Must be between 1 and 10"
+        )));
+    }
+    let log_level = get_str(&map, &["log_level"])?.unwrap_or_else(|| "info".to_string());
+    if !matches!(
+        log_level.to_ascii_lowercase().as_str(),
+        "trace" | "debug" | "info" | "warn" | "err" | "error"
+    ) {
+        return Err(ConfigError(format!(
+            "log_level: invalid level {log_level:?}"
+        )));
+    }
+    let config_entries_bootstrap = match get(&map, &["config_entries", "bootstrap"]) {
+        None => Vec::new(),
+        Some(v) => as_list(v.clone()).as_array().cloned().unwrap_or_default(),
+    };
+    let bootstrap_expect = get_int(&map, &["bootstrap_expect"])?.unwrap_or(0);
+    if bootstrap_expect < 0 {
+        return Err(ConfigError("bootstrap_expect cannot be negative".into()));
+    }
+    Ok(AgentConfig {
+        dev: get_bool(&map, &["dev"])?.unwrap_or(false),
+        server: get_bool(&map, &["server"])?.unwrap_or(false),
+        bootstrap: get_bool(&map, &["bootstrap"])?.unwrap_or(false),
+        bootstrap_expect: bootstrap_expect as u32,
+        primary_datacenter: get_str(&map, &["primary_datacenter"])?
+            .unwrap_or_else(|| datacenter.clone()),
+        datacenter,
+        node_name,
+        node_id: get_str(&map, &["node_id"])?.unwrap_or_default(),
+        node_meta,
+        data_dir: get_str(&map, &["data_dir"])?.map(PathBuf::from),
+        client_addr: get_ip(&map, &["client_addr"])?.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        bind_addr: get_ip(&map, &["bind_addr"])?.unwrap_or(IpAddr::from([0, 0, 0, 0])),
+        advertise_addr: get_ip(&map, &["advertise_addr"])?,
+        ports,
+        log_level,
+        log_json: get_bool(&map, &["log_json"])?.unwrap_or(false),
+        pid_file: get_str(&map, &["pid_file"])?.map(PathBuf::from),
+        domain: get_str(&map, &["domain"])?.unwrap_or_else(|| "consul".to_string()),
+        enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
+        enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
+            .unwrap_or(false),
+        raft_multiplier: raft_multiplier as u64,
+        ui: get_bool(&map, &["ui"])?
+            .or(get_bool(&map, &["ui_config", "enabled"])?)
+            .unwrap_or(false),
+        acl_enabled: get_bool(&map, &["acl", "enabled"])?.unwrap_or(false),
+        acl_default_policy: get_str(&map, &["acl", "default_policy"])?
+            .unwrap_or_else(|| "allow".to_string()),
+        connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
+        config_entries_bootstrap,
+        services,
+        checks,
+        warnings,
+    })
+}
+
+/// Decodes a service definition from JSON or HCL-derived JSON (either case).
+pub fn decode_service(value: Value) -> Result<ServiceDefinition, String> {
+    let value = normalize_lists(canonicalize_keys(value));
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// Decodes a check definition from JSON or HCL-derived JSON (either case).
+pub fn decode_check(value: Value) -> Result<CheckDefinition, String> {
+    let value = normalize_lists(canonicalize_keys(value));
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// HCL gives a single block where a list is meant (`upstreams { ... }`):
+/// wrap the fields that are lists of objects.
+fn normalize_lists(value: Value) -> Value {
+    const LIST_FIELDS: &[&str] = &["Checks", "Upstreams", "Paths", "ServiceChecks"];
+    const OPAQUE: &[&str] = &["Meta", "Config", "Header", "NodeMeta"];
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    if OPAQUE.contains(&k.as_str()) {
+                        return (k, v);
+                    }
+                    let v = if LIST_FIELDS.contains(&k.as_str()) {
+                        as_list(v)
+                    } else {
+                        v
+                    };
+                    (k, normalize_lists(v))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(normalize_lists).collect()),
+        other => other,
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "legate".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn seed_demo_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("demo.hcl");
+        std::fs::write(
+            &path,
+            "services {\n  name = \"web\"\n  port = 8080\n  connect {\n    sidecar_service {\n      proxy {\n        upstreams {\n          destination_name = \"db\"\n          local_bind_port = 9191\n        }\n      }\n    }\n  }\n}\nservices {\n  name = \"db\"\n  port = 9090\n  connect { sidecar_service {} }\n}\n",
+        )
+        .unwrap();
+        let config = load(&[
+            ConfigSource::Hcl("ports { grpc = 8502 }".into()),
+            ConfigSource::File(path),
+        ])
+        .unwrap();
+        assert_eq!(config.ports.grpc, Some(8502));
+        assert_eq!(config.services.len(), 2);
+        let web = &config.services[0];
+        assert_eq!(web.name, "web");
+        let sidecar = web
+            .connect
+            .as_ref()
+            .unwrap()
+            .sidecar_service
+            .as_ref()
+            .unwrap();
+        let upstream = &sidecar.proxy.as_ref().unwrap().upstreams[0];
+        assert_eq!(upstream.destination_name, "db");
+        assert_eq!(upstream.local_bind_port, 9191);
+        assert!(config.services[1]
+            .connect
+            .as_ref()
+            .unwrap()
+            .sidecar_service
+            .is_some());
+    }
+
+    #[test]
+    fn later_sources_win_and_lists_append() {
+        let config = load(&[
+            ConfigSource::Json(
+                "a".into(),
+                json!({"datacenter": "east", "service": {"name": "a"}, "ports": {"http": 1}}),
+            ),
+            ConfigSource::Json(
+                "b".into(),
+                json!({"datacenter": "west", "services": [{"name": "b"}], "ports": {"dns": -1}}),
+            ),
+        ])
+        .unwrap();
+        assert_eq!(config.datacenter, "west");
+        assert_eq!(
+            config
+                .services
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
+        assert_eq!(config.ports.http, Some(1));
+        assert_eq!(config.ports.dns, None);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_and_unimplemented_warned() {
+        let err = load(&[ConfigSource::Json(
+            "x.json".into(),
+            json!({"no_such_key": 1}),
+        )])
+        .unwrap_err();
+        assert!(
+            err.0.contains("x.json") && err.0.contains("no_such_key"),
+            "{err}"
+        );
+        let err = load(&[ConfigSource::Json(
+            "x.json".into(),
+            json!({"ports": {"htp": 1}}),
+        )])
+        .unwrap_err();
+        assert!(err.0.contains("ports.htp"), "{err}");
+        let config = load(&[ConfigSource::Json(
+            "y.json".into(),
+            json!({"telemetry": {"statsd_address": "x"}, "encrypt": "k"}),
+        )])
+        .unwrap();
+        assert_eq!(config.warnings.len(), 2);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (value, needle) in [
+            (json!({"ports": {"http": "abc"}}), "ports.http"),
+            (json!({"ports": {"http": 70000}}), "ports.http"),
+            (json!({"server": "yes"}), "server"),
+            (json!({"client_addr": "nope"}), "client_addr"),
+            (
+                json!({"performance": {"raft_multiplier": 11}}),
+                "raft_multiplier",
+            ),
+            (
+                json!({"services": [{"name": "x", "port": "eighty"}]}),
+                "services[0]",
+            ),
+        ] {
+            let err = load(&[ConfigSource::Json("f".into(), value)]).unwrap_err();
+            assert!(err.0.contains(needle), "{err} should mention {needle}");
+        }
+    }
+
+    #[test]
+    fn hcl_parse_errors_name_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.hcl");
+        std::fs::write(&path, "datacenter = \"x\"\nports {\n").unwrap();
+        let err = load(&[ConfigSource::File(path)]).unwrap_err();
+        assert!(err.0.contains("bad.hcl") && err.0.contains("line"), "{err}");
+    }
+}
