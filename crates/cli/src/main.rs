@@ -1,1 +1,151 @@
-fn main() {}
+//! The `legate` binary: the one place where agent meets server. Commands
+//! and flags follow Consul's CLI (Go-style single-dash flags work).
+
+mod agent_cmd;
+mod client;
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Legate: a Consul-compatible service discovery and service mesh control plane.
+#[derive(Parser, Debug)]
+#[command(name = "legate", disable_version_flag = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs an agent (`-dev` runs one in-memory server).
+    Agent(agent_cmd::AgentArgs),
+    /// Prints the version.
+    Version,
+    /// Lists the members of the cluster.
+    Members(commands::misc::MembersArgs),
+    /// Reads the catalog.
+    #[command(subcommand)]
+    Catalog(commands::catalog::CatalogCommand),
+    /// Registers and deregisters services with the local agent.
+    #[command(subcommand)]
+    Services(commands::services::ServicesCommand),
+    /// Reads and writes the KV store.
+    #[command(subcommand)]
+    Kv(commands::kv::KvCommand),
+    /// Asks the local agent to leave the cluster and stop.
+    Leave(commands::misc::HttpOnlyArgs),
+    /// Asks the local agent to reload its configuration.
+    Reload(commands::misc::HttpOnlyArgs),
+    /// Controls node and service maintenance mode.
+    Maint(commands::misc::MaintArgs),
+}
+
+/// Rewrites Go-style single-dash long flags (`-dev`, `-config-file=x`) to
+/// clap's double-dash form; everything after a bare `--` is left alone.
+fn rewrite_go_flags(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut passthrough = false;
+    for (position, arg) in args.into_iter().enumerate() {
+        if position == 0 || passthrough {
+            out.push(arg);
+            continue;
+        }
+        if arg == "--" {
+            passthrough = true;
+            out.push(arg);
+            continue;
+        }
+        if arg == "-h" {
+            out.push("--help".to_string());
+            continue;
+        }
+        let bytes = arg.as_bytes();
+        if bytes.len() > 2 && bytes[0] == b'-' && bytes[1].is_ascii_alphabetic() {
+            out.push(format!("-{arg}"));
+        } else {
+            out.push(arg);
+        }
+    }
+    out
+}
+
+fn main() -> ExitCode {
+    let args = rewrite_go_flags(std::env::args());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Agent(args) => agent_cmd::run(args).await,
+            Command::Version => {
+                commands::misc::version();
+                0
+            }
+            Command::Members(args) => commands::misc::members(args).await,
+            Command::Catalog(cmd) => commands::catalog::run(cmd).await,
+            Command::Services(cmd) => commands::services::run(cmd).await,
+            Command::Kv(cmd) => commands::kv::run(cmd).await,
+            Command::Leave(args) => commands::misc::leave(args).await,
+            Command::Reload(args) => commands::misc::reload(args).await,
+            Command::Maint(args) => commands::misc::maint(args).await,
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_flags_become_long_flags() {
+        let args = [
+            "legate",
+            "agent",
+            "-dev",
+            "-config-file=x.hcl",
+            "-node",
+            "n1",
+            "--",
+            "-l",
+            "debug",
+        ]
+        .map(String::from);
+        assert_eq!(
+            rewrite_go_flags(args),
+            vec![
+                "legate",
+                "agent",
+                "--dev",
+                "--config-file=x.hcl",
+                "--node",
+                "n1",
+                "--",
+                "-l",
+                "debug"
+            ]
+        );
+        assert_eq!(
+            rewrite_go_flags(["legate", "-h", "-1"].map(String::from)),
+            vec!["legate", "--help", "-1"]
+        );
+    }
+}

@@ -1,1 +1,157 @@
-//! legate-http
+//! Consul's `/v1` HTTP API over axum. Handlers parse requests, call the
+//! agent (for agent-local endpoints) or the servers through the agent's
+//! [`legate_types::rpc::ServerRpc`] (everything else), and map every error
+//! through [`util::ApiError`]. They never touch a state store.
+
+mod agent;
+mod catalog;
+mod kv;
+mod misc;
+pub mod util;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, put};
+use axum::Router;
+use legate_agent::Agent;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The local agent (and through it, the servers).
+    pub agent: Arc<Agent>,
+}
+
+/// A request's common parts, passed to handlers.
+pub struct Req {
+    /// Query parameters.
+    pub params: util::Params,
+    /// Headers.
+    pub headers: HeaderMap,
+}
+
+/// Builds the `/v1` router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        // agent
+        .route("/v1/agent/self", get(agent::self_info))
+        .route("/v1/agent/members", get(agent::members))
+        .route("/v1/agent/services", get(agent::services))
+        .route("/v1/agent/service/register", put(agent::service_register))
+        .route(
+            "/v1/agent/service/deregister/{id}",
+            put(agent::service_deregister),
+        )
+        .route(
+            "/v1/agent/service/maintenance/{id}",
+            put(agent::service_maintenance),
+        )
+        .route("/v1/agent/service/{id}", get(agent::service))
+        .route("/v1/agent/maintenance", put(agent::node_maintenance))
+        .route("/v1/agent/checks", get(agent::checks))
+        .route("/v1/agent/check/register", put(agent::check_register))
+        .route(
+            "/v1/agent/check/deregister/{id}",
+            put(agent::check_deregister),
+        )
+        .route("/v1/agent/check/pass/{id}", put(agent::check_pass))
+        .route("/v1/agent/check/warn/{id}", put(agent::check_warn))
+        .route("/v1/agent/check/fail/{id}", put(agent::check_fail))
+        .route("/v1/agent/check/update/{id}", put(agent::check_update))
+        .route("/v1/agent/health/service/id/{id}", get(agent::health_by_id))
+        .route(
+            "/v1/agent/health/service/name/{name}",
+            get(agent::health_by_name),
+        )
+        .route("/v1/agent/reload", put(agent::reload))
+        .route("/v1/agent/leave", put(agent::leave))
+        .route("/v1/agent/force-leave/{node}", put(agent::force_leave))
+        .route("/v1/agent/join/{address}", put(agent::join))
+        // catalog
+        .route("/v1/catalog/register", put(catalog::register))
+        .route("/v1/catalog/deregister", put(catalog::deregister))
+        .route("/v1/catalog/datacenters", get(catalog::datacenters))
+        .route("/v1/catalog/nodes", get(catalog::nodes))
+        .route("/v1/catalog/services", get(catalog::services))
+        .route("/v1/catalog/service/{service}", get(catalog::service_nodes))
+        .route("/v1/catalog/connect/{service}", get(catalog::connect_nodes))
+        .route("/v1/catalog/node/{node}", get(catalog::node))
+        .route(
+            "/v1/catalog/node-services/{node}",
+            get(catalog::node_service_list),
+        )
+        // health
+        .route("/v1/health/node/{node}", get(catalog::health_node))
+        .route("/v1/health/checks/{service}", get(catalog::health_checks))
+        .route("/v1/health/state/{state}", get(catalog::health_state))
+        .route("/v1/health/service/{service}", get(catalog::health_service))
+        .route("/v1/health/connect/{service}", get(catalog::health_connect))
+        // kv and txn
+        .route("/v1/kv/", any(kv::kv_root))
+        .route("/v1/kv/{*key}", any(kv::kv))
+        .route("/v1/txn", put(kv::txn))
+        // sessions
+        .route("/v1/session/create", put(misc::session_create))
+        .route("/v1/session/destroy/{id}", put(misc::session_destroy))
+        .route("/v1/session/renew/{id}", put(misc::session_renew))
+        .route("/v1/session/info/{id}", get(misc::session_info))
+        .route("/v1/session/node/{node}", get(misc::session_node))
+        .route("/v1/session/list", get(misc::session_list))
+        // status, events, coordinates
+        .route("/v1/status/leader", get(misc::status_leader))
+        .route("/v1/status/peers", get(misc::status_peers))
+        .route("/v1/event/fire/{name}", put(misc::event_fire))
+        .route("/v1/event/list", get(misc::event_list))
+        .route(
+            "/v1/coordinate/datacenters",
+            get(misc::coordinate_datacenters),
+        )
+        .route("/v1/coordinate/nodes", get(misc::coordinate_nodes))
+        .route("/v1/coordinate/node/{node}", get(misc::coordinate_nodes))
+        .fallback(fallback)
+        .layer(axum::middleware::map_response(add_common_headers))
+        .with_state(state)
+}
+
+async fn add_common_headers(mut response: Response) -> Response {
+    // Consul sends the default ACL policy on every response (1.9+).
+    response.headers_mut().insert(
+        "x-consul-default-acl-policy",
+        axum::http::HeaderValue::from_static("allow"),
+    );
+    response
+}
+
+async fn fallback(method: Method, uri: axum::http::Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("Invalid URL path: no handler for {method} {}", uri.path()),
+    )
+        .into_response()
+}
+
+/// Serves the API on a bound listener until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+impl Req {
+    pub(crate) fn new(query: Option<String>, headers: HeaderMap) -> Req {
+        Req {
+            params: util::Params::parse(query.as_deref()),
+            headers,
+        }
+    }
+}

@@ -108,6 +108,12 @@ impl Server {
         self.raft.wait_for_leader(timeout).await
     }
 
+    /// Wakes blocking queries and stops the leader loops; Raft keeps running
+    /// until [`Server::shutdown`].
+    pub fn begin_shutdown(&self) {
+        self.shutdown.trigger();
+    }
+
     /// Stops the leader loops and Raft.
     pub async fn shutdown(&self) {
         self.shutdown.trigger();

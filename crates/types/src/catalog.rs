@@ -441,8 +441,8 @@ pub struct HealthCheck {
     /// Display name.
     #[serde(default)]
     pub name: String,
-    /// Current status.
-    #[serde(default)]
+    /// Current status (an empty string reads as critical, as in Consul).
+    #[serde(default, deserialize_with = "status_or_critical")]
     pub status: HealthStatus,
     /// Human notes.
     #[serde(default)]
@@ -850,6 +850,18 @@ impl ServiceNode {
             raft: service.raft,
         }
     }
+}
+
+fn status_or_critical<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HealthStatus, D::Error> {
+    let text = Option::<String>::deserialize(d)?.unwrap_or_default();
+    if text.is_empty() {
+        return Ok(HealthStatus::Critical);
+    }
+    HealthStatus::parse(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "invalid check status {text:?}: must be one of passing, warning, critical"
+        ))
+    })
 }
 
 /// A row of `/v1/health/service/:service`.

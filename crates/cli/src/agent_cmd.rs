@@ -1,0 +1,485 @@
+//! `legate agent`: loads configuration, starts a server (in `-dev` or
+//! `-server` mode) and the agent, serves the HTTP API, and shuts down
+//! cleanly on SIGINT, SIGTERM or `/v1/agent/leave`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use legate_agent::config::{self, AgentConfig, ConfigSource};
+use legate_agent::Agent;
+use legate_raft::RaftOptions;
+use legate_server::{Server, ServerConfig};
+use legate_types::rpc::ServerRpc;
+use serde_json::{json, Map, Value};
+
+/// Flags of `legate agent`, as Consul's.
+#[derive(Args, Debug, Default)]
+pub struct AgentArgs {
+    /// Development mode: one in-memory server, everything on loopback.
+    #[arg(long)]
+    dev: bool,
+    /// Run a server.
+    #[arg(long)]
+    server: bool,
+    /// Bootstrap a one-server cluster.
+    #[arg(long)]
+    bootstrap: bool,
+    /// Number of servers to wait for before bootstrapping.
+    #[arg(long = "bootstrap-expect")]
+    bootstrap_expect: Option<u32>,
+    /// A config file (HCL or JSON); repeatable.
+    #[arg(long = "config-file")]
+    config_file: Vec<PathBuf>,
+    /// A directory of config files; repeatable.
+    #[arg(long = "config-dir")]
+    config_dir: Vec<PathBuf>,
+    /// An HCL config fragment; repeatable.
+    #[arg(long)]
+    hcl: Vec<String>,
+    /// Node name.
+    #[arg(long)]
+    node: Option<String>,
+    /// Node id (UUID).
+    #[arg(long = "node-id")]
+    node_id: Option<String>,
+    /// Node metadata `key:value`; repeatable.
+    #[arg(long = "node-meta")]
+    node_meta: Vec<String>,
+    /// Datacenter.
+    #[arg(long)]
+    datacenter: Option<String>,
+    /// Address the client interfaces (HTTP, DNS, gRPC) bind.
+    #[arg(long)]
+    client: Option<String>,
+    /// Address cluster communication binds.
+    #[arg(long)]
+    bind: Option<String>,
+    /// Address advertised to the cluster.
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Data directory.
+    #[arg(long = "data-dir")]
+    data_dir: Option<PathBuf>,
+    /// Log level.
+    #[arg(long = "log-level")]
+    log_level: Option<String>,
+    /// Log as JSON.
+    #[arg(long = "log-json")]
+    log_json: bool,
+    /// PID file.
+    #[arg(long = "pid-file")]
+    pid_file: Option<PathBuf>,
+    /// HTTP port (-1 disables).
+    #[arg(long = "http-port", allow_hyphen_values = true)]
+    http_port: Option<i64>,
+    /// gRPC port (-1 disables).
+    #[arg(long = "grpc-port", allow_hyphen_values = true)]
+    grpc_port: Option<i64>,
+    /// DNS port (-1 disables).
+    #[arg(long = "dns-port", allow_hyphen_values = true)]
+    dns_port: Option<i64>,
+    /// Server RPC port.
+    #[arg(long = "server-port", allow_hyphen_values = true)]
+    server_port: Option<i64>,
+    /// LAN gossip port.
+    #[arg(long = "serf-lan-port", allow_hyphen_values = true)]
+    serf_lan_port: Option<i64>,
+    /// WAN gossip port.
+    #[arg(long = "serf-wan-port", allow_hyphen_values = true)]
+    serf_wan_port: Option<i64>,
+    /// Serve the web UI.
+    #[arg(long)]
+    ui: bool,
+    /// DNS domain.
+    #[arg(long)]
+    domain: Option<String>,
+    /// Addresses to join (accepted; joining comes with gossip).
+    #[arg(long = "retry-join")]
+    retry_join: Vec<String>,
+    /// Addresses to join at start (accepted; joining comes with gossip).
+    #[arg(long)]
+    join: Vec<String>,
+    /// Gossip encryption key (accepted; encryption comes with gossip).
+    #[arg(long)]
+    encrypt: Option<String>,
+    /// Allow script checks registered through the API.
+    #[arg(long = "enable-script-checks")]
+    enable_script_checks: bool,
+    /// Allow script checks from config files.
+    #[arg(long = "enable-local-script-checks")]
+    enable_local_script_checks: bool,
+}
+
+fn dev_defaults() -> Value {
+    json!({
+        "server": true,
+        "bootstrap": true,
+        "bind_addr": "127.0.0.1",
+        "client_addr": "127.0.0.1",
+        "ports": {"grpc": 8502},
+        "connect": {"enabled": true},
+        "ui_config": {"enabled": true},
+        "disable_update_check": true,
+    })
+}
+
+fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
+    let mut map = Map::new();
+    let mut put = |key: &str, value: Value| {
+        map.insert(key.to_string(), value);
+    };
+    if args.server {
+        put("server", json!(true));
+    }
+    if args.bootstrap {
+        put("bootstrap", json!(true));
+    }
+    if let Some(n) = args.bootstrap_expect {
+        put("bootstrap_expect", json!(n));
+    }
+    if let Some(v) = &args.node {
+        put("node_name", json!(v));
+    }
+    if let Some(v) = &args.node_id {
+        put("node_id", json!(v));
+    }
+    if let Some(v) = &args.datacenter {
+        put("datacenter", json!(v));
+    }
+    if let Some(v) = &args.client {
+        put("client_addr", json!(v));
+    }
+    if let Some(v) = &args.bind {
+        put("bind_addr", json!(v));
+    }
+    if let Some(v) = &args.advertise {
+        put("advertise_addr", json!(v));
+    }
+    if let Some(v) = &args.data_dir {
+        put("data_dir", json!(v.display().to_string()));
+    }
+    if let Some(v) = &args.log_level {
+        put("log_level", json!(v));
+    }
+    if args.log_json {
+        put("log_json", json!(true));
+    }
+    if let Some(v) = &args.pid_file {
+        put("pid_file", json!(v.display().to_string()));
+    }
+    if args.ui {
+        put("ui_config", json!({"enabled": true}));
+    }
+    if let Some(v) = &args.domain {
+        put("domain", json!(v));
+    }
+    if !args.retry_join.is_empty() {
+        put("retry_join", json!(args.retry_join));
+    }
+    if !args.join.is_empty() {
+        put("start_join", json!(args.join));
+    }
+    if let Some(v) = &args.encrypt {
+        put("encrypt", json!(v));
+    }
+    if args.enable_script_checks {
+        put("enable_script_checks", json!(true));
+    }
+    if args.enable_local_script_checks {
+        put("enable_local_script_checks", json!(true));
+    }
+    if !args.node_meta.is_empty() {
+        let mut meta = Map::new();
+        for pair in &args.node_meta {
+            let (k, v) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("-node-meta {pair:?}: expected key:value"))?;
+            meta.insert(k.to_string(), json!(v));
+        }
+        put("node_meta", Value::Object(meta));
+    }
+    let mut ports = Map::new();
+    for (name, value) in [
+        ("http", args.http_port),
+        ("grpc", args.grpc_port),
+        ("dns", args.dns_port),
+        ("server", args.server_port),
+        ("serf_lan", args.serf_lan_port),
+        ("serf_wan", args.serf_wan_port),
+    ] {
+        if let Some(v) = value {
+            ports.insert(name.to_string(), json!(v));
+        }
+    }
+    if !ports.is_empty() {
+        map.insert("ports".into(), Value::Object(ports));
+    }
+    Ok(Value::Object(map))
+}
+
+fn load_config(args: &AgentArgs) -> Result<AgentConfig, String> {
+    let mut sources = Vec::new();
+    if args.dev {
+        sources.push(ConfigSource::Json("dev defaults".into(), dev_defaults()));
+    }
+    for path in &args.config_file {
+        sources.push(ConfigSource::File(path.clone()));
+    }
+    for dir in &args.config_dir {
+        sources.push(ConfigSource::Dir(dir.clone()));
+    }
+    for hcl in &args.hcl {
+        sources.push(ConfigSource::Hcl(hcl.clone()));
+    }
+    sources.push(ConfigSource::Json(
+        "command-line flags".into(),
+        flags_fragment(args)?,
+    ));
+    let mut config = config::load(&sources).map_err(|e| e.to_string())?;
+    config.dev = args.dev;
+    if config.dev {
+        // -dev keeps everything in memory, whatever the files say.
+        config.data_dir = None;
+    }
+    if !config.dev && config.data_dir.is_none() {
+        return Err("data_dir cannot be empty: set -data-dir (or run with -dev)".into());
+    }
+    if !config.dev && !config.server {
+        return Err(
+            "client agents join servers over gossip, which Legate does not have yet: run with -server or -dev".into(),
+        );
+    }
+    if config.server && !config.dev && !config.bootstrap && config.bootstrap_expect != 1 {
+        return Err(format!(
+            "bootstrap_expect = {}: clusters of several servers are not supported yet; use -bootstrap-expect=1 or -bootstrap",
+            config.bootstrap_expect
+        ));
+    }
+    Ok(config)
+}
+
+/// Resolves the node id: from config, else the data dir, else a new one.
+fn node_id(config: &AgentConfig) -> Result<String, String> {
+    if !config.node_id.is_empty() {
+        uuid::Uuid::parse_str(&config.node_id)
+            .map_err(|_| format!("node_id {:?} is not a UUID", config.node_id))?;
+        return Ok(config.node_id.to_lowercase());
+    }
+    if let Some(dir) = &config.data_dir {
+        let path = dir.join("node-id");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let id = text.trim().to_string();
+            if uuid::Uuid::parse_str(&id).is_ok() {
+                return Ok(id);
+            }
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        std::fs::write(&path, &id).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        return Ok(id);
+    }
+    Ok(uuid::Uuid::new_v4().to_string())
+}
+
+fn init_logging(config: &AgentConfig) {
+    let level = match config.log_level.to_ascii_lowercase().as_str() {
+        "err" => "error".to_string(),
+        other => other.to_string(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEGATE_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn,h2=warn,hyper=warn"))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout);
+    let _ = if config.log_json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn port_text(port: Option<u16>) -> String {
+    port.map(|p| p.to_string())
+        .unwrap_or_else(|| "-1".to_string())
+}
+
+fn print_banner(config: &AgentConfig, node_id: &str) {
+    println!("==> Starting Legate agent...");
+    println!(
+        "           Version: '{}' (legate {})",
+        legate_types::CONSUL_API_VERSION,
+        legate_types::LEGATE_VERSION
+    );
+    println!("           Node ID: '{node_id}'");
+    println!("         Node name: '{}'", config.node_name);
+    println!(
+        "        Datacenter: '{}' (Segment: '<all>')",
+        config.datacenter
+    );
+    println!(
+        "            Server: {} (Bootstrap: {})",
+        config.server,
+        config.bootstrap || config.bootstrap_expect == 1
+    );
+    println!(
+        "       Client Addr: [{}] (HTTP: {}, HTTPS: {}, gRPC: {}, DNS: {})",
+        config.client_addr,
+        port_text(config.ports.http),
+        port_text(config.ports.https),
+        port_text(config.ports.grpc),
+        port_text(config.ports.dns)
+    );
+    println!(
+        "      Cluster Addr: {} (LAN: {}, WAN: {})",
+        config.advertise(),
+        port_text(config.ports.serf_lan),
+        port_text(config.ports.serf_wan)
+    );
+    println!(
+        "         Data Dir: {}",
+        config
+            .data_dir
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|| "(in memory)".into())
+    );
+    println!();
+    println!("==> Log data will now stream in as it occurs:");
+    println!();
+}
+
+fn raft_id(node_id: &str) -> u64 {
+    let uuid = uuid::Uuid::parse_str(node_id).unwrap_or_else(|_| uuid::Uuid::new_v4());
+    let bytes = uuid.as_bytes();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&bytes[..8]);
+    u64::from_be_bytes(id).max(1)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn write_pid(path: &Path) -> Result<(), String> {
+    std::fs::write(path, std::process::id().to_string())
+        .map_err(|e| format!("writing pid file {}: {e}", path.display()))
+}
+
+/// Runs the agent until a signal or a leave request; returns the exit code.
+pub async fn run(args: AgentArgs) -> u8 {
+    match run_inner(args).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("==> {e}");
+            1
+        }
+    }
+}
+
+async fn run_inner(args: AgentArgs) -> Result<(), String> {
+    let config = load_config(&args)?;
+    let node_id = node_id(&config)?;
+    init_logging(&config);
+    print_banner(&config, &node_id);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    if let Some(pid) = &config.pid_file {
+        write_pid(pid)?;
+    }
+    let advertise = config.advertise().to_string();
+    let server_port = config.ports.server.unwrap_or(8300);
+    let server = Server::start(ServerConfig {
+        datacenter: config.datacenter.clone(),
+        node_name: config.node_name.clone(),
+        node_id: node_id.clone(),
+        advertise_address: advertise.clone(),
+        server_port,
+        raft: RaftOptions {
+            node_id: raft_id(&node_id),
+            address: SocketAddr::new(config.advertise(), server_port).to_string(),
+            data_dir: config.data_dir.clone(),
+            bootstrap: config.dev || config.bootstrap || config.bootstrap_expect == 1,
+            raft_multiplier: if config.dev {
+                1
+            } else {
+                config.raft_multiplier
+            },
+            snapshot_threshold: 8192,
+        },
+    })
+    .await
+    .map_err(|e| format!("Error starting the server: {e}"))?;
+    if !server.wait_for_leader(Duration::from_secs(30)).await {
+        tracing::warn!("no Raft leader after 30s; continuing");
+    }
+    let rpc: Arc<dyn ServerRpc> = server.clone();
+    let agent = Agent::start(config.clone(), node_id, rpc)
+        .await
+        .map_err(|e| format!("Error starting the agent: {e}"))?;
+
+    let http = match config.ports.http {
+        Some(port) => {
+            let address = SocketAddr::new(config.client_addr, port);
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| format!("Error starting the HTTP API on {address}: {e}"))?;
+            tracing::info!(address = %address, "HTTP API listening");
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let state = legate_http::AppState {
+                agent: agent.clone(),
+            };
+            let task = tokio::spawn(legate_http::serve(listener, state, async move {
+                let _ = stop_rx.await;
+            }));
+            Some((stop_tx, task))
+        }
+        None => None,
+    };
+    println!("==> Legate agent running!");
+
+    tokio::select! {
+        _ = wait_for_signal() => tracing::info!("caught signal; shutting down"),
+        _ = agent.shutdown_requested() => tracing::info!("leave requested; shutting down"),
+    }
+    // Wake blocking queries first so the HTTP server can drain quickly.
+    server.begin_shutdown();
+    agent.stop();
+    if let Some((stop, task)) = http {
+        let _ = stop.send(());
+        if tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("HTTP connections did not drain within 5s; closing them");
+        }
+    }
+    server.shutdown().await;
+    if let Some(pid) = &config.pid_file {
+        let _ = std::fs::remove_file(pid);
+    }
+    println!("==> Legate agent stopped");
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! The CLI's HTTP client: every command talks to an agent only through the
+//! HTTP API, with Consul's address and token settings.
+
+use clap::Args;
+use reqwest::{Method, StatusCode};
+
+/// Flags every HTTP command accepts.
+#[derive(Args, Debug, Clone, Default)]
+pub struct HttpFlags {
+    /// The agent's HTTP address (env CONSUL_HTTP_ADDR or LEGATE_HTTP_ADDR).
+    #[arg(long = "http-addr")]
+    pub http_addr: Option<String>,
+    /// ACL token (env CONSUL_HTTP_TOKEN).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Datacenter to query.
+    #[arg(long)]
+    pub datacenter: Option<String>,
+    /// Allow any server to answer reads.
+    #[arg(long)]
+    pub stale: bool,
+}
+
+/// A failed call, with the message to print.
+#[derive(Debug)]
+pub struct CallError {
+    /// HTTP status, when the agent answered.
+    pub status: Option<StatusCode>,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(status) => write!(
+                f,
+                "Unexpected response code: {} ({})",
+                status.as_u16(),
+                self.message.trim()
+            ),
+            None => write!(f, "{}", self.message),
+        }
+    }
+}
+
+/// A client bound to one agent.
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    datacenter: Option<String>,
+    stale: bool,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// Builds a client from flags and the environment.
+    pub fn new(flags: &HttpFlags) -> Client {
+        let address = flags
+            .http_addr
+            .clone()
+            .or_else(|| std::env::var("LEGATE_HTTP_ADDR").ok())
+            .or_else(|| std::env::var("CONSUL_HTTP_ADDR").ok())
+            .unwrap_or_else(|| "127.0.0.1:8500".to_string());
+        let base = if address.starts_with("http://") || address.starts_with("https://") {
+            address.trim_end_matches('/').to_string()
+        } else {
+            format!("http://{}", address.trim_end_matches('/'))
+        };
+        let token = flags
+            .token
+            .clone()
+            .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
+            .filter(|t| !t.is_empty());
+        Client {
+            base,
+            token,
+            datacenter: flags.datacenter.clone(),
+            stale: flags.stale,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Sends a request; returns the status and body of any answer.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Vec<u8>), CallError> {
+        let mut params: Vec<(&str, String)> = query.to_vec();
+        if let Some(dc) = &self.datacenter {
+            params.push(("dc", dc.clone()));
+        }
+        if self.stale && method == Method::GET {
+            params.push(("stale", String::new()));
+        }
+        let mut request = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .query(&params);
+        if let Some(token) = &self.token {
+            request = request.header("X-Consul-Token", token);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        let response = request.send().await.map_err(|e| CallError {
+            status: None,
+            message: format!("Error connecting to the agent at {}: {e}", self.base),
+        })?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| CallError {
+            status: Some(status),
+            message: e.to_string(),
+        })?;
+        Ok((status, bytes.to_vec()))
+    }
+
+    /// Sends a request and fails on any non-2xx answer.
+    pub async fn ok(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, CallError> {
+        let (status, body) = self.call(method, path, query, body).await?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(CallError {
+                status: Some(status),
+                message: String::from_utf8_lossy(&body).to_string(),
+            })
+        }
+    }
+
+    /// GETs and decodes JSON.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, CallError> {
+        let body = self.ok(Method::GET, path, query, None).await?;
+        serde_json::from_slice(&body).map_err(|e| CallError {
+            status: None,
+            message: format!("Error decoding the agent's answer: {e}"),
+        })
+    }
+}

@@ -1,0 +1,37 @@
+//! The HTTP-client commands.
+
+pub mod catalog;
+pub mod kv;
+pub mod misc;
+pub mod services;
+
+/// Prints rows as left-aligned columns separated by two spaces, like
+/// Consul's `columnize` output.
+pub fn print_columns(rows: &[Vec<String>]) {
+    let Some(width) = rows.iter().map(|r| r.len()).max() else {
+        return;
+    };
+    let mut widths = vec![0; width];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        println!("{}", line.trim_end());
+    }
+}
+
+/// Prints an error the way Consul's CLI does and returns exit code 1.
+pub fn fail(message: impl std::fmt::Display) -> u8 {
+    eprintln!("{message}");
+    1
+}

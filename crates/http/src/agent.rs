@@ -1,0 +1,461 @@
+//! `/v1/agent/*`: the local agent's services, checks, health, maintenance
+//! and lifecycle.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use legate_types::duration::parse_go_duration;
+use legate_types::{CheckDefinition, HealthCheck, HealthStatus, NodeService, ServiceDefinition};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::util::{decode_body, json, ApiError, ApiResult, Params};
+use crate::{AppState, Req};
+
+/// An agent service as `/v1/agent/services` shows it: no Raft indexes, plus
+/// the datacenter.
+fn agent_service_json(service: &NodeService, datacenter: &str) -> Value {
+    let mut value = serde_json::to_value(service).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.remove("CreateIndex");
+        map.remove("ModifyIndex");
+        map.insert("Datacenter".into(), Value::String(datacenter.to_string()));
+    }
+    value
+}
+
+fn content_hash(value: &Value) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+fn filtered<T: serde::Serialize>(
+    rows: BTreeMap<String, T>,
+    filter: Option<&str>,
+) -> Result<BTreeMap<String, T>, ApiError> {
+    let Some(filter) = filter.filter(|f| !f.trim().is_empty()) else {
+        return Ok(rows);
+    };
+    let expr =
+        legate_filter::Expr::parse(filter).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(rows
+        .into_iter()
+        .filter(|(_, row)| {
+            serde_json::to_value(row)
+                .map(|v| expr.matches(&v))
+                .unwrap_or(false)
+        })
+        .collect())
+}
+
+pub async fn self_info(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let agent = &st.agent;
+    let config = agent.config();
+    let address = config.advertise().to_string();
+    let body = json!({
+        "Config": {
+            "Datacenter": config.datacenter,
+            "PrimaryDatacenter": config.primary_datacenter,
+            "NodeName": config.node_name,
+            "NodeID": agent.node_id(),
+            "Revision": "legate",
+            "Server": config.server || config.dev,
+            "Version": legate_types::CONSUL_API_VERSION,
+            "BuildDate": "",
+        },
+        "DebugConfig": {
+            "Datacenter": config.datacenter,
+            "NodeName": config.node_name,
+            "DevMode": config.dev,
+            "ServerMode": config.server || config.dev,
+            "DataDir": config.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+            "ClientAddrs": [config.client_addr.to_string()],
+            "HTTPPort": config.ports.http.map(i64::from).unwrap_or(-1),
+            "DNSPort": config.ports.dns.map(i64::from).unwrap_or(-1),
+            "GRPCPort": config.ports.grpc.map(i64::from).unwrap_or(-1),
+            "GRPCTLSPort": config.ports.grpc_tls.map(i64::from).unwrap_or(-1),
+            "ServerPort": config.ports.server.map(i64::from).unwrap_or(-1),
+            "ConnectEnabled": config.connect_enabled,
+            "ACLsEnabled": config.acl_enabled,
+        },
+        "Coord": null,
+        "Member": member(&st),
+        "Stats": {
+            "agent": {"check_monitors": "0", "services": agent.services().len().to_string(), "checks": agent.checks().len().to_string()},
+            "build": {"version": legate_types::CONSUL_API_VERSION, "legate_version": legate_types::LEGATE_VERSION, "prerelease": ""},
+        },
+        "Meta": config.node_meta,
+        "xDS": {
+            "SupportedProxies": {"envoy": ["1.35.0", "1.34.0", "1.33.0", "1.32.0"]},
+            "Port": config.ports.grpc.map(i64::from).unwrap_or(-1),
+            "Ports": {"Plaintext": config.ports.grpc.map(i64::from).unwrap_or(-1), "TLS": config.ports.grpc_tls.map(i64::from).unwrap_or(-1)},
+        },
+        "Legate": {"Version": legate_types::LEGATE_VERSION, "Address": address},
+    });
+    Ok(json(&req.params, &body))
+}
+
+fn member(st: &AppState) -> Value {
+    let config = st.agent.config();
+    json!({
+        "Name": config.node_name,
+        "Addr": config.advertise().to_string(),
+        "Port": config.ports.serf_lan.unwrap_or(8301),
+        "Tags": {
+            "role": if config.server || config.dev { "consul" } else { "node" },
+            "dc": config.datacenter,
+            "id": st.agent.node_id(),
+            "port": config.ports.server.unwrap_or(8300).to_string(),
+            "build": format!("{}:legate", legate_types::CONSUL_API_VERSION),
+            "vsn": "2", "vsn_min": "2", "vsn_max": "3",
+            "expect": config.bootstrap_expect.to_string(),
+        },
+        "Status": 1,
+        "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+        "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+    })
+}
+
+pub async fn members(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    Ok(json(&req.params, &vec![member(&st)]))
+}
+
+pub async fn services(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let dc = st.agent.config().datacenter.clone();
+    let rows: BTreeMap<String, Value> = st
+        .agent
+        .services()
+        .iter()
+        .map(|(id, s)| (id.clone(), agent_service_json(s, &dc)))
+        .collect();
+    Ok(json(
+        &req.params,
+        &filtered(rows, req.params.get("filter"))?,
+    ))
+}
+
+pub async fn service(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let dc = st.agent.config().datacenter.clone();
+    let wanted_hash = req.params.get("hash").unwrap_or("").to_string();
+    let wait = match req.params.get("wait") {
+        None | Some("") => Duration::from_secs(300),
+        Some(w) => parse_go_duration(w)
+            .map_err(|_| ApiError::bad_request(format!("Invalid wait time {w:?}")))?
+            .min(Duration::from_secs(600)),
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut changes = st.agent.local_changes();
+    loop {
+        changes.borrow_and_update();
+        let Some(service) = st.agent.service(&id) else {
+            return Err(ApiError::not_found(format!("unknown service ID: {id}")));
+        };
+        let mut body = agent_service_json(&service, &dc);
+        let hash = content_hash(&body);
+        if let Value::Object(map) = &mut body {
+            map.insert("ContentHash".into(), Value::String(hash.clone()));
+        }
+        if wanted_hash.is_empty() || wanted_hash != hash || tokio::time::Instant::now() >= deadline
+        {
+            let mut response = json(&req.params, &body);
+            if let Ok(v) = HeaderValue::from_str(&hash) {
+                response.headers_mut().insert("x-consul-contenthash", v);
+            }
+            return Ok(response);
+        }
+        let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+    }
+}
+
+pub async fn service_register(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let def: ServiceDefinition = decode_body(&body)?;
+    let token = crate::util::token(&req.headers, &req.params);
+    st.agent
+        .register_service(def, &token, req.params.flag("replace-existing-checks"))?;
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn service_deregister(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    st.agent.deregister_service(&id)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+fn enable_param(params: &Params) -> Result<bool, ApiError> {
+    match params.get("enable") {
+        None => Err(ApiError::bad_request("Missing value for enable")),
+        Some(v) => v
+            .parse::<bool>()
+            .map_err(|_| ApiError::bad_request(format!("Invalid value for enable: {v:?}"))),
+    }
+}
+
+pub async fn service_maintenance(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let enable = enable_param(&req.params)?;
+    st.agent
+        .service_maintenance(&id, enable, req.params.get("reason").unwrap_or(""))?;
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn node_maintenance(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let enable = enable_param(&req.params)?;
+    st.agent
+        .node_maintenance(enable, req.params.get("reason").unwrap_or(""))?;
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn checks(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let rows: BTreeMap<String, HealthCheck> = st.agent.checks();
+    Ok(json(
+        &req.params,
+        &filtered(rows, req.params.get("filter"))?,
+    ))
+}
+
+pub async fn check_register(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let def: CheckDefinition = decode_body(&body)?;
+    if def.name.is_empty() {
+        return Err(ApiError::bad_request("Missing check name"));
+    }
+    let token = crate::util::token(&req.headers, &req.params);
+    st.agent.register_check(def, &token)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn check_deregister(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    st.agent.deregister_check(&id)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn ttl_update(
+    st: &AppState,
+    id: &str,
+    status: HealthStatus,
+    q: Option<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let note = req.params.get("note").unwrap_or("");
+    st.agent.update_ttl_check(id, status, note)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn check_pass(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    ttl_update(&st, &id, HealthStatus::Passing, q, headers).await
+}
+
+pub async fn check_warn(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    ttl_update(&st, &id, HealthStatus::Warning, q, headers).await
+}
+
+pub async fn check_fail(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    ttl_update(&st, &id, HealthStatus::Critical, q, headers).await
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CheckUpdate {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    output: String,
+}
+
+pub async fn check_update(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let update: CheckUpdate = decode_body(&body)?;
+    let status = HealthStatus::parse(&update.status)
+        .filter(|s| *s != HealthStatus::Maintenance)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("Invalid check status: {:?}", update.status))
+        })?;
+    st.agent.update_ttl_check(&id, status, &update.output)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+fn health_status_code(status: HealthStatus) -> StatusCode {
+    match status {
+        HealthStatus::Passing => StatusCode::OK,
+        HealthStatus::Warning => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn service_health_body(st: &AppState, id: &str) -> Option<(HealthStatus, Value)> {
+    let (service, checks) = st.agent.service_with_checks(id)?;
+    let status = legate_types::aggregate_status(checks.iter());
+    let body = json!({
+        "AggregatedStatus": status.as_str(),
+        "Service": agent_service_json(&service, &st.agent.config().datacenter),
+        "Checks": checks,
+    });
+    Some((status, body))
+}
+
+fn health_response(params: &Params, status: HealthStatus, body: &Value) -> Response {
+    let mut response = if params.get("format") == Some("text") {
+        let mut r = status.as_str().to_string().into_response();
+        r.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    } else {
+        json(params, body)
+    };
+    *response.status_mut() = health_status_code(status);
+    response
+}
+
+pub async fn health_by_id(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    match service_health_body(&st, &id) {
+        Some((status, body)) => Ok(health_response(&req.params, status, &body)),
+        None => {
+            let mut response = if req.params.get("format") == Some("text") {
+                format!("ServiceId {id} not found").into_response()
+            } else {
+                json(
+                    &req.params,
+                    &json!({"AggregatedStatus": "critical", "Service": null, "Checks": null}),
+                )
+            };
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            Ok(response)
+        }
+    }
+}
+
+pub async fn health_by_name(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let ids: Vec<String> = st
+        .agent
+        .services()
+        .values()
+        .filter(|s| s.service == name)
+        .map(|s| s.id.clone())
+        .collect();
+    if ids.is_empty() {
+        let mut response = if req.params.get("format") == Some("text") {
+            format!("ServiceName {name} Not Found").into_response()
+        } else {
+            json(&req.params, &Vec::<Value>::new())
+        };
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        return Ok(response);
+    }
+    let mut worst = HealthStatus::Passing;
+    let mut bodies = Vec::new();
+    for id in ids {
+        if let Some((status, body)) = service_health_body(&st, &id) {
+            if status.severity() > worst.severity() {
+                worst = status;
+            }
+            bodies.push(body);
+        }
+    }
+    Ok(health_response(&req.params, worst, &Value::Array(bodies)))
+}
+
+pub async fn reload(State(st): State<AppState>) -> ApiResult {
+    st.agent.resync();
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn leave(State(st): State<AppState>) -> ApiResult {
+    st.agent.request_shutdown();
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Without gossip there is no membership to change; accepted as a no-op
+/// (docs/compat.md says so).
+pub async fn force_leave(Path(_node): Path<String>) -> ApiResult {
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Without gossip there is nothing to join yet; accepted as a no-op.
+pub async fn join(Path(_address): Path<String>) -> ApiResult {
+    Ok(StatusCode::OK.into_response())
+}

@@ -1,0 +1,319 @@
+//! `/v1/catalog/*` and `/v1/health/*`: reads and writes of the catalog,
+//! answered by the servers.
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use legate_types::rpc::ServiceQuery;
+use legate_types::{DeregisterRequest, HealthStatus, NodeServiceList, RegisterRequest};
+
+use crate::util::{
+    decode_body, json, json_meta, query_options, write_options, ApiError, ApiResult, Params,
+};
+use crate::{AppState, Req};
+
+/// Keeps rows whose node metadata has every `?node-meta=key:value` pair.
+fn node_meta_filter(params: &Params) -> Result<Vec<(String, String)>, ApiError> {
+    params
+        .all("node-meta")
+        .into_iter()
+        .map(|pair| match pair.split_once(':') {
+            Some((k, v)) => Ok((k.to_string(), v.to_string())),
+            None => Err(ApiError::bad_request(format!(
+                "Invalid node-meta {pair:?}: expected key:value"
+            ))),
+        })
+        .collect()
+}
+
+fn meta_matches(
+    meta: &std::collections::BTreeMap<String, String>,
+    wanted: &[(String, String)],
+) -> bool {
+    wanted.iter().all(|(k, v)| meta.get(k) == Some(v))
+}
+
+pub async fn register(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let mut register: RegisterRequest = decode_body(&body)?;
+    if let Some(service) = register.service.as_mut() {
+        if service
+            .connect
+            .as_ref()
+            .is_some_and(|c| c.sidecar_service.is_some())
+        {
+            return Err(ApiError::bad_request(
+                "Service.Connect.SidecarService is only valid for agent registrations (/v1/agent/service/register)",
+            ));
+        }
+    }
+    let mut opts = write_options(&req.headers, &req.params);
+    if opts.datacenter.is_empty() {
+        opts.datacenter = register.datacenter.clone();
+    }
+    st.agent.rpc().catalog_register(&opts, register).await?;
+    Ok(json(&req.params, &true))
+}
+
+pub async fn deregister(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let deregister: DeregisterRequest = decode_body(&body)?;
+    let mut opts = write_options(&req.headers, &req.params);
+    if opts.datacenter.is_empty() {
+        opts.datacenter = deregister.datacenter.clone();
+    }
+    st.agent.rpc().catalog_deregister(&opts, deregister).await?;
+    Ok(json(&req.params, &true))
+}
+
+pub async fn datacenters(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    Ok(json(
+        &req.params,
+        &st.agent.rpc().catalog_datacenters().await?,
+    ))
+}
+
+pub async fn nodes(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let meta_filter = node_meta_filter(&req.params)?;
+    let mut result = st.agent.rpc().catalog_nodes(&opts).await?;
+    result.value.retain(|n| meta_matches(&n.meta, &meta_filter));
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn services(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let meta_filter = node_meta_filter(&req.params)?;
+    let result = st.agent.rpc().catalog_services(&opts).await?;
+    let value = if meta_filter.is_empty() {
+        result.value
+    } else {
+        // Keep the services with an instance on a node carrying the metadata.
+        let nodes = st
+            .agent
+            .rpc()
+            .catalog_nodes(&legate_types::QueryOptions::default())
+            .await?
+            .value;
+        let mut kept = std::collections::BTreeMap::new();
+        for (name, tags) in result.value {
+            let instances = st
+                .agent
+                .rpc()
+                .catalog_service_nodes(
+                    &legate_types::QueryOptions::default(),
+                    ServiceQuery {
+                        service: name.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await?
+                .value;
+            if instances.iter().any(|i| {
+                nodes
+                    .iter()
+                    .any(|n| n.node == i.node && meta_matches(&n.meta, &meta_filter))
+            }) {
+                kept.insert(name, tags);
+            }
+        }
+        kept
+    };
+    Ok(json_meta(&req.params, &result.meta, &value))
+}
+
+async fn service_rows(
+    st: &AppState,
+    service: String,
+    q: Option<String>,
+    headers: HeaderMap,
+    connect: bool,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let meta_filter = node_meta_filter(&req.params)?;
+    let query = ServiceQuery {
+        service,
+        tags: req.params.all("tag"),
+        passing_only: false,
+        connect,
+    };
+    let mut result = st.agent.rpc().catalog_service_nodes(&opts, query).await?;
+    result
+        .value
+        .retain(|r| meta_matches(&r.node_meta, &meta_filter));
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn service_nodes(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    service_rows(&st, service, q, headers, false).await
+}
+
+pub async fn connect_nodes(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    service_rows(&st, service, q, headers, true).await
+}
+
+pub async fn node(
+    State(st): State<AppState>,
+    Path(node): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st.agent.rpc().catalog_node_services(&opts, node).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn node_service_list(
+    State(st): State<AppState>,
+    Path(node): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st
+        .agent
+        .rpc()
+        .catalog_node_services(&opts, node.clone())
+        .await?;
+    match result.value {
+        None => Err(ApiError::not_found(format!("Node not found: {node:?}"))),
+        Some(ns) => {
+            let list = NodeServiceList {
+                node: ns.node,
+                services: ns.services.into_values().collect(),
+            };
+            Ok(json_meta(&req.params, &result.meta, &list))
+        }
+    }
+}
+
+pub async fn health_node(
+    State(st): State<AppState>,
+    Path(node): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st.agent.rpc().health_node_checks(&opts, node).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn health_checks(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st.agent.rpc().health_service_checks(&opts, service).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn health_state(
+    State(st): State<AppState>,
+    Path(state): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let wanted = match state.as_str() {
+        "any" => None,
+        "passing" | "warning" | "critical" => HealthStatus::parse(&state),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid check state {other:?}: must be one of any, passing, warning, critical"
+            )))
+        }
+    };
+    let result = st.agent.rpc().health_checks_in_state(&opts, wanted).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+async fn health_rows(
+    st: &AppState,
+    service: String,
+    q: Option<String>,
+    headers: HeaderMap,
+    connect: bool,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let meta_filter = node_meta_filter(&req.params)?;
+    let passing_only = match req.params.get("passing") {
+        None => false,
+        Some("") => true,
+        Some(v) => v
+            .parse::<bool>()
+            .map_err(|_| ApiError::bad_request(format!("Invalid value for ?passing: {v:?}")))?,
+    };
+    let query = ServiceQuery {
+        service,
+        tags: req.params.all("tag"),
+        passing_only,
+        connect,
+    };
+    let mut result = st.agent.rpc().health_service_nodes(&opts, query).await?;
+    result
+        .value
+        .retain(|r| meta_matches(&r.node.meta, &meta_filter));
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn health_service(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    health_rows(&st, service, q, headers, false).await
+}
+
+pub async fn health_connect(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    health_rows(&st, service, q, headers, true).await
+}

@@ -1,0 +1,212 @@
+//! `/v1/kv/*` and `/v1/txn`.
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use legate_types::rpc::TxnOp;
+use legate_types::{KvOp, KvVerb, KV_MAX_VALUE_SIZE};
+
+use crate::util::{
+    decode_body, json, json_meta, query_options, with_meta, write_options, ApiError, ApiResult,
+};
+use crate::{AppState, Req};
+
+pub async fn kv_root(
+    State(st): State<AppState>,
+    method: Method,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    dispatch(st, method, String::new(), q, headers, body).await
+}
+
+pub async fn kv(
+    State(st): State<AppState>,
+    method: Method,
+    Path(key): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    dispatch(st, method, key, q, headers, body).await
+}
+
+async fn dispatch(
+    st: AppState,
+    method: Method,
+    key: String,
+    q: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    match method {
+        Method::GET => get(&st, key, &req).await,
+        Method::PUT => put(&st, key, &req, body).await,
+        Method::DELETE => delete(&st, key, &req).await,
+        other => Err(ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!("method {other} not allowed"),
+        }),
+    }
+}
+
+async fn get(st: &AppState, key: String, req: &Req) -> ApiResult {
+    let opts = query_options(&req.headers, &req.params)?;
+    let rpc = st.agent.rpc();
+    if req.params.has("keys") {
+        let separator = req.params.get("separator").unwrap_or("").to_string();
+        let result = rpc.kv_keys(&opts, key, separator).await?;
+        if result.value.is_empty() {
+            return Ok(with_meta(
+                StatusCode::NOT_FOUND.into_response(),
+                &result.meta,
+            ));
+        }
+        return Ok(json_meta(&req.params, &result.meta, &result.value));
+    }
+    if req.params.has("recurse") {
+        let result = rpc.kv_list(&opts, key).await?;
+        if result.value.is_empty() {
+            return Ok(with_meta(
+                StatusCode::NOT_FOUND.into_response(),
+                &result.meta,
+            ));
+        }
+        return Ok(json_meta(&req.params, &result.meta, &result.value));
+    }
+    if key.is_empty() {
+        return Err(ApiError::bad_request("Missing key name"));
+    }
+    let result = rpc.kv_get(&opts, key).await?;
+    match result.value {
+        None => Ok(with_meta(
+            StatusCode::NOT_FOUND.into_response(),
+            &result.meta,
+        )),
+        Some(entry) if req.params.has("raw") => {
+            let mut response: Response = entry.value.into_response();
+            response.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            response.headers_mut().insert(
+                "x-content-type-options",
+                HeaderValue::from_static("nosniff"),
+            );
+            Ok(with_meta(response, &result.meta))
+        }
+        Some(entry) => Ok(json_meta(&req.params, &result.meta, &vec![entry])),
+    }
+}
+
+fn too_large(size: usize) -> ApiError {
+    ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: format!(
+            "Request body({size} bytes) too large, max size: {KV_MAX_VALUE_SIZE} bytes. See https://developer.hashicorp.com/consul/docs/agent/config/config-files#kv_max_value_size."
+        ),
+    }
+}
+
+async fn put(st: &AppState, key: String, req: &Req, body: Bytes) -> ApiResult {
+    if key.is_empty() {
+        return Err(ApiError::bad_request("Missing key name"));
+    }
+    if body.len() > KV_MAX_VALUE_SIZE {
+        return Err(too_large(body.len()));
+    }
+    let flags = req.params.u64("flags")?.unwrap_or(0);
+    let mut op = KvOp {
+        verb: KvVerb::Set,
+        key,
+        value: body.to_vec(),
+        flags,
+        index: 0,
+        session: String::new(),
+    };
+    if let Some(cas) = req.params.u64("cas")? {
+        op.verb = KvVerb::Cas;
+        op.index = cas;
+    }
+    let acquire = req.params.get("acquire");
+    let release = req.params.get("release");
+    match (acquire, release) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "Conflicting flags: ?acquire and ?release",
+            ))
+        }
+        (Some(_), None) if op.verb == KvVerb::Cas => {
+            return Err(ApiError::bad_request(
+                "Conflicting flags: ?cas and ?acquire",
+            ))
+        }
+        (Some(session), None) => {
+            op.verb = KvVerb::Lock;
+            op.session = session.to_string();
+        }
+        (None, Some(session)) => {
+            op.verb = KvVerb::Unlock;
+            op.session = session.to_string();
+        }
+        (None, None) => {}
+    }
+    let opts = write_options(&req.headers, &req.params);
+    let applied = st.agent.rpc().kv_apply(&opts, op).await?;
+    Ok(json(&req.params, &applied))
+}
+
+async fn delete(st: &AppState, key: String, req: &Req) -> ApiResult {
+    let recurse = req.params.has("recurse");
+    if key.is_empty() && !recurse {
+        return Err(ApiError::bad_request("Missing key name"));
+    }
+    let mut op = KvOp {
+        verb: if recurse {
+            KvVerb::DeleteTree
+        } else {
+            KvVerb::Delete
+        },
+        key,
+        value: Vec::new(),
+        flags: 0,
+        index: 0,
+        session: String::new(),
+    };
+    if let Some(cas) = req.params.u64("cas")? {
+        if recurse {
+            return Err(ApiError::bad_request(
+                "Conflicting flags: ?cas and ?recurse",
+            ));
+        }
+        op.verb = KvVerb::DeleteCas;
+        op.index = cas;
+    }
+    let opts = write_options(&req.headers, &req.params);
+    let applied = st.agent.rpc().kv_apply(&opts, op).await?;
+    Ok(json(&req.params, &applied))
+}
+
+pub async fn txn(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let ops: Vec<TxnOp> = decode_body(&body)?;
+    let opts = write_options(&req.headers, &req.params);
+    let response = st.agent.rpc().txn(&opts, ops).await?;
+    let conflict = response.errors.is_some();
+    let mut out = json(&req.params, &response);
+    if conflict {
+        *out.status_mut() = StatusCode::CONFLICT;
+    } else if response.index > 0 {
+        out.headers_mut()
+            .insert("x-consul-index", HeaderValue::from(response.index));
+    }
+    Ok(out)
+}

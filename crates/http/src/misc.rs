@@ -1,0 +1,224 @@
+//! `/v1/session/*`, `/v1/status/*`, `/v1/event/*` and `/v1/coordinate/*`.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use base64::Engine;
+use legate_agent::UserEvent;
+use legate_types::duration::parse_go_duration;
+use legate_types::{Session, SessionCreateRequest, DEFAULT_LOCK_DELAY};
+use serde_json::json;
+
+use crate::util::{
+    decode_body, json, json_meta, query_options, write_options, ApiError, ApiResult,
+};
+use crate::{AppState, Req};
+
+pub async fn session_create(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let create: SessionCreateRequest = decode_body(&body)?;
+    let node = if create.node.is_empty() {
+        st.agent.config().node_name.clone()
+    } else {
+        create.node.clone()
+    };
+    let node_checks = match (create.node_checks, create.checks) {
+        (Some(checks), _) => checks,
+        (None, Some(checks)) => checks,
+        (None, None) => vec!["serfHealth".to_string()],
+    };
+    if !create.ttl.is_empty() {
+        parse_go_duration(&create.ttl)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: TTL: {e}")))?;
+    }
+    let session = Session {
+        id: String::new(),
+        name: create.name,
+        node,
+        lock_delay: create.lock_delay.unwrap_or(DEFAULT_LOCK_DELAY).as_nanos() as u64,
+        behavior: create.behavior.unwrap_or_default(),
+        ttl: create.ttl,
+        node_checks,
+        service_checks: create.service_checks.unwrap_or_default(),
+        raft: Default::default(),
+    };
+    let opts = write_options(&req.headers, &req.params);
+    let id = st.agent.rpc().session_create(&opts, session).await?;
+    Ok(json(&req.params, &json!({ "ID": id })))
+}
+
+pub async fn session_destroy(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = write_options(&req.headers, &req.params);
+    st.agent.rpc().session_destroy(&opts, id).await?;
+    Ok(json(&req.params, &true))
+}
+
+pub async fn session_renew(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = write_options(&req.headers, &req.params);
+    match st.agent.rpc().session_renew(&opts, id.clone()).await? {
+        Some(session) => Ok(json(&req.params, &vec![session])),
+        None => Err(ApiError::not_found(format!("Session id '{id}' not found"))),
+    }
+}
+
+pub async fn session_info(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st.agent.rpc().session_info(&opts, id).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn session_node(
+    State(st): State<AppState>,
+    Path(node): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st.agent.rpc().session_node(&opts, node).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn session_list(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let result = st.agent.rpc().session_list(&opts).await?;
+    Ok(json_meta(&req.params, &result.meta, &result.value))
+}
+
+pub async fn status_leader(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    Ok(json(&req.params, &st.agent.rpc().status_leader().await?))
+}
+
+pub async fn status_peers(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    Ok(json(&req.params, &st.agent.rpc().status_peers().await?))
+}
+
+pub async fn event_fire(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing name"));
+    }
+    for key in ["node", "service", "tag"] {
+        if let Some(pattern) = req.params.get(key) {
+            regex_lite_check(pattern)
+                .map_err(|e| ApiError::bad_request(format!("Invalid {key} filter: {e}")))?;
+        }
+    }
+    if req.params.get("tag").is_some() && req.params.get("service").is_none() {
+        return Err(ApiError::bad_request(
+            "Cannot provide tag filter without service filter.",
+        ));
+    }
+    let event = UserEvent {
+        id: String::new(),
+        name,
+        payload: (!body.is_empty())
+            .then(|| base64::engine::general_purpose::STANDARD.encode(&body)),
+        node_filter: req.params.get("node").unwrap_or("").to_string(),
+        service_filter: req.params.get("service").unwrap_or("").to_string(),
+        tag_filter: req.params.get("tag").unwrap_or("").to_string(),
+        version: 1,
+        ltime: 0,
+    };
+    Ok(json(&req.params, &st.agent.fire_event(event)))
+}
+
+fn regex_lite_check(pattern: &str) -> Result<(), String> {
+    legate_filter::Expr::parse(&format!("x matches {:?}", pattern))
+        .map(|_| ())
+        .map_err(|e| e.0)
+}
+
+pub async fn event_list(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let opts = query_options(&req.headers, &req.params)?;
+    let name = req.params.get("name").unwrap_or("").to_string();
+    let mut changes = st.agent.event_changes();
+    let deadline = tokio::time::Instant::now() + opts.effective_wait();
+    loop {
+        changes.borrow_and_update();
+        let events = st.agent.events(&name);
+        let index = events.last().map(|e| e.ltime).unwrap_or(0).max(1);
+        if opts.min_index == 0 || index > opts.min_index || tokio::time::Instant::now() >= deadline
+        {
+            let meta = legate_types::QueryMeta {
+                index,
+                known_leader: true,
+                last_contact: Duration::ZERO,
+                consistency: legate_types::Consistency::Default,
+            };
+            return Ok(json_meta(&req.params, &meta, &events));
+        }
+        let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+    }
+}
+
+/// Network coordinates are not computed yet (they come with gossip).
+pub async fn coordinate_datacenters(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult {
+    let req = Req::new(q, headers);
+    let dc = st.agent.config().datacenter.clone();
+    Ok(json(
+        &req.params,
+        &json!([{"Datacenter": dc, "AreaID": "wan", "Coordinates": []}]),
+    ))
+}
+
+/// Network coordinates are not computed yet (they come with gossip).
+pub async fn coordinate_nodes(RawQuery(q): RawQuery, headers: HeaderMap) -> ApiResult {
+    let req = Req::new(q, headers);
+    Ok(json(&req.params, &Vec::<serde_json::Value>::new()))
+}

@@ -1,0 +1,349 @@
+//! Shared HTTP plumbing: the one error-to-status mapping, query option
+//! parsing, request body decoding, and JSON responses with Consul's
+//! `X-Consul-*` headers.
+
+use std::collections::HashMap;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use legate_agent::AgentError;
+use legate_types::duration::parse_go_duration;
+use legate_types::keys::canonicalize_keys;
+use legate_types::{Consistency, QueryMeta, QueryOptions, RpcError, WriteOptions};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// An error answered with a status code and a plain-text message.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The status.
+    pub status: StatusCode,
+    /// The message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    /// A 404.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<RpcError> for ApiError {
+    fn from(e: RpcError) -> ApiError {
+        let status = match &e {
+            RpcError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            RpcError::NotFound(_) => StatusCode::NOT_FOUND,
+            RpcError::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            RpcError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RpcError::NoPathToDatacenter(_) | RpcError::NoLeader | RpcError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        ApiError {
+            status,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<AgentError> for ApiError {
+    fn from(e: AgentError) -> ApiError {
+        let status = match &e {
+            AgentError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AgentError::NotFound(_) => StatusCode::NOT_FOUND,
+            AgentError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, self.message).into_response();
+        response.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult = Result<Response, ApiError>;
+
+/// Raw query parameters; repeated keys keep every value.
+#[derive(Debug, Default, Clone)]
+pub struct Params {
+    values: HashMap<String, Vec<String>>,
+}
+
+impl Params {
+    /// Parses a query string.
+    pub fn parse(query: Option<&str>) -> Params {
+        let mut values: HashMap<String, Vec<String>> = HashMap::new();
+        if let Some(query) = query {
+            for (k, v) in form_urlencoded_pairs(query) {
+                values.entry(k).or_default().push(v);
+            }
+        }
+        Params { values }
+    }
+
+    /// The first value of a key.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values
+            .get(key)
+            .and_then(|v| v.first())
+            .map(String::as_str)
+    }
+
+    /// Every value of a key.
+    pub fn all(&self, key: &str) -> Vec<String> {
+        self.values.get(key).cloned().unwrap_or_default()
+    }
+
+    /// True when the key is present (with or without a value).
+    pub fn has(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
+    /// A boolean flag: present with no value or `true`.
+    pub fn flag(&self, key: &str) -> bool {
+        match self.get(key) {
+            None => false,
+            Some(v) => v.is_empty() || v.eq_ignore_ascii_case("true") || v == "1",
+        }
+    }
+
+    /// An unsigned integer parameter, 400 when malformed.
+    pub fn u64(&self, key: &str) -> Result<Option<u64>, ApiError> {
+        match self.get(key) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "Invalid {key} parameter {v:?}: must be a whole number"
+                ))
+            }),
+        }
+    }
+}
+
+fn decode_component(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) if hex.len() == 2 => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    _ => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => (decode_component(k), decode_component(v)),
+            None => (decode_component(pair), String::new()),
+        })
+        .collect()
+}
+
+/// The request's token: `X-Consul-Token`, then `Authorization: Bearer`, then `?token=`.
+pub fn token(headers: &HeaderMap, params: &Params) -> String {
+    if let Some(t) = headers.get("x-consul-token").and_then(|v| v.to_str().ok()) {
+        return t.to_string();
+    }
+    if let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        if let Some(t) = auth
+            .strip_prefix("Bearer ")
+            .or_else(|| auth.strip_prefix("bearer "))
+        {
+            return t.trim().to_string();
+        }
+    }
+    params.get("token").unwrap_or("").to_string()
+}
+
+/// Parses the read options every list/read endpoint accepts.
+pub fn query_options(headers: &HeaderMap, params: &Params) -> Result<QueryOptions, ApiError> {
+    let stale = params.has("stale");
+    let consistent = params.has("consistent");
+    if stale && consistent {
+        return Err(ApiError::bad_request(
+            "Cannot specify ?stale with ?consistent, conflicting semantics.",
+        ));
+    }
+    if params.has("cached") && consistent {
+        return Err(ApiError::bad_request(
+            "Cannot specify ?cached with ?consistent, conflicting semantics.",
+        ));
+    }
+    let max_wait = match params.get("wait") {
+        None | Some("") => None,
+        Some(w) => Some(
+            parse_go_duration(w)
+                .map_err(|_| ApiError::bad_request(format!("Invalid wait time {w:?}")))?,
+        ),
+    };
+    let min_index = params
+        .u64("index")
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "Invalid index {:?}",
+                params.get("index").unwrap_or("")
+            ))
+        })?
+        .unwrap_or(0);
+    Ok(QueryOptions {
+        datacenter: params.get("dc").unwrap_or("").to_string(),
+        consistency: if stale {
+            Consistency::Stale
+        } else if consistent {
+            Consistency::Consistent
+        } else {
+            Consistency::Default
+        },
+        min_index,
+        max_wait,
+        token: token(headers, params),
+        filter: params.get("filter").unwrap_or("").to_string(),
+    })
+}
+
+/// Parses the options every write endpoint accepts.
+pub fn write_options(headers: &HeaderMap, params: &Params) -> WriteOptions {
+    WriteOptions {
+        datacenter: params.get("dc").unwrap_or("").to_string(),
+        token: token(headers, params),
+    }
+}
+
+/// Decodes a JSON body into `T`, accepting PascalCase and snake_case keys.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?
+    };
+    serde_json::from_value(canonicalize_keys(value))
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))
+}
+
+/// Serializes a value as the response body (`?pretty` indents it).
+pub fn json<T: Serialize>(params: &Params, value: &T) -> Response {
+    let body = if params.has("pretty") {
+        serde_json::to_vec_pretty(value)
+    } else {
+        serde_json::to_vec(value)
+    };
+    match body {
+        Ok(mut bytes) => {
+            if params.has("pretty") {
+                bytes.push(b'\n');
+            }
+            let mut response = bytes.into_response();
+            response
+                .headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(e) => ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("encoding the response failed: {e}"),
+        }
+        .into_response(),
+    }
+}
+
+/// Adds the blocking-query headers to a response.
+pub fn with_meta(mut response: Response, meta: &QueryMeta) -> Response {
+    let headers = response.headers_mut();
+    headers.insert("x-consul-index", HeaderValue::from(meta.index.max(1)));
+    headers.insert(
+        "x-consul-knownleader",
+        HeaderValue::from_static(if meta.known_leader { "true" } else { "false" }),
+    );
+    headers.insert(
+        "x-consul-lastcontact",
+        HeaderValue::from(meta.last_contact.as_millis() as u64),
+    );
+    headers.insert(
+        "x-consul-effective-consistency",
+        HeaderValue::from_static(meta.consistency.header_value()),
+    );
+    response
+}
+
+/// JSON body plus blocking-query headers.
+pub fn json_meta<T: Serialize>(params: &Params, meta: &QueryMeta, value: &T) -> Response {
+    with_meta(json(params, value), meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_decode() {
+        let p = Params::parse(Some(
+            "filter=Service%20%3D%3D%20web&tag=a&tag=b&stale&wait=5s&x=a+b",
+        ));
+        assert_eq!(p.get("filter"), Some("Service == web"));
+        assert_eq!(p.all("tag"), vec!["a", "b"]);
+        assert!(p.has("stale"));
+        assert!(p.flag("stale"));
+        assert_eq!(p.get("x"), Some("a b"));
+        let p = Params::parse(Some("k=%zz&j=100%"));
+        assert_eq!(p.get("k"), Some("%zz"));
+        assert_eq!(p.get("j"), Some("100%"));
+    }
+
+    #[test]
+    fn conflicting_consistency_is_refused() {
+        let p = Params::parse(Some("stale&consistent"));
+        assert!(query_options(&HeaderMap::new(), &p).is_err());
+        let p = Params::parse(Some("wait=forever"));
+        assert!(query_options(&HeaderMap::new(), &p).is_err());
+        let p = Params::parse(Some("index=abc"));
+        assert!(query_options(&HeaderMap::new(), &p).is_err());
+    }
+}
