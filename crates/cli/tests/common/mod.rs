@@ -1,0 +1,276 @@
+//! Test harness: starts the real `legate` binary on free loopback ports
+//! and talks to it over HTTP.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_legate"))
+}
+
+/// A running agent process; killed when dropped.
+pub struct TestAgent {
+    pub child: Child,
+    pub http_port: u16,
+    pub log: PathBuf,
+    _log_dir: tempfile::TempDir,
+}
+
+impl TestAgent {
+    /// `legate agent -dev` with extra flags.
+    pub fn dev(extra: &[&str]) -> TestAgent {
+        let mut args = vec!["-dev"];
+        args.extend_from_slice(extra);
+        TestAgent::start(&args)
+    }
+
+    /// `legate agent` with the given flags plus a free HTTP port; waits for
+    /// a leader.
+    pub fn start(flags: &[&str]) -> TestAgent {
+        let http_port = free_port();
+        let log_dir = tempfile::tempdir().unwrap();
+        let log = log_dir.path().join("agent.log");
+        let log_file = std::fs::File::create(&log).unwrap();
+        let mut command = Command::new(binary());
+        command
+            .arg("agent")
+            .args(flags)
+            .arg(format!("-http-port={http_port}"))
+            .args(["-dns-port=-1", "-grpc-port=-1"])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file);
+        let child = command.spawn().expect("spawn legate");
+        let agent = TestAgent {
+            child,
+            http_port,
+            log,
+            _log_dir: log_dir,
+        };
+        agent.wait_ready();
+        agent
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some((200, _, out)) =
+                try_http_request(self.http_port, "GET", "/v1/status/leader", None)
+            {
+                if out.trim().len() > 2 {
+                    // The leader is known; wait for this node's own catalog entry too.
+                    if let Ok(v) = self.get("/v1/catalog/nodes") {
+                        if v.as_array().is_some_and(|a| !a.is_empty()) {
+                            return;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("agent did not become ready; log:\n{}", self.log_text());
+    }
+
+    /// The agent's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// `127.0.0.1:<port>` for `-http-addr`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.http_port)
+    }
+
+    /// GET and decode JSON; panics on non-2xx.
+    pub fn get(&self, path: &str) -> Result<Value, String> {
+        let (status, _, body) = self.request("GET", path, None);
+        if !(200..300).contains(&status) {
+            return Err(format!("GET {path}: {status} {body}"));
+        }
+        serde_json::from_str(&body).map_err(|e| format!("GET {path}: {e}: {body}"))
+    }
+
+    /// GET the raw body.
+    pub fn get_text(&self, path: &str) -> Result<String, String> {
+        let (status, _, body) = self.request("GET", path, None);
+        if !(200..300).contains(&status) {
+            return Err(format!("GET {path}: {status} {body}"));
+        }
+        Ok(body)
+    }
+
+    /// Sends a request; returns status, headers and body.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Vec<(String, String)>, String) {
+        http_request(
+            self.http_port,
+            method,
+            path,
+            body.map(|b| b.as_bytes().to_vec()),
+        )
+    }
+
+    /// PUT a JSON or raw body; returns status and body.
+    pub fn put(&self, path: &str, body: &str) -> (u16, String) {
+        let (status, _, body) = self.request("PUT", path, Some(body));
+        (status, body)
+    }
+
+    /// Runs the CLI against this agent.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(binary())
+            .args(args)
+            .env("CONSUL_HTTP_ADDR", self.addr())
+            .env_remove("LEGATE_HTTP_ADDR")
+            .output()
+            .unwrap()
+    }
+
+    /// Sends SIGKILL and waits.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal blocking HTTP/1.1 client (no client library in the way of
+/// what the server really sends).
+pub fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> (u16, Vec<(String, String)>, String) {
+    try_http_request(port, method, path, body).expect("connect to the agent")
+}
+
+/// Like [`http_request`], `None` when nothing listens.
+pub fn try_http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Option<(u16, Vec<(String, String)>, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(700)))
+        .unwrap();
+    let body = body.unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    Some(parse_response(&raw))
+}
+
+fn parse_response(raw: &[u8]) -> (u16, Vec<(String, String)>, String) {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut body = raw[split + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    (status, headers, String::from_utf8_lossy(&body).to_string())
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(end) = data.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[end + 2..end + 2 + size]);
+        data = &data[end + 2 + size + 2..];
+    }
+    out
+}
+
+/// One header's value.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("condition not met within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Writes a file under `dir`.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
