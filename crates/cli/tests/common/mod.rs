@@ -43,6 +43,12 @@ impl TestAgent {
     /// `legate agent` with the given flags plus a free HTTP port; waits for
     /// a leader.
     pub fn start(flags: &[&str]) -> TestAgent {
+        TestAgent::start_with(flags, true)
+    }
+
+    /// Like [`TestAgent::start`]; `disable_other_ports` turns off DNS and
+    /// gRPC so parallel agents never collide on their default ports.
+    pub fn start_with(flags: &[&str], disable_other_ports: bool) -> TestAgent {
         let http_port = free_port();
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("agent.log");
@@ -52,7 +58,11 @@ impl TestAgent {
             .arg("agent")
             .args(flags)
             .arg(format!("-http-port={http_port}"))
-            .args(["-dns-port=-1", "-grpc-port=-1"])
+            .args(if disable_other_ports {
+                vec!["-dns-port=-1", "-grpc-port=-1"]
+            } else {
+                vec![]
+            })
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file);

@@ -1,0 +1,212 @@
+//! Starting the agent from config files and flags, and refusing bad ones.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{eventually, write, TestAgent};
+
+const SEED_DEMO: &str = r#"services {
+  name = "web"
+  port = 8080
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams {
+          destination_name = "db"
+          local_bind_port = 9191
+        }
+      }
+    }
+  }
+}
+services {
+  name = "db"
+  port = 9090
+  connect { sidecar_service {} }
+}
+"#;
+
+#[test]
+fn seed_demo_config_registers_services_and_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = write(dir.path(), "demo.hcl", SEED_DEMO);
+    // The demo's `-hcl 'ports { grpc = 8502 }'`, on a free port so tests can run side by side.
+    let grpc = common::free_port();
+    let hcl = format!("ports {{ grpc = {grpc} }}");
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-hcl",
+            &hcl,
+            "-config-file",
+            &demo.display().to_string(),
+        ],
+        false,
+    );
+    let services = agent.get("/v1/agent/services").unwrap();
+    for id in ["web", "db", "web-sidecar-proxy", "db-sidecar-proxy"] {
+        assert!(services.get(id).is_some(), "{id} missing from {services}");
+    }
+    let upstream = &services["web-sidecar-proxy"]["Proxy"]["Upstreams"][0];
+    assert_eq!(upstream["DestinationName"], "db");
+    assert_eq!(upstream["LocalBindPort"], 9191);
+    assert_eq!(
+        services["db-sidecar-proxy"]["Proxy"]["LocalServicePort"],
+        9090
+    );
+    eventually(Duration::from_secs(5), || {
+        (agent.get("/v1/catalog/connect/db").ok()?.as_array()?.len() == 1).then_some(())
+    });
+    assert_eq!(
+        agent.get("/v1/agent/self").unwrap()["DebugConfig"]["GRPCPort"],
+        grpc
+    );
+}
+
+#[test]
+fn config_dir_json_and_flags_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.json",
+        r#"{"datacenter": "east", "node_meta": {"rack": "r1"}, "service": {"name": "a", "port": 1}}"#,
+    );
+    write(
+        dir.path(),
+        "b.hcl",
+        "service {\n  name = \"b\"\n  port = 2\n}\nnode_meta { zone = \"z\" }\n",
+    );
+    write(dir.path(), "ignored.txt", "not config");
+    let agent = TestAgent::dev(&[
+        "-config-dir",
+        &dir.path().display().to_string(),
+        "-node-meta",
+        "extra:yes",
+    ]);
+    let me = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(me["Config"]["Datacenter"], "east");
+    assert_eq!(me["Meta"]["rack"], "r1");
+    assert_eq!(me["Meta"]["zone"], "z");
+    assert_eq!(me["Meta"]["extra"], "yes");
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert!(services.get("a").is_some() && services.get("b").is_some());
+    let node = eventually(Duration::from_secs(5), || {
+        let nodes = agent.get("/v1/catalog/nodes").ok()?;
+        let node = nodes.as_array()?.first()?.clone();
+        (node["Meta"]["extra"] == "yes").then_some(node)
+    });
+    assert_eq!(node["Datacenter"], "east");
+}
+
+/// Runs `legate agent` that must refuse to start; kills it (and fails) if
+/// it is still running after 10 seconds.
+fn run_agent_expecting_failure(args: &[&str]) -> String {
+    let mut child = Command::new(common::binary())
+        .arg("agent")
+        .args(args)
+        .arg(format!("-http-port={}", common::free_port()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("agent {args:?} started although its configuration is invalid");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn bad_config_is_refused_with_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let unknown = write(
+        dir.path(),
+        "unknown.hcl",
+        "datacenter = \"dc1\"\nno_such_option = true\n",
+    );
+    let err =
+        run_agent_expecting_failure(&["-dev", "-config-file", &unknown.display().to_string()]);
+    assert!(
+        err.contains("unknown.hcl") && err.contains("no_such_option"),
+        "{err}"
+    );
+
+    let broken = write(
+        dir.path(),
+        "broken.hcl",
+        "services {\n  name = \"web\"\n  port = 80\n",
+    );
+    let err = run_agent_expecting_failure(&["-dev", "-config-file", &broken.display().to_string()]);
+    assert!(err.contains("broken.hcl") && err.contains("line"), "{err}");
+
+    let bad_type = write(dir.path(), "type.json", r#"{"ports": {"dns": "eighty"}}"#);
+    let err =
+        run_agent_expecting_failure(&["-dev", "-config-file", &bad_type.display().to_string()]);
+    assert!(err.contains("ports.dns"), "{err}");
+
+    let bad_check = write(
+        dir.path(),
+        "check.hcl",
+        "check {\n  name = \"c\"\n  http = \"http://x\"\n  interval = \"ten\"\n}\n",
+    );
+    let err =
+        run_agent_expecting_failure(&["-dev", "-config-file", &bad_check.display().to_string()]);
+    assert!(
+        err.contains("checks[0]") && err.contains("duration"),
+        "{err}"
+    );
+
+    let err = run_agent_expecting_failure(&["-dev", "-config-file", "/no/such/file.hcl"]);
+    assert!(err.contains("/no/such/file.hcl"), "{err}");
+
+    let err = run_agent_expecting_failure(&["-server"]);
+    assert!(err.contains("data_dir"), "{err}");
+
+    let out = Command::new(common::binary())
+        .args(["agent", "-no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-flag"));
+}
+
+#[test]
+fn unimplemented_keys_warn_once_and_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "extra.hcl",
+        "telemetry { prometheus_retention_time = \"24h\" }\nencrypt = \"k\"\n",
+    );
+    let agent = TestAgent::dev(&["-config-file", &file.display().to_string()]);
+    let log = agent.log_text();
+    assert_eq!(log.matches("\"telemetry\"").count(), 1, "{log}");
+    assert!(log.contains("\"encrypt\""), "{log}");
+}
+
+#[test]
+fn pid_file_is_written_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("legate.pid");
+    let mut agent = TestAgent::dev(&["-pid-file", &pid.display().to_string()]);
+    let text = std::fs::read_to_string(&pid).unwrap();
+    assert_eq!(text.trim(), agent.child.id().to_string());
+    let out = agent.cli(&["leave"]);
+    assert!(out.status.success());
+    let status = agent.child.wait().unwrap();
+    assert!(status.success());
+    assert!(!pid.exists());
+}

@@ -1,0 +1,128 @@
+//! State survives `kill -9` and a restart with the same data dir: the
+//! Raft log and snapshots (catalog, KV) and the agent's local state.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, TestAgent};
+use serde_json::json;
+
+fn server_flags(dir: &str) -> Vec<String> {
+    vec![
+        "-server".into(),
+        "-bootstrap-expect=1".into(),
+        format!("-data-dir={dir}"),
+        "-node=persist".into(),
+        "-bind=127.0.0.1".into(),
+    ]
+}
+
+#[test]
+fn kv_and_sidecar_registration_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_text = dir.path().display().to_string();
+    let flags = server_flags(&dir_text);
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let node_id;
+    {
+        let mut agent = TestAgent::start(&flag_refs);
+        assert_eq!(agent.put("/v1/kv/app/config", "v1").1, "true");
+        let body = r#"{"Name":"web","Port":8080,"Check":{"TTL":"5m","Status":"passing"},
+            "Connect":{"SidecarService":{"Proxy":{"Upstreams":[{"DestinationName":"db","LocalBindPort":9191}]}}}}"#;
+        assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
+        // Enough writes to make Raft take a snapshot and keep a log tail after it.
+        for i in 0..50 {
+            agent.put(&format!("/v1/kv/bulk/{i}"), "x");
+        }
+        eventually(Duration::from_secs(5), || {
+            (agent
+                .get("/v1/catalog/service/web-sidecar-proxy")
+                .ok()?
+                .as_array()?
+                .len()
+                == 1)
+                .then_some(())
+        });
+        node_id = agent.get("/v1/agent/self").unwrap()["Config"]["NodeID"].clone();
+        agent.kill9();
+    }
+    let agent = TestAgent::start(&flag_refs);
+    assert_eq!(
+        agent.get("/v1/agent/self").unwrap()["Config"]["NodeID"],
+        node_id
+    );
+    assert_eq!(agent.get_text("/v1/kv/app/config?raw").unwrap(), "v1");
+    assert_eq!(
+        agent
+            .get("/v1/kv/bulk/?keys")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        50
+    );
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert_eq!(services["web"]["Port"], 8080);
+    assert_eq!(services["web-sidecar-proxy"]["Port"], 21000);
+    assert_eq!(
+        services["web-sidecar-proxy"]["Proxy"]["Upstreams"][0]["DestinationName"],
+        json!("db")
+    );
+    // The TTL check kept its status across the restart.
+    assert_eq!(
+        agent.get("/v1/agent/checks").unwrap()["service:web"]["Status"],
+        "passing"
+    );
+    // The catalog never lost them either.
+    let rows = agent.get("/v1/catalog/service/web").unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert!(dir.path().join("raft/raft.db").exists());
+}
+
+#[test]
+fn graceful_shutdown_exits_zero_on_sigterm_and_leave() {
+    let mut agent = TestAgent::dev(&[]);
+    // SIGTERM
+    let pid = agent.child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = wait_exit(&mut agent.child, Duration::from_secs(10));
+    assert_eq!(exit, Some(0), "log:\n{}", agent.log_text());
+
+    // /v1/agent/leave through the CLI, with a blocking query in flight.
+    let mut agent = TestAgent::dev(&[]);
+    agent.put("/v1/kv/k", "v");
+    let port = agent.http_port;
+    let blocked = std::thread::spawn(move || {
+        common::try_http_request(port, "GET", "/v1/kv/k?index=1000000&wait=5m", None)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let out = agent.cli(&["leave"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Graceful leave complete"
+    );
+    let exit = wait_exit(&mut agent.child, Duration::from_secs(10));
+    assert_eq!(exit, Some(0), "log:\n{}", agent.log_text());
+    let _ = blocked.join();
+}
+
+fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
