@@ -1,0 +1,213 @@
+//! Checks the agent runs: HTTP, TCP, script, alias, status gating, and
+//! DeregisterCriticalServiceAfter, against real sockets on loopback.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, TestAgent};
+
+/// A tiny HTTP server answering every request with the current status code.
+fn http_server(status: Arc<AtomicU16>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let code = status.load(Ordering::SeqCst);
+            let body = format!("status {code}");
+            let response = format!(
+                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    port
+}
+
+fn check_status(agent: &TestAgent, id: &str) -> Option<String> {
+    agent.get("/v1/agent/checks").ok()?[id]["Status"]
+        .as_str()
+        .map(String::from)
+}
+
+#[test]
+fn http_checks_follow_the_endpoint() {
+    let agent = TestAgent::dev(&[]);
+    let status = Arc::new(AtomicU16::new(200));
+    let port = http_server(status.clone());
+    let body = format!(
+        r#"{{"Name":"web","Port":{port},"Check":{{"HTTP":"http://127.0.0.1:{port}/health","Interval":"1s","Header":{{"X-Probe":["yes"]}}}}}}"#
+    );
+    assert_eq!(agent.put("/v1/agent/service/register", &body).0, 200);
+    eventually(Duration::from_secs(10), || {
+        (check_status(&agent, "service:web")? == "passing").then_some(())
+    });
+    let output = agent.get("/v1/agent/checks").unwrap()["service:web"]["Output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        output.contains("200") && output.contains("status 200"),
+        "{output}"
+    );
+    status.store(429, Ordering::SeqCst);
+    eventually(Duration::from_secs(10), || {
+        (check_status(&agent, "service:web")? == "warning").then_some(())
+    });
+    status.store(500, Ordering::SeqCst);
+    eventually(Duration::from_secs(10), || {
+        (check_status(&agent, "service:web")? == "critical").then_some(())
+    });
+    // The catalog follows through anti-entropy.
+    eventually(Duration::from_secs(10), || {
+        let checks = agent.get("/v1/health/checks/web").ok()?;
+        (checks[0]["Status"] == "critical").then_some(())
+    });
+}
+
+#[test]
+fn tcp_checks_and_failures_before_critical() {
+    let agent = TestAgent::dev(&[]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = format!(
+        r#"{{"Name":"db","Port":{port},"Check":{{"TCP":"127.0.0.1:{port}","Interval":"1s","FailuresBeforeCritical":2}}}}"#
+    );
+    assert_eq!(agent.put("/v1/agent/service/register", &body).0, 200);
+    eventually(Duration::from_secs(10), || {
+        (check_status(&agent, "service:db")? == "passing").then_some(())
+    });
+    drop(listener);
+    // One failure is not enough; after the second it turns critical.
+    std::thread::sleep(Duration::from_millis(1300));
+    eventually(Duration::from_secs(10), || {
+        (check_status(&agent, "service:db")? == "critical").then_some(())
+    });
+}
+
+#[test]
+fn script_checks_need_enabling() {
+    let agent = TestAgent::dev(&[]);
+    let (status, body) = agent.put(
+        "/v1/agent/check/register",
+        r#"{"Name":"s","Args":["true"],"Interval":"1s"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    let agent = TestAgent::dev(&["-enable-script-checks"]);
+    assert_eq!(
+        agent
+            .put(
+                "/v1/agent/check/register",
+                r#"{"Name":"ok","Args":["sh","-c","echo fine"],"Interval":"1s"}"#
+            )
+            .0,
+        200
+    );
+    assert_eq!(
+        agent
+            .put(
+                "/v1/agent/check/register",
+                r#"{"Name":"warn","Args":["sh","-c","exit 1"],"Interval":"1s"}"#
+            )
+            .0,
+        200
+    );
+    assert_eq!(
+        agent
+            .put(
+                "/v1/agent/check/register",
+                r#"{"Name":"bad","Args":["sh","-c","exit 2"],"Interval":"1s"}"#
+            )
+            .0,
+        200
+    );
+    eventually(Duration::from_secs(10), || {
+        let checks = agent.get("/v1/agent/checks").ok()?;
+        (checks["ok"]["Status"] == "passing"
+            && checks["warn"]["Status"] == "warning"
+            && checks["bad"]["Status"] == "critical")
+            .then_some(())
+    });
+    assert_eq!(
+        agent.get("/v1/agent/checks").unwrap()["ok"]["Output"],
+        "fine\n"
+    );
+}
+
+#[test]
+fn sidecar_alias_check_mirrors_its_parent() {
+    let agent = TestAgent::dev(&[]);
+    let body = r#"{"Name":"api","Port":1,"Check":{"TTL":"60s"},"Connect":{"SidecarService":{}}}"#;
+    assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
+    eventually(Duration::from_secs(5), || {
+        (check_status(&agent, "service:api-sidecar-proxy:2")? == "critical").then_some(())
+    });
+    agent.put("/v1/agent/check/pass/service:api", "");
+    eventually(Duration::from_secs(5), || {
+        (check_status(&agent, "service:api-sidecar-proxy:2")? == "passing").then_some(())
+    });
+    agent.put("/v1/agent/check/warn/service:api", "");
+    eventually(Duration::from_secs(5), || {
+        (check_status(&agent, "service:api-sidecar-proxy:2")? == "warning").then_some(())
+    });
+}
+
+#[test]
+fn critical_services_are_deregistered_after_the_deadline() {
+    let agent = TestAgent::dev(&[]);
+    let body =
+        r#"{"Name":"doomed","Port":1,"Check":{"TTL":"30s","DeregisterCriticalServiceAfter":"1s"}}"#;
+    assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
+    eventually(Duration::from_secs(10), || {
+        let services = agent.get("/v1/agent/services").ok()?;
+        services.get("doomed").is_none().then_some(())
+    });
+    eventually(Duration::from_secs(10), || {
+        (agent.get("/v1/catalog/service/doomed").ok()? == serde_json::json!([])).then_some(())
+    });
+}
+
+#[test]
+fn ttl_check_critical_invalidates_sessions_using_it() {
+    let agent = TestAgent::dev(&[]);
+    assert_eq!(
+        agent
+            .put(
+                "/v1/agent/check/register",
+                r#"{"Name":"guard","TTL":"30s","Status":"passing"}"#
+            )
+            .0,
+        200
+    );
+    let id = eventually(Duration::from_secs(5), || {
+        let (status, body) = agent.put(
+            "/v1/session/create",
+            r#"{"NodeChecks":["serfHealth","guard"]}"#,
+        );
+        (status == 200).then(|| {
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()["ID"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+    });
+    assert_eq!(
+        agent.put(&format!("/v1/kv/guarded?acquire={id}"), "x").1,
+        "true"
+    );
+    agent.put("/v1/agent/check/fail/guard", "");
+    eventually(Duration::from_secs(5), || {
+        (agent.get(&format!("/v1/session/info/{id}")).ok()? == serde_json::json!([])).then_some(())
+    });
+    assert!(agent.get("/v1/kv/guarded").unwrap()[0]
+        .get("Session")
+        .is_none());
+}
