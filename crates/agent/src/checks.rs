@@ -269,27 +269,21 @@ fn grpc_health_request(service: &str) -> Vec<u8> {
 /// Reads the serving status out of a `HealthCheckResponse` frame.
 fn grpc_health_status(body: &[u8]) -> Option<u64> {
     let message = body.get(5..)?;
-    let mut i = 0;
-    while i < message.len() {
-        let tag = message[i];
-        i += 1;
-        if tag == 0x08 {
+    match message.split_first() {
+        // An empty message is the default status, UNKNOWN (0).
+        None => Some(0),
+        Some((0x08, varint)) => {
             let mut value = 0u64;
-            let mut shift = 0;
-            loop {
-                let byte = *message.get(i)?;
-                i += 1;
-                value |= ((byte & 0x7f) as u64) << shift;
+            for (i, byte) in varint.iter().take(10).enumerate() {
+                value |= ((byte & 0x7f) as u64) << (7 * i);
                 if byte & 0x80 == 0 {
                     return Some(value);
                 }
-                shift += 7;
             }
-        } else {
-            return None;
+            None
         }
+        Some(_) => None,
     }
-    Some(0)
 }
 
 async fn probe_grpc(

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs an agent (`-dev` runs one in-memory server).
-    Agent(agent_cmd::AgentArgs),
+    Agent(Box<agent_cmd::AgentArgs>),
     /// Prints the version.
     Version,
     /// Lists the members of the cluster.
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Agent(args) => agent_cmd::run(args).await,
+            Command::Agent(args) => agent_cmd::run(*args).await,
             Command::Version => {
                 commands::misc::version();
                 0

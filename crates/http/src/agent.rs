@@ -215,10 +215,8 @@ pub async fn service_deregister(State(st): State<AppState>, Path(id): Path<Strin
 
 fn enable_param(params: &Params) -> Result<bool, ApiError> {
     match params.get("enable") {
-        None => Err(ApiError::bad_request("Missing value for enable")),
-        Some(v) => v
-            .parse::<bool>()
-            .map_err(|_| ApiError::bad_request(format!("Invalid value for enable: {v:?}"))),
+        None | Some("") => Err(ApiError::bad_request("Missing value for enable")),
+        Some(_) => Ok(params.bool("enable")?.unwrap_or(false)),
     }
 }
 

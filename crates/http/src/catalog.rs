@@ -280,13 +280,7 @@ async fn health_rows(
     let req = Req::new(q, headers);
     let opts = query_options(&req.headers, &req.params)?;
     let meta_filter = node_meta_filter(&req.params)?;
-    let passing_only = match req.params.get("passing") {
-        None => false,
-        Some("") => true,
-        Some(v) => v
-            .parse::<bool>()
-            .map_err(|_| ApiError::bad_request(format!("Invalid value for ?passing: {v:?}")))?,
-    };
+    let passing_only = req.params.bool("passing")?.unwrap_or(false);
     let query = ServiceQuery {
         service,
         tags: req.params.all("tag"),

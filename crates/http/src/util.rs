@@ -122,11 +122,23 @@ impl Params {
         self.values.contains_key(key)
     }
 
-    /// A boolean flag: present with no value or `true`.
+    /// A boolean flag: present with no value, or a true value.
     pub fn flag(&self, key: &str) -> bool {
         match self.get(key) {
             None => false,
-            Some(v) => v.is_empty() || v.eq_ignore_ascii_case("true") || v == "1",
+            Some(v) => v.is_empty() || parse_go_bool(v) == Some(true),
+        }
+    }
+
+    /// A boolean parameter that must parse when present (`?passing`,
+    /// `?enable`): absent is `None`, empty is `true`, else Go's `ParseBool`.
+    pub fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some("") => Ok(Some(true)),
+            Some(v) => parse_go_bool(v)
+                .map(Some)
+                .ok_or_else(|| ApiError::bad_request(format!("Invalid value for ?{key}: {v:?}"))),
         }
     }
 
@@ -140,6 +152,15 @@ impl Params {
                 ))
             }),
         }
+    }
+}
+
+/// Go's `strconv.ParseBool`: 1, t, T, TRUE, true, True and their false twins.
+pub fn parse_go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
     }
 }
 

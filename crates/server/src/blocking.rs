@@ -38,12 +38,12 @@ impl Server {
                 .ensure_linearizable()
                 .await
                 .map_err(|_| RpcError::NoLeader)?,
-            Consistency::Default if !self.raft.is_leader() => {
-                // Until forwarding exists, a follower answers default reads
-                // only when it knows a leader (single-server: never reached).
-                if self.raft.leader_address().is_none() {
-                    return Err(RpcError::NoLeader);
-                }
+            // Until forwarding exists, a follower answers default reads only
+            // when it knows a leader (single-server: never reached).
+            Consistency::Default
+                if !self.raft.is_leader() && self.raft.leader_address().is_none() =>
+            {
+                return Err(RpcError::NoLeader);
             }
             _ => {}
         }

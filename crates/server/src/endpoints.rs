@@ -125,7 +125,7 @@ impl ServerRpc for Server {
                 Access::Write,
             )?;
         }
-        self.write(Command::Register(req))
+        self.write(Command::Register(Box::new(req)))
             .await
             .map(Self::write_index)
     }
@@ -589,14 +589,10 @@ fn read_only_txn(tables: &legate_state::Tables, ops: &[TxnOp]) -> TxnResponse {
                     ),
                 }),
             },
-            KvVerb::CheckNotExists => {
-                if entry.is_some() {
-                    errors.push(TxnError {
-                        op_index: position,
-                        what: format!("key {:?} exists", op.kv.key),
-                    });
-                }
-            }
+            KvVerb::CheckNotExists if entry.is_some() => errors.push(TxnError {
+                op_index: position,
+                what: format!("key {:?} exists", op.kv.key),
+            }),
             _ => {}
         }
     }

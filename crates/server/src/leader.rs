@@ -116,7 +116,7 @@ async fn reconcile_self(server: &Server) -> Result<(), legate_types::RpcError> {
         }),
         ..Default::default()
     };
-    server.write(Command::Register(request)).await?;
+    server.write(Command::Register(Box::new(request))).await?;
     let service = RegisterRequest {
         node: config.node_name.clone(),
         address: config.advertise_address.clone(),
@@ -129,5 +129,8 @@ async fn reconcile_self(server: &Server) -> Result<(), legate_types::RpcError> {
         }),
         ..Default::default()
     };
-    server.write(Command::Register(service)).await.map(|_| ())
+    server
+        .write(Command::Register(Box::new(service)))
+        .await
+        .map(|_| ())
 }

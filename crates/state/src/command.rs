@@ -14,7 +14,7 @@ use crate::{Changes, Tables};
 pub enum Command {
     /// Register a node, service and checks.
     #[serde(rename = "0")]
-    Register(RegisterRequest),
+    Register(Box<RegisterRequest>),
     /// Remove a node, service or check.
     #[serde(rename = "1")]
     Deregister(DeregisterRequest),

@@ -193,14 +193,12 @@ impl Tables {
             modify_index: index,
         };
         match lock {
-            Some(LockChange::Acquire) => {
-                if entry.session != op.session {
-                    entry.lock_index += 1;
-                    entry.session = op.session.clone();
-                }
+            Some(LockChange::Acquire) if entry.session != op.session => {
+                entry.lock_index += 1;
+                entry.session = op.session.clone();
             }
             Some(LockChange::Release) => entry.session.clear(),
-            None => {}
+            _ => {}
         }
         self.kv.insert(op.key.clone(), entry.clone());
         self.kv_tombstones.remove(&op.key);

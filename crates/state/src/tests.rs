@@ -7,7 +7,7 @@ use serde_json::json;
 use super::*;
 
 fn register(node: &str, service: Option<(&str, &str)>, checks: Vec<HealthCheck>) -> Command {
-    Command::Register(RegisterRequest {
+    Command::Register(Box::new(RegisterRequest {
         node: node.to_string(),
         address: "127.0.0.1".to_string(),
         service: service.map(|(id, name)| NodeService {
@@ -18,7 +18,7 @@ fn register(node: &str, service: Option<(&str, &str)>, checks: Vec<HealthCheck>)
         }),
         checks,
         ..Default::default()
-    })
+    }))
 }
 
 fn check(id: &str, service_id: &str, status: HealthStatus) -> HealthCheck {

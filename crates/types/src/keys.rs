@@ -7,35 +7,137 @@
 
 use serde_json::{Map, Value};
 
-/// Field names whose canonical spelling is not plain PascalCase of their
-/// snake_case form (acronyms, mostly). Compared after removing `_` and
-/// lower-casing.
-const CANONICAL_NAMES: &[&str] = &[
-    "ID",
-    "TTL",
-    "HTTP",
-    "TCP",
-    "UDP",
+/// Every field name of the wire types, in its canonical spelling. Keys are
+/// matched against it case-insensitively and ignoring `_`, the way Go's JSON
+/// decoder (case-insensitive) and Consul's snake_case translation combine,
+/// so `lockdelay`, `lock_delay` and `LockDelay` all read as `LockDelay`. A
+/// test checks that every field of this crate's types is listed.
+pub const CANONICAL_NAMES: &[&str] = &[
+    "Address",
+    "AliasNode",
+    "AliasService",
+    "Args",
+    "Behavior",
+    "Body",
+    "CentrallyConfigured",
+    "Check",
+    "CheckID",
+    "Checks",
+    "Config",
+    "Connect",
+    "CreateIndex",
+    "Datacenter",
+    "Definition",
+    "DeregisterCriticalServiceAfter",
+    "DestinationName",
+    "DestinationNamespace",
+    "DestinationPartition",
+    "DestinationPeer",
+    "DestinationServiceID",
+    "DestinationServiceName",
+    "DestinationType",
+    "DialedDirectly",
+    "DockerContainerID",
+    "EnableTagOverride",
+    "Errors",
+    "Expose",
+    "ExposedPort",
+    "FailuresBeforeCritical",
+    "FailuresBeforeWarning",
+    "Flags",
     "GRPC",
     "GRPCUseTLS",
     "H2PING",
     "H2PingUseTLS",
-    "TLSSkipVerify",
-    "TLSServerName",
-    "CheckID",
-    "ServiceID",
-    "NodeID",
-    "DestinationServiceID",
-    "DockerContainerID",
-    "OSService",
-    "SNI",
-    "TLS",
-    "DNS",
-    "ACL",
-    "CAFile",
+    "HTTP",
+    "Header",
+    "ID",
+    "Index",
+    "Interval",
+    "KV",
+    "Key",
+    "Kind",
     "LegacyID",
-    "ExposedPort",
+    "ListenerPort",
+    "LocalBindAddress",
+    "LocalBindPort",
+    "LocalBindSocketMode",
+    "LocalBindSocketPath",
+    "LocalPathPort",
+    "LocalServiceAddress",
+    "LocalServicePort",
+    "LocalServiceSocketPath",
+    "LockDelay",
+    "LockIndex",
+    "MeshGateway",
+    "Meta",
+    "Method",
+    "Mode",
+    "ModifyIndex",
+    "Name",
+    "Namespace",
+    "Native",
+    "Node",
+    "NodeChecks",
+    "NodeID",
+    "NodeMeta",
+    "Notes",
+    "OSService",
+    "OpIndex",
+    "OutboundListenerPort",
+    "Output",
+    "ParsedFromCheck",
+    "Partition",
+    "Passing",
+    "Path",
+    "Paths",
+    "Port",
+    "Protocol",
+    "Proxy",
+    "Results",
+    "ScriptArgs",
+    "Service",
+    "ServiceAddress",
+    "ServiceChecks",
+    "ServiceConnect",
+    "ServiceEnableTagOverride",
+    "ServiceID",
+    "ServiceKind",
+    "ServiceMeta",
+    "ServiceName",
+    "ServicePort",
+    "ServiceProxy",
+    "ServiceSocketPath",
+    "ServiceTaggedAddresses",
+    "ServiceTags",
+    "ServiceWeights",
+    "Services",
+    "Session",
     "SessionID",
+    "SidecarService",
+    "SkipNodeUpdate",
+    "SNI",
+    "SocketPath",
+    "Status",
+    "SuccessBeforePassing",
+    "TCP",
+    "TLS",
+    "TLSServerName",
+    "TLSSkipVerify",
+    "TTL",
+    "TaggedAddresses",
+    "Tags",
+    "Timeout",
+    "TransparentProxy",
+    "Type",
+    "UDP",
+    "Upstreams",
+    "Value",
+    "Verb",
+    "Warning",
+    "Weights",
+    "What",
+    "PassingOnly",
 ];
 
 /// Maps whose own keys are user data; their values are left untouched too.
@@ -58,10 +160,11 @@ pub fn canonical_key(key: &str) -> String {
         .filter(|c| *c != '_' && *c != '-')
         .collect::<String>()
         .to_ascii_lowercase();
-    for name in CANONICAL_NAMES {
-        if name.to_ascii_lowercase() == folded {
-            return (*name).to_string();
-        }
+    if let Some(name) = CANONICAL_NAMES
+        .iter()
+        .find(|name| name.eq_ignore_ascii_case(&folded))
+    {
+        return (*name).to_string();
     }
     if !key.contains('_') && !key.contains('-') {
         let mut chars = key.chars();
@@ -138,6 +241,69 @@ fn canonicalize_object(map: Map<String, Value>) -> Map<String, Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Field names declared by this crate's wire types (`pub field:` lines,
+    /// honouring `rename = "..."`), read from the sources themselves.
+    fn declared_field_names() -> Vec<String> {
+        let sources = [
+            include_str!("catalog.rs"),
+            include_str!("kv.rs"),
+            include_str!("session.rs"),
+            include_str!("rpc.rs"),
+        ];
+        let mut names = Vec::new();
+        for source in sources {
+            let mut rename: Option<String> = None;
+            for line in source.lines() {
+                let line = line.trim();
+                // Attributes may span lines after formatting; a rename applies
+                // to the next field.
+                if let Some(start) = line.find("rename = \"") {
+                    rename = line[start + 10..].split('"').next().map(String::from);
+                }
+                if let Some(rest) = line.strip_prefix("pub ") {
+                    if let Some((field, _)) = rest.split_once(": ") {
+                        if field.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                            && field != "raft"
+                        {
+                            let name = rename.take().unwrap_or_else(|| {
+                                field
+                                    .split('_')
+                                    .map(|p| p[..1].to_uppercase() + &p[1..])
+                                    .collect()
+                            });
+                            names.push(name);
+                        }
+                    }
+                    rename = None;
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn every_wire_field_is_registered() {
+        let names = declared_field_names();
+        assert!(
+            names.len() > 50,
+            "the source scan found too little: {names:?}"
+        );
+        for name in names {
+            assert!(
+                CANONICAL_NAMES.contains(&name.as_str()),
+                "{name} is missing from CANONICAL_NAMES"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_match_case_insensitively() {
+        assert_eq!(canonical_key("lockdelay"), "LockDelay");
+        assert_eq!(canonical_key("LOCKDELAY"), "LockDelay");
+        assert_eq!(canonical_key("nodechecks"), "NodeChecks");
+        assert_eq!(canonical_key("Unknown_thing"), "UnknownThing");
+    }
 
     #[test]
     fn snake_and_pascal_both_canonical() {

@@ -58,7 +58,7 @@ pub struct DeregisterArgs {
 }
 
 /// Service definitions in a file: `service {}` or `services [...]`.
-fn definitions_in(path: &PathBuf) -> Result<Vec<Value>, String> {
+fn definitions_in(path: &std::path::Path) -> Result<Vec<Value>, String> {
     let value = legate_agent::config::parse_file(path).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let Value::Object(map) = value else {

@@ -175,6 +175,9 @@ impl Drop for TestAgent {
     }
 }
 
+/// Status, headers (lower-cased names) and body of a response.
+pub type Response = (u16, Vec<(String, String)>, String);
+
 /// A minimal blocking HTTP/1.1 client (no client library in the way of
 /// what the server really sends).
 pub fn http_request(
@@ -192,7 +195,7 @@ pub fn try_http_request(
     method: &str,
     path: &str,
     body: Option<Vec<u8>>,
-) -> Option<(u16, Vec<(String, String)>, String)> {
+) -> Option<Response> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
@@ -210,7 +213,7 @@ pub fn try_http_request(
     Some(parse_response(&raw))
 }
 
-fn parse_response(raw: &[u8]) -> (u16, Vec<(String, String)>, String) {
+fn parse_response(raw: &[u8]) -> Response {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -241,10 +244,7 @@ fn parse_response(raw: &[u8]) -> (u16, Vec<(String, String)>, String) {
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(end) = data.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
         let size =
             usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
         if size == 0 {

@@ -1,0 +1,149 @@
+"""Legate driven by py-consul, an independent Consul client library."""
+
+import threading
+import time
+from concurrent import futures
+
+import consul
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_register_and_health(client):
+    assert client.agent.service.register(
+        "web", service_id="web-1", port=8080, tags=["v1"], meta={"team": "a"}, check=consul.Check.ttl("30s")
+    )
+    services = client.agent.services()
+    assert services["web-1"]["Service"] == "web"
+    assert services["web-1"]["Meta"] == {"team": "a"}
+
+    _, nodes = wait_for(lambda: (lambda r: r if r[1] else None)(client.health.service("web")))
+    assert nodes[0]["Service"]["ID"] == "web-1"
+    _, passing = client.health.service("web", passing=True)
+    assert passing == []
+
+    client.agent.check.ttl_pass("service:web-1", "all good")
+    _, passing = wait_for(lambda: (lambda r: r if r[1] else None)(client.health.service("web", passing=True)))
+    assert passing[0]["Service"]["Port"] == 8080
+    _, by_tag = client.catalog.service("web", tag="v1")
+    assert [r["ServiceID"] for r in by_tag] == ["web-1"]
+    _, catalog_services = client.catalog.services()
+    assert "web" in catalog_services
+
+    assert client.agent.service.deregister("web-1")
+    wait_for(lambda: client.catalog.service("web")[1] == [])
+
+
+def test_kv_cas_and_recurse(client):
+    assert client.kv.put("app/config", "v1")
+    index, entry = client.kv.get("app/config")
+    assert entry["Value"] == b"v1"
+    assert int(index) == entry["ModifyIndex"]
+    assert client.kv.put("app/config", "stale", cas=entry["ModifyIndex"] - 1) is False
+    assert client.kv.put("app/config", "v2", cas=entry["ModifyIndex"]) is True
+    assert client.kv.put("app/other", "x", flags=5)
+    _, entries = client.kv.get("app/", recurse=True)
+    assert sorted(e["Key"] for e in entries) == ["app/config", "app/other"]
+    assert [e["Flags"] for e in entries if e["Key"] == "app/other"] == [5]
+    _, keys = client.kv.get("app/", keys=True)
+    assert keys == ["app/config", "app/other"]
+    assert client.kv.delete("app/", recurse=True)
+    _, gone = client.kv.get("app/config")
+    assert gone is None
+
+
+def test_sessions_and_locks(client):
+    first = client.session.create(name="first", ttl=20, lock_delay=0)
+    second = client.session.create(name="second", lock_delay=0)
+    assert client.kv.put("service/leader", "first", acquire=first) is True
+    assert client.kv.put("service/leader", "second", acquire=second) is False
+    _, entry = client.kv.get("service/leader")
+    assert entry["Session"] == first
+    _, info = client.session.info(first)
+    assert info["Name"] == "first"
+    assert info["TTL"] == "20s"
+    renewed = client.session.renew(first)
+    assert renewed["ID"] == first
+    _, sessions = client.session.list()
+    assert {s["ID"] for s in sessions} == {first, second}
+    assert client.session.destroy(first)
+    _, entry = client.kv.get("service/leader")
+    assert "Session" not in entry or not entry["Session"]
+    assert client.kv.put("service/leader", "second", acquire=second) is True
+
+
+def test_blocking_watch_wakes_on_change(client):
+    client.kv.put("watched", "a")
+    index, _ = client.kv.get("watched")
+    result = {}
+
+    def watch():
+        started = time.time()
+        new_index, entry = client.kv.get("watched", index=index, wait="30s")
+        result["elapsed"] = time.time() - started
+        result["index"] = new_index
+        result["value"] = entry["Value"]
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    time.sleep(0.3)
+    assert thread.is_alive(), "the watch returned before any change"
+    client.kv.put("watched", "b")
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert result["value"] == b"b"
+    assert int(result["index"]) > int(index)
+    assert result["elapsed"] < 10
+
+
+def test_txn(client):
+    import base64
+
+    ok = client.txn.put(
+        [
+            {"KV": {"Verb": "set", "Key": "t/a", "Value": base64.b64encode(b"1").decode()}},
+            {"KV": {"Verb": "get", "Key": "t/a"}},
+        ]
+    )
+    assert ok["Errors"] is None
+    assert len(ok["Results"]) == 2
+    with pytest.raises(consul.ConsulException):
+        client.txn.put([{"KV": {"Verb": "check-index", "Key": "t/a", "Index": 999999}}])
+
+
+def test_grpc_health_check_against_a_grpcio_server(client):
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        servicer.set("echo", health_pb2.HealthCheckResponse.SERVING)
+        check = consul.Check.grpc(f"127.0.0.1:{port}/echo", "1s")
+        assert client.agent.service.register("echo", port=port, check=check)
+        wait_for(lambda: client.agent.checks()["service:echo"]["Status"] == "passing")
+        servicer.set("echo", health_pb2.HealthCheckResponse.NOT_SERVING)
+        wait_for(lambda: client.agent.checks()["service:echo"]["Status"] == "critical")
+        servicer.set("echo", health_pb2.HealthCheckResponse.SERVING)
+        wait_for(lambda: client.agent.checks()["service:echo"]["Status"] == "passing")
+    finally:
+        server.stop(0)
+
+
+def test_status_and_agent_self(client):
+    assert client.status.leader().endswith(":8300")
+    me = client.agent.self()
+    major, minor, patch = (int(p) for p in me["Config"]["Version"].split("."))
+    assert (major, minor) >= (1, 20)
+    assert client.agent.members()[0]["Status"] == 1
