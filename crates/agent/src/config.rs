@@ -278,6 +278,9 @@ pub struct AgentConfig {
     pub data_dir: Option<PathBuf>,
     /// Address the HTTP/DNS/gRPC listeners bind.
     pub client_addr: IpAddr,
+    /// Address the HTTP API binds (`addresses.http`), when it differs from
+    /// `client_addr`.
+    pub http_addr: Option<IpAddr>,
     /// Address cluster traffic binds.
     pub bind_addr: IpAddr,
     /// Address advertised to others.
@@ -676,6 +679,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         node_meta,
         data_dir: get_str(&map, &["data_dir"])?.map(PathBuf::from),
         client_addr: get_ip(&map, &["client_addr"])?.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        http_addr: get_ip(&map, &["addresses", "http"])?,
         bind_addr: get_ip(&map, &["bind_addr"])?.unwrap_or(IpAddr::from([0, 0, 0, 0])),
         advertise_addr: get_ip(&map, &["advertise_addr"])?,
         ports,
@@ -812,6 +816,9 @@ mod tests {
         );
         assert_eq!(config.ports.http, Some(1));
         assert_eq!(config.ports.dns, None);
+        let config = load(&[ConfigSource::Hcl("addresses { http = \"0.0.0.0\" }".into())]).unwrap();
+        assert_eq!(config.http_addr, Some(IpAddr::from([0, 0, 0, 0])));
+        assert!(load(&[ConfigSource::Hcl("addresses { http = \"nowhere\" }".into())]).is_err());
     }
 
     #[test]

@@ -442,7 +442,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
 
     let http = match config.ports.http {
         Some(port) => {
-            let address = SocketAddr::new(config.client_addr, port);
+            let address = SocketAddr::new(config.http_addr.unwrap_or(config.client_addr), port);
             let listener = tokio::net::TcpListener::bind(address)
                 .await
                 .map_err(|e| format!("Error starting the HTTP API on {address}: {e}"))?;
