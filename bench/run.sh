@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Reproduces the numbers in BENCHMARKS.md: Legate (release build) and etcd
+# (the peer, from Debian's etcd-server package) side by side on loopback,
+# driven by `legate-bench` from a separate process. Every run is bounded.
+#
+#   bash bench/run.sh            # prints one line per measurement
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ulimit -n 65536 2>/dev/null || ulimit -n 4096 2>/dev/null || true
+
+if ! command -v etcd >/dev/null 2>&1; then
+    apt-get install -y -qq etcd-server >/dev/null
+fi
+cargo build --release --quiet -p legate-cli -p legate-bench
+LEGATE=target/release/legate
+BENCH=target/release/legate-bench
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+WATCHERS=${WATCHERS:-1000}
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+wait_http() {
+    for _ in $(seq 1 200); do
+        if curl -sf "$1" >/dev/null 2>&1; then return 0; fi
+        sleep 0.05
+    done
+    echo "timed out waiting for $1" >&2
+    return 1
+}
+
+dev_port=$(port)
+"$LEGATE" agent -dev -http-port="$dev_port" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/dev.log" 2>&1 &
+pids+=($!); dev_pid=$!
+disk_port=$(port)
+"$LEGATE" agent -server -bootstrap-expect=1 -bind=127.0.0.1 -data-dir="$work/legate" -node=bench \
+    -http-port="$disk_port" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/disk.log" 2>&1 &
+pids+=($!); disk_pid=$!
+etcd_port=$(port); etcd_peer=$(port)
+etcd --name bench --data-dir "$work/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "bench=http://127.0.0.1:$etcd_peer" --log-level error >"$work/etcd.log" 2>&1 &
+pids+=($!); etcd_pid=$!
+
+wait_http "http://127.0.0.1:$dev_port/v1/status/leader"
+wait_http "http://127.0.0.1:$disk_port/v1/status/leader"
+wait_http "http://127.0.0.1:$etcd_port/health"
+sleep 5
+echo "idle_rss_kb legate_dev=$(rss_kb $dev_pid) legate_server=$(rss_kb $disk_pid) etcd=$(rss_kb $etcd_pid)"
+
+echo -n "kv_put legate_dev: ";    "$BENCH" kv-put --target legate --url "http://127.0.0.1:$dev_port" --seconds "$SECONDS_PER_RUN"
+echo -n "kv_put legate_server: "; "$BENCH" kv-put --target legate --url "http://127.0.0.1:$disk_port" --seconds "$SECONDS_PER_RUN"
+echo -n "kv_put etcd: ";          "$BENCH" kv-put --target etcd --url "http://127.0.0.1:$etcd_port" --seconds "$SECONDS_PER_RUN"
+echo -n "register_agent legate_dev: ";   "$BENCH" register --url "http://127.0.0.1:$dev_port" --seconds "$SECONDS_PER_RUN"
+echo -n "register_catalog legate_dev: "; "$BENCH" register --catalog --url "http://127.0.0.1:$dev_port" --seconds "$SECONDS_PER_RUN"
+echo -n "watch legate_dev: "; "$BENCH" watch --target legate --url "http://127.0.0.1:$dev_port" --watchers "$WATCHERS"
+echo -n "watch etcd: ";       "$BENCH" watch --target etcd --url "http://127.0.0.1:$etcd_port" --watchers "$WATCHERS"
+echo "rss_after_load_kb legate_dev=$(rss_kb $dev_pid) legate_server=$(rss_kb $disk_pid) etcd=$(rss_kb $etcd_pid)"

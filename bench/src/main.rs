@@ -1,0 +1,278 @@
+//! Load generator for BENCHMARKS.md: drives Legate's HTTP API (and etcd's
+//! v3 HTTP gateway as the peer) from a second process on loopback. Every
+//! run is bounded in count and time and stops by itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "legate-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Target {
+    Legate,
+    Etcd,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Writes distinct keys with N concurrent clients.
+    KvPut {
+        #[arg(long)]
+        url: String,
+        #[arg(long, value_enum)]
+        target: Target,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Registers distinct services (Legate only): through the agent
+    /// (`/v1/agent/service/register`) or straight into the catalog.
+    Register {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Use `/v1/catalog/register` (a Raft write per call).
+        #[arg(long)]
+        catalog: bool,
+    },
+    /// Opens N watchers on one key, writes it once, and reports how long
+    /// each watcher took to see the change.
+    Watch {
+        #[arg(long)]
+        url: String,
+        #[arg(long, value_enum)]
+        target: Target,
+        #[arg(long, default_value_t = 1000)]
+        watchers: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+async fn closed_loop<F, Fut>(concurrency: usize, seconds: u64, op: F) -> Result<()>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let counter = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let op = op.clone();
+        let counter = counter.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let t = Instant::now();
+                op(n).await?;
+                latencies.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    println!(
+        "ops={} seconds={:.2} ops_per_sec={:.0} p50_ms={:.2} p99_ms={:.2}",
+        all.len(),
+        elapsed.as_secs_f64(),
+        all.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&all, 50.0).as_secs_f64() * 1e3,
+        percentile(&all, 99.0).as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+async fn kv_put(client: reqwest::Client, url: String, target: Target, n: u64) -> Result<()> {
+    let response = match target {
+        Target::Legate => client.put(format!("{url}/v1/kv/bench/{n}")).body("value").send().await?,
+        Target::Etcd => {
+            client
+                .post(format!("{url}/v3/kv/put"))
+                .json(&json!({"key": b64(&format!("bench/{n}")), "value": b64("value")}))
+                .send()
+                .await?
+        }
+    };
+    if !response.status().is_success() {
+        bail!("write failed: {}", response.status());
+    }
+    Ok(())
+}
+
+async fn register(client: reqwest::Client, url: String, catalog: bool, n: u64) -> Result<()> {
+    let response = if catalog {
+        client
+            .put(format!("{url}/v1/catalog/register"))
+            .json(&json!({"Node": format!("bench-node-{}", n % 100), "Address": "10.0.0.1",
+                "Service": {"Service": format!("svc-{}", n % 50), "ID": format!("svc-{n}"), "Port": 8080}}))
+            .send()
+            .await?
+    } else {
+        client
+            .put(format!("{url}/v1/agent/service/register"))
+            .json(&json!({"Name": format!("svc-{}", n % 50), "ID": format!("svc-{n}"), "Port": 8080}))
+            .send()
+            .await?
+    };
+    if !response.status().is_success() {
+        bail!("register failed: {}", response.status());
+    }
+    Ok(())
+}
+
+async fn legate_watch_round(client: &reqwest::Client, url: &str, watchers: usize) -> Result<Vec<Duration>> {
+    let response = client.put(format!("{url}/v1/kv/watched")).body("0").send().await?;
+    if !response.status().is_success() {
+        bail!("seed write failed");
+    }
+    let index: u64 = client
+        .get(format!("{url}/v1/kv/watched"))
+        .send()
+        .await?
+        .headers()
+        .get("x-consul-index")
+        .context("no X-Consul-Index")?
+        .to_str()?
+        .parse()?;
+    let mut tasks = Vec::new();
+    for _ in 0..watchers {
+        let client = client.clone();
+        let url = url.to_string();
+        tasks.push(tokio::spawn(async move {
+            let response = client
+                .get(format!("{url}/v1/kv/watched?index={index}&wait=60s"))
+                .send()
+                .await?;
+            let _ = response.bytes().await?;
+            Ok::<_, anyhow::Error>(Instant::now())
+        }));
+    }
+    // Let every watcher reach the server and block.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = Instant::now();
+    client.put(format!("{url}/v1/kv/watched")).body("1").send().await?;
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.push(task.await??.saturating_duration_since(written));
+    }
+    Ok(latencies)
+}
+
+async fn etcd_watch_round(client: &reqwest::Client, url: &str, watchers: usize, round: usize) -> Result<Vec<Duration>> {
+    let key = b64("watched");
+    let mut tasks = Vec::new();
+    let ready = Arc::new(AtomicU64::new(0));
+    for _ in 0..watchers {
+        let client = client.clone();
+        let url = url.to_string();
+        let key = key.clone();
+        let ready = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut response = client
+                .post(format!("{url}/v3/watch"))
+                .json(&json!({"create_request": {"key": key}}))
+                .send()
+                .await?;
+            // The first message confirms the watch; the second carries the event.
+            let mut seen = 0;
+            while let Some(chunk) = response.chunk().await? {
+                seen += chunk.iter().filter(|b| **b == b'\n').count().max(1);
+                if seen == 1 {
+                    ready.fetch_add(1, Ordering::SeqCst);
+                }
+                if seen >= 2 {
+                    return Ok::<_, anyhow::Error>(Instant::now());
+                }
+            }
+            bail!("watch stream ended")
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (ready.load(Ordering::SeqCst) as usize) < watchers && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let written = Instant::now();
+    client
+        .post(format!("{url}/v3/kv/put"))
+        .json(&json!({"key": key, "value": b64(&format!("{round}"))}))
+        .send()
+        .await?;
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.push(task.await??.saturating_duration_since(written));
+    }
+    Ok(latencies)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(2048)
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    match cli.command {
+        Command::KvPut { url, target, concurrency, seconds } => {
+            closed_loop(concurrency, seconds, move |n| kv_put(client.clone(), url.clone(), target, n)).await
+        }
+        Command::Register { url, concurrency, seconds, catalog } => {
+            closed_loop(concurrency, seconds, move |n| register(client.clone(), url.clone(), catalog, n)).await
+        }
+        Command::Watch { url, target, watchers, rounds } => {
+            let mut all = Vec::new();
+            for round in 0..rounds {
+                let latencies = match target {
+                    Target::Legate => legate_watch_round(&client, &url, watchers).await?,
+                    Target::Etcd => etcd_watch_round(&client, &url, watchers, round).await?,
+                };
+                all.extend(latencies);
+            }
+            all.sort();
+            println!(
+                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}",
+                watchers,
+                rounds,
+                percentile(&all, 50.0).as_secs_f64() * 1e3,
+                percentile(&all, 99.0).as_secs_f64() * 1e3,
+                all.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+            );
+            Ok(())
+        }
+    }
+}
