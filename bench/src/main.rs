@@ -119,7 +119,13 @@ where
 
 async fn kv_put(client: reqwest::Client, url: String, target: Target, n: u64) -> Result<()> {
     let response = match target {
-        Target::Legate => client.put(format!("{url}/v1/kv/bench/{n}")).body("value").send().await?,
+        Target::Legate => {
+            client
+                .put(format!("{url}/v1/kv/bench/{n}"))
+                .body("value")
+                .send()
+                .await?
+        }
         Target::Etcd => {
             client
                 .post(format!("{url}/v3/kv/put"))
@@ -145,7 +151,9 @@ async fn register(client: reqwest::Client, url: String, catalog: bool, n: u64) -
     } else {
         client
             .put(format!("{url}/v1/agent/service/register"))
-            .json(&json!({"Name": format!("svc-{}", n % 50), "ID": format!("svc-{n}"), "Port": 8080}))
+            .json(
+                &json!({"Name": format!("svc-{}", n % 50), "ID": format!("svc-{n}"), "Port": 8080}),
+            )
             .send()
             .await?
     };
@@ -155,8 +163,16 @@ async fn register(client: reqwest::Client, url: String, catalog: bool, n: u64) -
     Ok(())
 }
 
-async fn legate_watch_round(client: &reqwest::Client, url: &str, watchers: usize) -> Result<Vec<Duration>> {
-    let response = client.put(format!("{url}/v1/kv/watched")).body("0").send().await?;
+async fn legate_watch_round(
+    client: &reqwest::Client,
+    url: &str,
+    watchers: usize,
+) -> Result<Vec<Duration>> {
+    let response = client
+        .put(format!("{url}/v1/kv/watched"))
+        .body("0")
+        .send()
+        .await?;
     if !response.status().is_success() {
         bail!("seed write failed");
     }
@@ -185,7 +201,11 @@ async fn legate_watch_round(client: &reqwest::Client, url: &str, watchers: usize
     // Let every watcher reach the server and block.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written = Instant::now();
-    client.put(format!("{url}/v1/kv/watched")).body("1").send().await?;
+    client
+        .put(format!("{url}/v1/kv/watched"))
+        .body("1")
+        .send()
+        .await?;
     let mut latencies = Vec::new();
     for task in tasks {
         latencies.push(task.await??.saturating_duration_since(written));
@@ -193,7 +213,12 @@ async fn legate_watch_round(client: &reqwest::Client, url: &str, watchers: usize
     Ok(latencies)
 }
 
-async fn etcd_watch_round(client: &reqwest::Client, url: &str, watchers: usize, round: usize) -> Result<Vec<Duration>> {
+async fn etcd_watch_round(
+    client: &reqwest::Client,
+    url: &str,
+    watchers: usize,
+    round: usize,
+) -> Result<Vec<Duration>> {
     let key = b64("watched");
     let mut tasks = Vec::new();
     let ready = Arc::new(AtomicU64::new(0));
@@ -248,13 +273,34 @@ async fn main() -> Result<()> {
         .timeout(Duration::from_secs(120))
         .build()?;
     match cli.command {
-        Command::KvPut { url, target, concurrency, seconds } => {
-            closed_loop(concurrency, seconds, move |n| kv_put(client.clone(), url.clone(), target, n)).await
+        Command::KvPut {
+            url,
+            target,
+            concurrency,
+            seconds,
+        } => {
+            closed_loop(concurrency, seconds, move |n| {
+                kv_put(client.clone(), url.clone(), target, n)
+            })
+            .await
         }
-        Command::Register { url, concurrency, seconds, catalog } => {
-            closed_loop(concurrency, seconds, move |n| register(client.clone(), url.clone(), catalog, n)).await
+        Command::Register {
+            url,
+            concurrency,
+            seconds,
+            catalog,
+        } => {
+            closed_loop(concurrency, seconds, move |n| {
+                register(client.clone(), url.clone(), catalog, n)
+            })
+            .await
         }
-        Command::Watch { url, target, watchers, rounds } => {
+        Command::Watch {
+            url,
+            target,
+            watchers,
+            rounds,
+        } => {
             let mut all = Vec::new();
             for round in 0..rounds {
                 let latencies = match target {

@@ -76,6 +76,7 @@ pub enum RaftError {
 #[derive(Clone)]
 pub struct RaftNode {
     raft: Raft<TypeConfig>,
+    log: LogStore,
     store: Arc<StateStore>,
     options: RaftOptions,
 }
@@ -110,13 +111,14 @@ impl RaftNode {
             options.node_id,
             Arc::new(config),
             NoNetwork,
-            log,
+            log.clone(),
             state_machine,
         )
         .await
         .map_err(|e| RaftError::Startup(e.to_string()))?;
         let node = RaftNode {
             raft,
+            log,
             store,
             options,
         };
@@ -240,6 +242,7 @@ impl RaftNode {
     /// Stops the node.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
+        self.log.close().await;
     }
 }
 

@@ -1,6 +1,8 @@
 //! The Raft log: entries, vote and committed id. Held in memory for reads;
-//! when a data dir is given every change is also written to a redb file and
-//! fsync'd before openraft is told it is durable.
+//! when a data dir is given every change is also written to a redb file by
+//! one writer thread, which groups whatever has queued up into a single
+//! fsync'd transaction (group commit) and only then tells openraft the
+//! entries are durable. Votes, truncations and purges wait for their commit.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -25,7 +27,99 @@ struct Inner {
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
     last_purged: Option<LogId<NodeId>>,
-    disk: Option<Database>,
+    disk: Option<std::sync::mpsc::Sender<DiskOp>>,
+}
+
+/// One change for the writer thread, applied in the order sent.
+enum DiskOp {
+    /// Insert encoded entries; report durability through the callback.
+    Append(Vec<(u64, Vec<u8>)>, LogFlushed<TypeConfig>),
+    /// Set a meta key.
+    Meta(
+        &'static str,
+        Vec<u8>,
+        tokio::sync::oneshot::Sender<Result<(), String>>,
+    ),
+    /// Remove log entries in a range (truncate: `from..`, purge: `..=upto`).
+    Remove(
+        RemoveRange,
+        tokio::sync::oneshot::Sender<Result<(), String>>,
+    ),
+    /// Commit what is queued, close the database and stop.
+    Close(tokio::sync::oneshot::Sender<Result<(), String>>),
+}
+
+enum RemoveRange {
+    From(u64),
+    UpTo(u64),
+}
+
+enum Done {
+    Flushed(LogFlushed<TypeConfig>),
+    Reply(tokio::sync::oneshot::Sender<Result<(), String>>),
+}
+
+/// The writer thread: drains the queue, commits once, then reports.
+fn run_writer(db: Database, rx: std::sync::mpsc::Receiver<DiskOp>) {
+    let mut closing = None;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+            if batch.len() >= 1024 {
+                break;
+            }
+        }
+        let mut done = Vec::with_capacity(batch.len());
+        let result = (|| -> Result<(), String> {
+            let txn = db.begin_write().map_err(|e| e.to_string())?;
+            {
+                let mut log = txn.open_table(LOG).map_err(|e| e.to_string())?;
+                let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+                for op in batch {
+                    match op {
+                        DiskOp::Append(entries, callback) => {
+                            for (index, bytes) in entries {
+                                log.insert(index, bytes.as_slice())
+                                    .map_err(|e| e.to_string())?;
+                            }
+                            done.push(Done::Flushed(callback));
+                        }
+                        DiskOp::Meta(key, bytes, reply) => {
+                            meta.insert(key, bytes.as_slice())
+                                .map_err(|e| e.to_string())?;
+                            done.push(Done::Reply(reply));
+                        }
+                        DiskOp::Close(reply) => closing = Some(reply),
+                        DiskOp::Remove(range, reply) => {
+                            match range {
+                                RemoveRange::From(from) => log.retain_in(from.., |_, _| false),
+                                RemoveRange::UpTo(upto) => log.retain_in(..=upto, |_, _| false),
+                            }
+                            .map_err(|e| e.to_string())?;
+                            done.push(Done::Reply(reply));
+                        }
+                    }
+                }
+            }
+            txn.commit().map_err(|e| e.to_string())
+        })();
+        for d in done {
+            match d {
+                Done::Flushed(callback) => {
+                    callback.log_io_completed(result.clone().map_err(std::io::Error::other))
+                }
+                Done::Reply(reply) => {
+                    let _ = reply.send(result.clone());
+                }
+            }
+        }
+        if let Some(reply) = closing.take() {
+            drop(db);
+            let _ = reply.send(result);
+            return;
+        }
+    }
 }
 
 /// The log store; clones share one log.
@@ -74,7 +168,11 @@ impl LogStore {
                 inner.last_purged = serde_json::from_slice(v.value())?;
             }
         }
-        inner.disk = Some(db);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("raft-log-writer".into())
+            .spawn(move || run_writer(db, rx))?;
+        inner.disk = Some(tx);
         Ok(LogStore {
             inner: Arc::new(Mutex::new(inner)),
         })
@@ -85,33 +183,38 @@ impl LogStore {
     }
 }
 
-impl Inner {
-    fn save_meta(
+impl LogStore {
+    /// Sends an op that must be durable before the caller goes on, and waits.
+    async fn durable(
         &self,
-        key: &str,
-        value: &impl serde::Serialize,
+        make: impl FnOnce(tokio::sync::oneshot::Sender<Result<(), String>>) -> DiskOp,
     ) -> Result<(), StorageError<NodeId>> {
-        let Some(db) = &self.disk else { return Ok(()) };
-        let bytes = serde_json::to_vec(value).map_err(io_err)?;
-        let txn = db.begin_write().map_err(io_err)?;
-        {
-            let mut meta = txn.open_table(META).map_err(io_err)?;
-            meta.insert(key, bytes.as_slice()).map_err(io_err)?;
+        let Some(disk) = self.lock().disk.clone() else {
+            return Ok(());
+        };
+        let (reply, wait) = tokio::sync::oneshot::channel();
+        disk.send(make(reply))
+            .map_err(|_| io_err(std::io::Error::other("the Raft log writer stopped")))?;
+        match wait.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(io_err(std::io::Error::other(e))),
+            Err(_) => Err(io_err(std::io::Error::other("the Raft log writer stopped"))),
         }
-        txn.commit().map_err(io_err)
     }
 
-    fn remove_range(
+    /// Flushes queued writes and closes the on-disk log (after Raft stopped).
+    pub async fn close(&self) {
+        let _ = self.durable(DiskOp::Close).await;
+        self.lock().disk = None;
+    }
+
+    async fn save_meta(
         &self,
-        range: impl RangeBounds<u64> + Clone,
+        key: &'static str,
+        value: &impl serde::Serialize,
     ) -> Result<(), StorageError<NodeId>> {
-        let Some(db) = &self.disk else { return Ok(()) };
-        let txn = db.begin_write().map_err(io_err)?;
-        {
-            let mut log = txn.open_table(LOG).map_err(io_err)?;
-            log.retain_in(range, |_, _| false).map_err(io_err)?;
-        }
-        txn.commit().map_err(io_err)
+        let bytes = serde_json::to_vec(value).map_err(io_err)?;
+        self.durable(|reply| DiskOp::Meta(key, bytes, reply)).await
     }
 }
 
@@ -151,9 +254,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
-        let mut inner = self.lock();
-        inner.save_meta("vote", vote)?;
-        inner.vote = Some(*vote);
+        self.save_meta("vote", vote).await?;
+        self.lock().vote = Some(*vote);
         Ok(())
     }
 
@@ -165,8 +267,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
+        // The committed id only lets a restart apply sooner; a lagging copy
+        // on disk is safe, so it rides along with the next group commit
+        // instead of waiting for its own.
+        let bytes = serde_json::to_vec(&committed).map_err(io_err)?;
         let mut inner = self.lock();
-        inner.save_meta("committed", &committed)?;
+        if let Some(disk) = &inner.disk {
+            let (reply, _ignored) = tokio::sync::oneshot::channel();
+            disk.send(DiskOp::Meta("committed", bytes, reply))
+                .map_err(|_| io_err(std::io::Error::other("the Raft log writer stopped")))?;
+        }
         inner.committed = committed;
         Ok(())
     }
@@ -184,41 +294,49 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut inner = self.lock();
         let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
-        if let Some(db) = &inner.disk {
-            let txn = db.begin_write().map_err(io_err)?;
-            {
-                let mut log = txn.open_table(LOG).map_err(io_err)?;
-                for entry in &entries {
-                    let bytes = serde_json::to_vec(entry).map_err(io_err)?;
-                    log.insert(entry.log_id.index, bytes.as_slice())
-                        .map_err(io_err)?;
-                }
-            }
-            txn.commit().map_err(io_err)?;
-        }
+        let mut inner = self.lock();
+        let disk = inner.disk.clone();
+        let encoded = match &disk {
+            Some(_) => Some(
+                entries
+                    .iter()
+                    .map(|e| serde_json::to_vec(e).map(|b| (e.log_id.index, b)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(io_err)?,
+            ),
+            None => None,
+        };
         for entry in entries {
             inner.entries.insert(entry.log_id.index, entry);
         }
-        callback.log_io_completed(Ok(()));
+        drop(inner);
+        match (disk, encoded) {
+            (Some(disk), Some(encoded)) => {
+                // The writer calls back once the group commit holding these is durable.
+                disk.send(DiskOp::Append(encoded, callback))
+                    .map_err(|_| io_err(std::io::Error::other("the Raft log writer stopped")))?;
+            }
+            _ => callback.log_io_completed(Ok(())),
+        }
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        let mut inner = self.lock();
-        inner.remove_range(log_id.index..)?;
-        inner.entries.split_off(&log_id.index);
-        Ok(())
+        self.lock().entries.split_off(&log_id.index);
+        self.durable(|reply| DiskOp::Remove(RemoveRange::From(log_id.index), reply))
+            .await
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        let mut inner = self.lock();
-        inner.save_meta("last_purged", &Some(log_id))?;
-        inner.remove_range(..=log_id.index)?;
-        inner.last_purged = Some(log_id);
-        let keep = inner.entries.split_off(&(log_id.index + 1));
-        inner.entries = keep;
-        Ok(())
+        self.save_meta("last_purged", &Some(log_id)).await?;
+        {
+            let mut inner = self.lock();
+            inner.last_purged = Some(log_id);
+            let keep = inner.entries.split_off(&(log_id.index + 1));
+            inner.entries = keep;
+        }
+        self.durable(|reply| DiskOp::Remove(RemoveRange::UpTo(log_id.index), reply))
+            .await
     }
 }
