@@ -72,10 +72,20 @@ pub enum RaftError {
     Other(String),
 }
 
+/// A write waiting for the batcher.
+type PendingWrite = (
+    Command,
+    tokio::sync::oneshot::Sender<Result<(u64, CommandResult), RaftError>>,
+);
+
+/// Most commands one log entry carries.
+const MAX_BATCH: usize = 256;
+
 /// A running Raft node with its state store.
 #[derive(Clone)]
 pub struct RaftNode {
     raft: Raft<TypeConfig>,
+    writes: tokio::sync::mpsc::Sender<PendingWrite>,
     log: LogStore,
     store: Arc<StateStore>,
     options: RaftOptions,
@@ -116,8 +126,11 @@ impl RaftNode {
         )
         .await
         .map_err(|e| RaftError::Startup(e.to_string()))?;
+        let (writes, pending) = tokio::sync::mpsc::channel(4096);
+        tokio::spawn(run_batcher(raft.clone(), pending));
         let node = RaftNode {
             raft,
+            writes,
             log,
             store,
             options,
@@ -150,16 +163,21 @@ impl RaftNode {
     }
 
     /// Replicates and applies a command; returns its log index and result.
+    ///
+    /// Writes go through a batcher: while one log entry is being made
+    /// durable, the writes that arrive meanwhile are gathered into the next
+    /// entry (`Command::Batch`), so concurrent writers share one fsync
+    /// instead of queueing for one each. openraft 0.9 waits for each append
+    /// to flush before the next, which makes this the place to batch.
     pub async fn apply(&self, command: Command) -> Result<(u64, CommandResult), RaftError> {
-        match self.raft.client_write(command).await {
-            Ok(response) => Ok((response.log_id.index, response.data)),
-            Err(openraft::error::RaftError::APIError(
-                openraft::error::ClientWriteError::ForwardToLeader(f),
-            )) => Err(RaftError::NotLeader {
-                leader: f.leader_node.map(|n| n.addr),
-            }),
-            Err(e) => Err(RaftError::Other(e.to_string())),
-        }
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.writes
+            .send((command, reply))
+            .await
+            .map_err(|_| RaftError::Other("raft is shutting down".into()))?;
+        result
+            .await
+            .map_err(|_| RaftError::Other("raft is shutting down".into()))?
     }
 
     /// Confirms leadership with a quorum (for `?consistent` reads).
@@ -243,6 +261,73 @@ impl RaftNode {
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
         self.log.close().await;
+    }
+}
+
+async fn client_write(
+    raft: &Raft<TypeConfig>,
+    command: Command,
+) -> Result<(u64, CommandResult), RaftError> {
+    match raft.client_write(command).await {
+        Ok(response) => Ok((response.log_id.index, response.data)),
+        Err(openraft::error::RaftError::APIError(
+            openraft::error::ClientWriteError::ForwardToLeader(f),
+        )) => Err(RaftError::NotLeader {
+            leader: f.leader_node.map(|n| n.addr),
+        }),
+        Err(e) => Err(RaftError::Other(e.to_string())),
+    }
+}
+
+/// Gathers queued writes into one log entry at a time.
+async fn run_batcher(
+    raft: Raft<TypeConfig>,
+    mut pending: tokio::sync::mpsc::Receiver<PendingWrite>,
+) {
+    while let Some(first) = pending.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match pending.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        if batch.len() == 1 {
+            let (command, reply) = batch.pop().expect("one write");
+            let _ = reply.send(client_write(&raft, command).await);
+            continue;
+        }
+        let (commands, replies): (Vec<Command>, Vec<_>) = batch.into_iter().unzip();
+        match client_write(&raft, Command::Batch(commands)).await {
+            Ok((index, CommandResult::Batch(results))) if results.len() == replies.len() => {
+                for (reply, result) in replies.into_iter().zip(results) {
+                    let _ = reply.send(Ok((index, result)));
+                }
+            }
+            Ok((_, other)) => {
+                for reply in replies {
+                    let _ = reply.send(Err(RaftError::Other(format!(
+                        "unexpected batch result {other:?}"
+                    ))));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                let leader = match &e {
+                    RaftError::NotLeader { leader } => Some(leader.clone()),
+                    _ => None,
+                };
+                for reply in replies {
+                    let error = match &leader {
+                        Some(leader) => RaftError::NotLeader {
+                            leader: leader.clone(),
+                        },
+                        None => RaftError::Other(message.clone()),
+                    };
+                    let _ = reply.send(Err(error));
+                }
+            }
+        }
     }
 }
 

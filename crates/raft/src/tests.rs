@@ -87,3 +87,32 @@ async fn state_survives_restart_from_log_and_snapshot() {
     assert!(next > last_index);
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_are_batched_and_each_gets_its_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(StateStore::new());
+    let node = RaftNode::start(options(Some(dir.path().into())), store.clone())
+        .await
+        .unwrap();
+    assert!(node.wait_for_leader(Duration::from_secs(5)).await);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let node = node.clone();
+        tasks.push(tokio::spawn(async move {
+            // Writes come in pairs to the same key; all of them succeed.
+            node.apply(Command::Kv(KvOp::set(format!("k{}", i / 2), b"v".to_vec())))
+                .await
+        }));
+    }
+    let mut indexes = std::collections::BTreeSet::new();
+    for task in tasks {
+        let (index, result) = task.await.unwrap().unwrap();
+        assert_eq!(result, CommandResult::Applied(true));
+        indexes.insert(index);
+    }
+    assert_eq!(store.read().kv_list("k").1.len(), 100);
+    // Fewer log entries than writes: they were grouped.
+    assert!(indexes.len() < 200, "{} distinct indexes", indexes.len());
+    node.shutdown().await;
+}

@@ -30,6 +30,11 @@ pub enum Command {
     /// An atomic KV transaction.
     #[serde(rename = "5")]
     Txn(Vec<TxnOp>),
+    /// Several independent commands written as one log entry (group
+    /// commit); each is applied in order at the entry's index and has its
+    /// own result. Batches never nest.
+    #[serde(rename = "6")]
+    Batch(Vec<Command>),
 }
 
 impl Command {
@@ -42,6 +47,7 @@ impl Command {
             Command::SessionCreate(_) => 3,
             Command::SessionDestroy(_) => 4,
             Command::Txn(_) => 5,
+            Command::Batch(_) => 6,
         }
     }
 }
@@ -57,6 +63,8 @@ pub enum CommandResult {
     Txn(TxnResponse),
     /// Refused; the message says why.
     Failed(String),
+    /// The results of a batch, in order.
+    Batch(Vec<CommandResult>),
 }
 
 pub(crate) fn apply(
@@ -87,5 +95,16 @@ pub(crate) fn apply(
             CommandResult::Done
         }
         Command::Txn(ops) => CommandResult::Txn(tables.txn(index, ops, changes)),
+        Command::Batch(commands) => CommandResult::Batch(
+            commands
+                .iter()
+                .map(|c| match c {
+                    Command::Batch(_) => {
+                        CommandResult::Failed("nested batches are not allowed".into())
+                    }
+                    other => apply(tables, index, other, changes),
+                })
+                .collect(),
+        ),
     }
 }

@@ -51,6 +51,7 @@ fn command_numbers_are_pinned() {
         (Command::SessionCreate(Session::default()), 3),
         (Command::SessionDestroy("x".into()), 4),
         (Command::Txn(vec![]), 5),
+        (Command::Batch(vec![]), 6),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -317,4 +318,27 @@ async fn watches_wake_only_the_touched_service_and_prefix() {
     assert!(!db.wait(Duration::from_millis(50)).await);
     assert!(key.wait(Duration::from_millis(200)).await);
     assert!(!other_key.wait(Duration::from_millis(50)).await);
+}
+
+#[test]
+fn batches_apply_in_order_at_one_index() {
+    let store = StateStore::new();
+    let batch = Command::Batch(vec![
+        kv(KvVerb::Cas, "k", "first", 0, ""),
+        kv(KvVerb::Cas, "k", "second", 0, ""),
+        kv(KvVerb::Set, "j", "x", 0, ""),
+        Command::Batch(vec![]),
+    ]);
+    let result = store.apply(7, &batch);
+    assert_eq!(
+        result,
+        CommandResult::Batch(vec![
+            CommandResult::Applied(true),
+            CommandResult::Applied(false),
+            CommandResult::Applied(true),
+            CommandResult::Failed("nested batches are not allowed".into()),
+        ])
+    );
+    assert_eq!(store.read().kv_get("k").1.unwrap().value, b"first".to_vec());
+    assert_eq!(store.read().kv_get("j").1.unwrap().modify_index, 7);
 }
