@@ -65,6 +65,10 @@ pub struct UserEvent {
 
 const MAX_EVENTS: usize = 256;
 
+/// Re-reads the agent's configuration (files and flags) for
+/// `/v1/agent/reload` and SIGHUP.
+pub type ConfigLoader = Box<dyn Fn() -> Result<AgentConfig, String> + Send + Sync>;
+
 /// The agent.
 pub struct Agent {
     config: AgentConfig,
@@ -79,6 +83,7 @@ pub struct Agent {
     events_changed: watch::Sender<u64>,
     shutdown: watch::Sender<bool>,
     started: Instant,
+    config_loader: Mutex<Option<ConfigLoader>>,
 }
 
 impl Agent {
@@ -102,6 +107,7 @@ impl Agent {
             events_changed: watch::channel(0).0,
             shutdown: watch::channel(false).0,
             started: Instant::now(),
+            config_loader: Mutex::new(None),
         });
         for def in agent.config.services.clone() {
             agent
@@ -570,10 +576,91 @@ impl Agent {
         let _ = rx.wait_for(|v| *v).await;
     }
 
-    /// Triggers a full anti-entropy sync soon (`/v1/agent/reload`).
-    pub fn resync(&self) {
-        self.lock_local().mark_all_out_of_sync();
-        self.sync_now.notify_one();
+    /// Installs how to re-read the configuration on reload.
+    pub fn set_config_loader(&self, loader: ConfigLoader) {
+        *self.config_loader.lock().unwrap_or_else(|e| e.into_inner()) = Some(loader);
+    }
+
+    /// Reloads the services and checks defined in config files
+    /// (`/v1/agent/reload`, SIGHUP): new ones are registered, changed ones
+    /// replaced, removed ones deregistered; API registrations are left
+    /// alone. An invalid configuration changes nothing and is reported.
+    /// Other settings (ports, addresses, data dir) need a restart.
+    pub fn reload(self: &Arc<Self>) -> Result<(), AgentError> {
+        let loaded = {
+            let loader = self.config_loader.lock().unwrap_or_else(|e| e.into_inner());
+            match loader.as_ref() {
+                Some(load) => Some(
+                    load().map_err(|e| AgentError::BadRequest(format!("Failed reloading: {e}")))?,
+                ),
+                None => None,
+            }
+        };
+        let delta = {
+            let mut local = self.lock_local();
+            let mut scratch = local.clone();
+            let mut delta = RegistrationDelta::default();
+            if let Some(config) = loaded {
+                let policy = self.policy(true);
+                let wanted_services: Vec<String> = config
+                    .services
+                    .iter()
+                    .map(|s| {
+                        if s.id.is_empty() {
+                            s.name.clone()
+                        } else {
+                            s.id.clone()
+                        }
+                    })
+                    .collect();
+                let stale: Vec<String> = scratch
+                    .services
+                    .values()
+                    .filter(|s| {
+                        s.from_config
+                            && s.parent_id.is_none()
+                            && !wanted_services.contains(&s.service.id)
+                    })
+                    .map(|s| s.service.id.clone())
+                    .collect();
+                for id in stale {
+                    delta.extend(scratch.remove_service(&id, true));
+                }
+                for def in config.services {
+                    delta.extend(scratch.add_service(def, "", true, true, &policy).map_err(
+                        |e| AgentError::BadRequest(format!("Failed reloading: service: {e}")),
+                    )?);
+                }
+                let mut wanted_checks = Vec::new();
+                for def in config.checks {
+                    let (def, check) =
+                        local::build_check(&policy.node_name, &def, "", None, policy.allow_scripts)
+                            .map_err(|e| {
+                                AgentError::BadRequest(format!("Failed reloading: check: {e}"))
+                            })?;
+                    wanted_checks.push(def.check_id.clone());
+                    delta.extend(scratch.put_check(def, check, "", true));
+                }
+                let stale: Vec<String> = scratch
+                    .checks
+                    .values()
+                    .filter(|c| {
+                        c.from_config
+                            && c.check.service_id.is_empty()
+                            && !c.check.check_id.starts_with('_')
+                            && !wanted_checks.contains(&c.check.check_id)
+                    })
+                    .map(|c| c.check.check_id.clone())
+                    .collect();
+                for id in stale {
+                    delta.extend(scratch.remove_check(&id));
+                }
+            }
+            scratch.mark_all_out_of_sync();
+            *local = scratch;
+            delta
+        };
+        self.after_change(delta)
     }
 
     /// Stops check runners.

@@ -58,7 +58,7 @@ pub struct LocalCheck {
 }
 
 /// All local registrations.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LocalState {
     /// Services by id.
     pub services: BTreeMap<String, LocalService>,
@@ -82,6 +82,11 @@ pub struct RegistrationDelta {
 }
 
 impl RegistrationDelta {
+    /// Adds another delta's changes.
+    pub fn extend(&mut self, other: RegistrationDelta) {
+        self.merge(other);
+    }
+
     fn merge(&mut self, other: RegistrationDelta) {
         self.started.extend(other.started);
         self.stopped.extend(other.stopped);

@@ -16,7 +16,7 @@ use legate_types::rpc::ServerRpc;
 use serde_json::{json, Map, Value};
 
 /// Flags of `legate agent`, as Consul's.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug, Default, Clone)]
 pub struct AgentArgs {
     /// Development mode: one in-memory server, everything on loopback.
     #[arg(long)]
@@ -382,6 +382,25 @@ async fn wait_for_signal() {
     }
 }
 
+/// SIGHUP reloads the configuration, as in Consul.
+fn spawn_sighup_reload(agent: Arc<Agent>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match agent.reload() {
+                Ok(()) => tracing::info!("reloaded configuration (SIGHUP)"),
+                Err(e) => {
+                    tracing::error!(error = %e, "reload failed; keeping the running configuration")
+                }
+            }
+        }
+    });
+}
+
 fn write_pid(path: &Path) -> Result<(), String> {
     std::fs::write(path, std::process::id().to_string())
         .map_err(|e| format!("writing pid file {}: {e}", path.display()))
@@ -439,6 +458,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let agent = Agent::start(config.clone(), node_id, rpc)
         .await
         .map_err(|e| format!("Error starting the agent: {e}"))?;
+    let reload_args = args.clone();
+    agent.set_config_loader(Box::new(move || load_config(&reload_args)));
+    spawn_sighup_reload(agent.clone());
 
     let http = match config.ports.http {
         Some(port) => {

@@ -210,3 +210,90 @@ fn pid_file_is_written_and_removed() {
     assert!(status.success());
     assert!(!pid.exists());
 }
+
+#[test]
+fn reload_rereads_config_services_and_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "services.hcl",
+        "service {\n  name = \"old\"\n  port = 1\n}\n",
+    );
+    let agent = TestAgent::dev(&["-config-file", &file.display().to_string()]);
+    assert_eq!(
+        agent
+            .put(
+                "/v1/agent/service/register",
+                r#"{"Name":"api-registered","Port":3}"#
+            )
+            .0,
+        200
+    );
+    assert!(agent
+        .get("/v1/agent/services")
+        .unwrap()
+        .get("old")
+        .is_some());
+
+    write(
+        dir.path(),
+        "services.hcl",
+        "service {\n  name = \"new\"\n  port = 2\n  connect { sidecar_service {} }\n}\ncheck {\n  name = \"disk\"\n  ttl = \"30s\"\n}\n",
+    );
+    let out = agent.cli(&["reload"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert!(services.get("old").is_none(), "{services}");
+    assert!(
+        services.get("new").is_some() && services.get("new-sidecar-proxy").is_some(),
+        "{services}"
+    );
+    assert!(
+        services.get("api-registered").is_some(),
+        "API registrations survive a reload"
+    );
+    assert!(agent.get("/v1/agent/checks").unwrap().get("disk").is_some());
+    eventually(Duration::from_secs(5), || {
+        let services = agent.get("/v1/catalog/services").ok()?;
+        (services.get("old").is_none() && services.get("new").is_some()).then_some(())
+    });
+
+    // A broken file is reported and changes nothing.
+    write(
+        dir.path(),
+        "services.hcl",
+        "service {\n  name = \"broken\"\n",
+    );
+    let out = agent.cli(&["reload"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("services.hcl"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(agent
+        .get("/v1/agent/services")
+        .unwrap()
+        .get("new")
+        .is_some());
+
+    // SIGHUP reloads too.
+    write(
+        dir.path(),
+        "services.hcl",
+        "service {\n  name = \"hup\"\n  port = 4\n}\n",
+    );
+    let status = Command::new("kill")
+        .args(["-HUP", &agent.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    eventually(Duration::from_secs(5), || {
+        let services = agent.get("/v1/agent/services").ok()?;
+        (services.get("hup").is_some() && services.get("new").is_none()).then_some(())
+    });
+}

@@ -438,7 +438,7 @@ pub async fn health_by_name(
 }
 
 pub async fn reload(State(st): State<AppState>) -> ApiResult {
-    st.agent.resync();
+    st.agent.reload()?;
     Ok(StatusCode::OK.into_response())
 }
 
