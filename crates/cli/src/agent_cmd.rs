@@ -448,6 +448,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
             },
             snapshot_threshold: 8192,
         },
+        tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

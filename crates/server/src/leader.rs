@@ -20,6 +20,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut was_leader = false;
+        let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -29,6 +30,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if !leader {
                 if was_leader {
                     server.session_timers.clear_all();
+                    tombstones = TombstoneGc::new(server.config.tombstone_ttl);
                 }
                 was_leader = false;
                 continue;
@@ -40,6 +42,12 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if let Err(e) = reconcile_self(&server).await {
                 tracing::warn!(error = %e, "leader: reconciling this server's catalog entry failed");
             }
+            let newest = server.store.read().max_tombstone_index();
+            if let Some(upto) = tombstones.tick(newest) {
+                if let Err(e) = server.write(Command::ReapTombstones(upto)).await {
+                    tracing::warn!(error = %e, "leader: reaping KV tombstones failed");
+                }
+            }
             for id in server.session_timers.take_expired() {
                 tracing::info!(session = %id, "leader: session TTL expired");
                 if let Err(e) = server.write(Command::SessionDestroy(id)).await {
@@ -48,6 +56,53 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             }
         }
     });
+}
+
+/// Tombstone GC, as Consul's: tombstones are kept for the TTL so that
+/// blocking queries on a prefix see deletions, then reaped through Raft.
+/// Every `granularity` the newest tombstone index is noted; once a note is
+/// older than the TTL, everything up to its index is reaped.
+struct TombstoneGc {
+    ttl: Duration,
+    granularity: Duration,
+    last_mark: Option<tokio::time::Instant>,
+    marks: std::collections::VecDeque<(tokio::time::Instant, u64)>,
+}
+
+impl TombstoneGc {
+    fn new(ttl: Duration) -> TombstoneGc {
+        TombstoneGc {
+            ttl,
+            granularity: (ttl / 2).min(Duration::from_secs(30)),
+            last_mark: None,
+            marks: Default::default(),
+        }
+    }
+
+    /// Returns the index to reap up to, when one is due.
+    fn tick(&mut self, newest_tombstone: Option<u64>) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        if self
+            .last_mark
+            .is_none_or(|t| now.duration_since(t) >= self.granularity)
+        {
+            self.last_mark = Some(now);
+            if let Some(index) = newest_tombstone {
+                if self.marks.back().is_none_or(|(_, last)| *last < index) {
+                    self.marks.push_back((now, index));
+                }
+            }
+        }
+        let mut reap = None;
+        while let Some((at, index)) = self.marks.front().copied() {
+            if now.duration_since(at) < self.ttl {
+                break;
+            }
+            reap = Some(index);
+            self.marks.pop_front();
+        }
+        reap
+    }
 }
 
 fn start_session_clocks(server: &Server) {

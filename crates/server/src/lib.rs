@@ -37,7 +37,13 @@ pub struct ServerConfig {
     pub server_port: u16,
     /// Raft storage and bootstrap settings.
     pub raft: RaftOptions,
+    /// How long KV tombstones are kept before the leader reaps them
+    /// (Consul's 15 minutes by default).
+    pub tombstone_ttl: Duration,
 }
+
+/// Consul's tombstone TTL.
+pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// A running server.
 pub struct Server {

@@ -35,6 +35,9 @@ pub enum Command {
     /// own result. Batches never nest.
     #[serde(rename = "6")]
     Batch(Vec<Command>),
+    /// Forget KV tombstones at or below this index (leader's tombstone GC).
+    #[serde(rename = "7")]
+    ReapTombstones(u64),
 }
 
 impl Command {
@@ -48,6 +51,7 @@ impl Command {
             Command::SessionDestroy(_) => 4,
             Command::Txn(_) => 5,
             Command::Batch(_) => 6,
+            Command::ReapTombstones(_) => 7,
         }
     }
 }
@@ -95,6 +99,10 @@ pub(crate) fn apply(
             CommandResult::Done
         }
         Command::Txn(ops) => CommandResult::Txn(tables.txn(index, ops, changes)),
+        Command::ReapTombstones(upto) => {
+            tables.reap_tombstones(*upto);
+            CommandResult::Done
+        }
         Command::Batch(commands) => CommandResult::Batch(
             commands
                 .iter()

@@ -292,6 +292,17 @@ impl Tables {
         }
     }
 
+    /// Forgets tombstones at or below `upto` (Consul's tombstone GC).
+    pub(crate) fn reap_tombstones(&mut self, upto: u64) {
+        self.kv_tombstones.retain(|_, index| *index > upto);
+        self.kv_reaped_index = self.kv_reaped_index.max(upto);
+    }
+
+    /// The highest tombstone index, if any tombstone exists.
+    pub fn max_tombstone_index(&self) -> Option<u64> {
+        self.kv_tombstones.values().copied().max()
+    }
+
     // ----- reads -----
 
     /// One key; the index is the entry's modify index, or the table's.
@@ -329,6 +340,11 @@ impl Tables {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, i)| *i);
         let index = entry_indexes.chain(tombstones).max().unwrap_or(0);
+        let index = if index == 0 {
+            0
+        } else {
+            index.max(self.kv_reaped_index)
+        };
         if index == 0 {
             self.table_index(Table::Kvs)
         } else {

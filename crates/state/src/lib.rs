@@ -39,6 +39,9 @@ pub struct Tables {
     pub(crate) checks: BTreeMap<NodeKey, HealthCheck>,
     pub(crate) kv: BTreeMap<String, KvEntry>,
     pub(crate) kv_tombstones: BTreeMap<String, u64>,
+    /// The highest tombstone index reaped so far: prefix indexes never drop
+    /// below it, so reaping never moves a blocking query's index backwards.
+    pub(crate) kv_reaped_index: u64,
     pub(crate) sessions: BTreeMap<String, Session>,
     pub(crate) config_entries: BTreeMap<(String, String), serde_json::Value>,
     pub(crate) table_index: BTreeMap<String, u64>,
@@ -55,6 +58,8 @@ pub struct SnapshotData {
     checks: Vec<HealthCheck>,
     kv: Vec<KvEntry>,
     kv_tombstones: Vec<(String, u64)>,
+    #[serde(default)]
+    kv_reaped_index: u64,
     sessions: Vec<Session>,
     config_entries: Vec<(String, String, serde_json::Value)>,
     table_index: Vec<(String, u64)>,
@@ -101,6 +106,7 @@ impl Tables {
                 .collect(),
             checks: self.checks.values().cloned().collect(),
             kv: self.kv.values().cloned().collect(),
+            kv_reaped_index: self.kv_reaped_index,
             kv_tombstones: self
                 .kv_tombstones
                 .iter()
@@ -142,6 +148,7 @@ impl Tables {
             tables.kv.insert(entry.key.clone(), entry);
         }
         tables.kv_tombstones = data.kv_tombstones.into_iter().collect();
+        tables.kv_reaped_index = data.kv_reaped_index;
         for session in data.sessions {
             tables.sessions.insert(session.id.clone(), session);
         }

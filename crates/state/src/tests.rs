@@ -52,6 +52,7 @@ fn command_numbers_are_pinned() {
         (Command::SessionDestroy("x".into()), 4),
         (Command::Txn(vec![]), 5),
         (Command::Batch(vec![]), 6),
+        (Command::ReapTombstones(9), 7),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -341,4 +342,24 @@ fn batches_apply_in_order_at_one_index() {
     );
     assert_eq!(store.read().kv_get("k").1.unwrap().value, b"first".to_vec());
     assert_eq!(store.read().kv_get("j").1.unwrap().modify_index, 7);
+}
+
+#[test]
+fn reaping_tombstones_never_moves_indexes_back() {
+    let store = StateStore::new();
+    store.apply(1, &kv(KvVerb::Set, "p/a", "1", 0, ""));
+    store.apply(2, &kv(KvVerb::Set, "p/b", "1", 0, ""));
+    store.apply(3, &kv(KvVerb::Delete, "p/b", "", 0, ""));
+    assert_eq!(store.read().kv_list("p/").0, 3);
+    assert_eq!(store.read().max_tombstone_index(), Some(3));
+    store.apply(4, &Command::ReapTombstones(3));
+    assert_eq!(store.read().max_tombstone_index(), None);
+    assert_eq!(
+        store.read().kv_list("p/").0,
+        3,
+        "the prefix index must not drop back to 1"
+    );
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.read().kv_list("p/").0, 3);
 }

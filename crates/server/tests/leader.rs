@@ -1,0 +1,90 @@
+//! The leader's loops against a real (in-memory) Raft server.
+
+use std::time::Duration;
+
+use legate_raft::RaftOptions;
+use legate_server::{Server, ServerConfig};
+use legate_types::rpc::ServerRpc;
+use legate_types::{KvOp, KvVerb, QueryOptions, WriteOptions};
+
+fn config(tombstone_ttl: Duration) -> ServerConfig {
+    ServerConfig {
+        datacenter: "dc1".into(),
+        node_name: "leader-test".into(),
+        node_id: "5f2c1a0e-8b7d-4c3e-9a1f-0d2e3b4c5a6f".into(),
+        advertise_address: "127.0.0.1".into(),
+        server_port: 8300,
+        raft: RaftOptions {
+            node_id: 1,
+            address: "127.0.0.1:8300".into(),
+            data_dir: None,
+            bootstrap: true,
+            raft_multiplier: 1,
+            snapshot_threshold: 1024,
+        },
+        tombstone_ttl,
+    }
+}
+
+#[tokio::test]
+async fn leader_registers_itself_and_reaps_tombstones() {
+    let server = Server::start(config(Duration::from_secs(1))).await.unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(5)).await);
+    let opts = WriteOptions::default();
+    server
+        .kv_apply(&opts, KvOp::set("gone/a", b"x".to_vec()))
+        .await
+        .unwrap();
+    let delete = KvOp {
+        verb: KvVerb::Delete,
+        ..KvOp::set("gone/a", vec![])
+    };
+    assert!(server.kv_apply(&opts, delete).await.unwrap());
+    let deleted_at = server
+        .store()
+        .read()
+        .max_tombstone_index()
+        .expect("a tombstone");
+    let listed = server
+        .kv_list(&QueryOptions::default(), "gone/".into())
+        .await
+        .unwrap();
+    assert_eq!(listed.meta.index, deleted_at);
+
+    let mut reaped = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if server.store().read().max_tombstone_index().is_none() {
+            reaped = true;
+            break;
+        }
+    }
+    assert!(reaped, "the tombstone was not reaped within 10s");
+    let listed = server
+        .kv_list(&QueryOptions::default(), "gone/".into())
+        .await
+        .unwrap();
+    assert!(
+        listed.meta.index >= deleted_at,
+        "index went backwards after reaping"
+    );
+
+    // The leader registered this server with a passing serfHealth check.
+    let checks = server
+        .health_node_checks(&QueryOptions::default(), "leader-test".into())
+        .await
+        .unwrap();
+    assert!(checks.value.iter().any(|c| c.check_id == "serfHealth"));
+    let consul = server
+        .catalog_service_nodes(
+            &QueryOptions::default(),
+            legate_types::rpc::ServiceQuery {
+                service: "consul".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(consul.value.len(), 1);
+    server.shutdown().await;
+}
