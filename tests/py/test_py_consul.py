@@ -147,3 +147,43 @@ def test_status_and_agent_self(client):
     major, minor, patch = (int(p) for p in me["Config"]["Version"].split("."))
     assert (major, minor) >= (1, 20)
     assert client.agent.members()[0]["Status"] == 1
+
+
+def test_https_check_honours_tls_skip_verify(client, tmp_path):
+    import http.server
+    import ssl
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"healthy")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{port}/health"
+        assert client.agent.check.register("tls-skip", check={"HTTP": url, "Interval": "1s", "TLSSkipVerify": True})
+        assert client.agent.check.register("tls-verify", check={"HTTP": url, "Interval": "1s"})
+        wait_for(lambda: client.agent.checks()["tls-skip"]["Status"] == "passing")
+        wait_for(lambda: client.agent.checks()["tls-verify"]["Status"] == "critical" and client.agent.checks()["tls-verify"]["Output"])
+        assert "healthy" in client.agent.checks()["tls-skip"]["Output"]
+    finally:
+        server.shutdown()

@@ -207,9 +207,18 @@ async fn probe_http(
             HealthStatus::Critical,
             format!("HTTP {method} {}: {e}", def.http),
         ),
-        Ok(response) => {
+        Ok(mut response) => {
             let code = response.status();
-            let body = response.text().await.unwrap_or_default();
+            // Keep at most MAX_OUTPUT bytes, and whatever arrived before a
+            // connection that ends uncleanly (servers that skip TLS close_notify).
+            let mut bytes = Vec::new();
+            while bytes.len() < MAX_OUTPUT {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+                    _ => break,
+                }
+            }
+            let body = String::from_utf8_lossy(&bytes).into_owned();
             let output = format!(
                 "HTTP {method} {}: {} {} Output: {}",
                 def.http,
