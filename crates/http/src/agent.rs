@@ -6,8 +6,8 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use legate_types::duration::parse_go_duration;
 use legate_types::{CheckDefinition, HealthCheck, HealthStatus, NodeService, ServiceDefinition};
@@ -54,12 +54,7 @@ fn filtered<T: serde::Serialize>(
         .collect())
 }
 
-pub async fn self_info(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
     let agent = &st.agent;
     let config = agent.config();
     let address = config.advertise().to_string();
@@ -127,21 +122,11 @@ fn member(st: &AppState) -> Value {
     })
 }
 
-pub async fn members(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(&req.params, &vec![member(&st)]))
 }
 
-pub async fn services(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     let dc = st.agent.config().datacenter.clone();
     let rows: BTreeMap<String, Value> = st
         .agent
@@ -155,13 +140,7 @@ pub async fn services(
     ))
 }
 
-pub async fn service(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn service(State(st): State<AppState>, Path(id): Path<String>, req: Req) -> ApiResult {
     let dc = st.agent.config().datacenter.clone();
     let wanted_hash = req.params.get("hash").unwrap_or("").to_string();
     let wait = match req.params.get("wait") {
@@ -194,13 +173,7 @@ pub async fn service(
     }
 }
 
-pub async fn service_register(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn service_register(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let def: ServiceDefinition = decode_body(&body)?;
     let token = crate::util::token(&req.headers, &req.params);
     st.agent
@@ -223,34 +196,22 @@ fn enable_param(params: &Params) -> Result<bool, ApiError> {
 pub async fn service_maintenance(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
     let enable = enable_param(&req.params)?;
     st.agent
         .service_maintenance(&id, enable, req.params.get("reason").unwrap_or(""))?;
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn node_maintenance(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn node_maintenance(State(st): State<AppState>, req: Req) -> ApiResult {
     let enable = enable_param(&req.params)?;
     st.agent
         .node_maintenance(enable, req.params.get("reason").unwrap_or(""))?;
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn checks(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn checks(State(st): State<AppState>, req: Req) -> ApiResult {
     let rows: BTreeMap<String, HealthCheck> = st.agent.checks();
     Ok(json(
         &req.params,
@@ -258,13 +219,7 @@ pub async fn checks(
     ))
 }
 
-pub async fn check_register(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn check_register(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let def: CheckDefinition = decode_body(&body)?;
     if def.name.is_empty() {
         return Err(ApiError::bad_request("Missing check name"));
@@ -279,44 +234,22 @@ pub async fn check_deregister(State(st): State<AppState>, Path(id): Path<String>
     Ok(StatusCode::OK.into_response())
 }
 
-async fn ttl_update(
-    st: &AppState,
-    id: &str,
-    status: HealthStatus,
-    q: Option<String>,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+async fn ttl_update(st: &AppState, id: &str, status: HealthStatus, req: Req) -> ApiResult {
     let note = req.params.get("note").unwrap_or("");
     st.agent.update_ttl_check(id, status, note)?;
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn check_pass(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    ttl_update(&st, &id, HealthStatus::Passing, q, headers).await
+pub async fn check_pass(State(st): State<AppState>, Path(id): Path<String>, req: Req) -> ApiResult {
+    ttl_update(&st, &id, HealthStatus::Passing, req).await
 }
 
-pub async fn check_warn(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    ttl_update(&st, &id, HealthStatus::Warning, q, headers).await
+pub async fn check_warn(State(st): State<AppState>, Path(id): Path<String>, req: Req) -> ApiResult {
+    ttl_update(&st, &id, HealthStatus::Warning, req).await
 }
 
-pub async fn check_fail(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    ttl_update(&st, &id, HealthStatus::Critical, q, headers).await
+pub async fn check_fail(State(st): State<AppState>, Path(id): Path<String>, req: Req) -> ApiResult {
+    ttl_update(&st, &id, HealthStatus::Critical, req).await
 }
 
 #[derive(Deserialize)]
@@ -380,10 +313,8 @@ fn health_response(params: &Params, status: HealthStatus, body: &Value) -> Respo
 pub async fn health_by_id(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
     match service_health_body(&st, &id) {
         Some((status, body)) => Ok(health_response(&req.params, status, &body)),
         None => {
@@ -404,10 +335,8 @@ pub async fn health_by_id(
 pub async fn health_by_name(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
     let ids: Vec<String> = st
         .agent
         .services()

@@ -2,14 +2,11 @@
 //! answered by the servers.
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::HeaderMap;
+use axum::extract::{Path, State};
 use legate_types::rpc::ServiceQuery;
 use legate_types::{DeregisterRequest, HealthStatus, NodeServiceList, RegisterRequest};
 
-use crate::util::{
-    decode_body, json, json_meta, query_options, write_options, ApiError, ApiResult, Params,
-};
+use crate::util::{decode_body, json, json_meta, ApiError, ApiResult, Params};
 use crate::{AppState, Req};
 
 /// Keeps rows whose node metadata has every `?node-meta=key:value` pair.
@@ -33,13 +30,7 @@ fn meta_matches(
     wanted.iter().all(|(k, v)| meta.get(k) == Some(v))
 }
 
-pub async fn register(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn register(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let mut register: RegisterRequest = decode_body(&body)?;
     if let Some(service) = register.service.as_mut() {
         if service
@@ -52,7 +43,7 @@ pub async fn register(
             ));
         }
     }
-    let mut opts = write_options(&req.headers, &req.params);
+    let mut opts = req.write_options();
     if opts.datacenter.is_empty() {
         opts.datacenter = register.datacenter.clone();
     }
@@ -60,15 +51,9 @@ pub async fn register(
     Ok(json(&req.params, &true))
 }
 
-pub async fn deregister(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn deregister(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let deregister: DeregisterRequest = decode_body(&body)?;
-    let mut opts = write_options(&req.headers, &req.params);
+    let mut opts = req.write_options();
     if opts.datacenter.is_empty() {
         opts.datacenter = deregister.datacenter.clone();
     }
@@ -76,38 +61,23 @@ pub async fn deregister(
     Ok(json(&req.params, &true))
 }
 
-pub async fn datacenters(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn datacenters(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(
         &req.params,
         &st.agent.rpc().catalog_datacenters().await?,
     ))
 }
 
-pub async fn nodes(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+pub async fn nodes(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let mut result = st.agent.rpc().catalog_nodes(&opts).await?;
     result.value.retain(|n| meta_matches(&n.meta, &meta_filter));
     Ok(json_meta(&req.params, &result.meta, &result.value))
 }
 
-pub async fn services(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let result = st.agent.rpc().catalog_services(&opts).await?;
     let value = if meta_filter.is_empty() {
@@ -147,15 +117,8 @@ pub async fn services(
     Ok(json_meta(&req.params, &result.meta, &value))
 }
 
-async fn service_rows(
-    st: &AppState,
-    service: String,
-    q: Option<String>,
-    headers: HeaderMap,
-    connect: bool,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
+    let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let query = ServiceQuery {
         service,
@@ -173,41 +136,31 @@ async fn service_rows(
 pub async fn service_nodes(
     State(st): State<AppState>,
     Path(service): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    service_rows(&st, service, q, headers, false).await
+    service_rows(&st, service, req, false).await
 }
 
 pub async fn connect_nodes(
     State(st): State<AppState>,
     Path(service): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    service_rows(&st, service, q, headers, true).await
+    service_rows(&st, service, req, true).await
 }
 
-pub async fn node(
-    State(st): State<AppState>,
-    Path(node): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
-    let result = st.agent.rpc().catalog_node_services(&opts, node).await?;
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+pub async fn node(State(st): State<AppState>, Path(node): Path<String>, req: Req) -> ApiResult {
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.catalog_node_services(&opts, node).await })
+        .await
 }
 
 pub async fn node_service_list(
     State(st): State<AppState>,
     Path(node): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+    let opts = req.query_options()?;
     let result = st
         .agent
         .rpc()
@@ -228,35 +181,29 @@ pub async fn node_service_list(
 pub async fn health_node(
     State(st): State<AppState>,
     Path(node): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
-    let result = st.agent.rpc().health_node_checks(&opts, node).await?;
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.health_node_checks(&opts, node).await })
+        .await
 }
 
 pub async fn health_checks(
     State(st): State<AppState>,
     Path(service): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
-    let result = st.agent.rpc().health_service_checks(&opts, service).await?;
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.health_service_checks(&opts, service).await })
+        .await
 }
 
 pub async fn health_state(
     State(st): State<AppState>,
     Path(state): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+    let opts = req.query_options()?;
     let wanted = match state.as_str() {
         "any" => None,
         "passing" | "warning" | "critical" => HealthStatus::parse(&state),
@@ -270,15 +217,8 @@ pub async fn health_state(
     Ok(json_meta(&req.params, &result.meta, &result.value))
 }
 
-async fn health_rows(
-    st: &AppState,
-    service: String,
-    q: Option<String>,
-    headers: HeaderMap,
-    connect: bool,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+async fn health_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
+    let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let passing_only = req.params.bool("passing")?.unwrap_or(false);
     let query = ServiceQuery {
@@ -297,17 +237,15 @@ async fn health_rows(
 pub async fn health_service(
     State(st): State<AppState>,
     Path(service): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    health_rows(&st, service, q, headers, false).await
+    health_rows(&st, service, req, false).await
 }
 
 pub async fn health_connect(
     State(st): State<AppState>,
     Path(service): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    health_rows(&st, service, q, headers, true).await
+    health_rows(&st, service, req, true).await
 }

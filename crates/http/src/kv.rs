@@ -1,47 +1,35 @@
 //! `/v1/kv/*` and `/v1/txn`.
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use legate_types::rpc::TxnOp;
 use legate_types::{KvOp, KvVerb, KV_MAX_VALUE_SIZE};
 
-use crate::util::{
-    decode_body, json, json_meta, query_options, with_meta, write_options, ApiError, ApiResult,
-};
+use crate::util::{decode_body, json, json_meta, with_meta, ApiError, ApiResult};
 use crate::{AppState, Req};
 
 pub async fn kv_root(
     State(st): State<AppState>,
     method: Method,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
     body: Bytes,
 ) -> ApiResult {
-    dispatch(st, method, String::new(), q, headers, body).await
+    dispatch(st, method, String::new(), req, body).await
 }
 
 pub async fn kv(
     State(st): State<AppState>,
     method: Method,
     Path(key): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
     body: Bytes,
 ) -> ApiResult {
-    dispatch(st, method, key, q, headers, body).await
+    dispatch(st, method, key, req, body).await
 }
 
-async fn dispatch(
-    st: AppState,
-    method: Method,
-    key: String,
-    q: Option<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+async fn dispatch(st: AppState, method: Method, key: String, req: Req, body: Bytes) -> ApiResult {
     match method {
         Method::GET => get(&st, key, &req).await,
         Method::PUT => put(&st, key, &req, body).await,
@@ -54,7 +42,7 @@ async fn dispatch(
 }
 
 async fn get(st: &AppState, key: String, req: &Req) -> ApiResult {
-    let opts = query_options(&req.headers, &req.params)?;
+    let opts = req.query_options()?;
     let rpc = st.agent.rpc();
     if req.params.has("keys") {
         let separator = req.params.get("separator").unwrap_or("").to_string();
@@ -154,7 +142,7 @@ async fn put(st: &AppState, key: String, req: &Req, body: Bytes) -> ApiResult {
         }
         (None, None) => {}
     }
-    let opts = write_options(&req.headers, &req.params);
+    let opts = req.write_options();
     let applied = st.agent.rpc().kv_apply(&opts, op).await?;
     Ok(json(&req.params, &applied))
 }
@@ -185,20 +173,14 @@ async fn delete(st: &AppState, key: String, req: &Req) -> ApiResult {
         op.verb = KvVerb::DeleteCas;
         op.index = cas;
     }
-    let opts = write_options(&req.headers, &req.params);
+    let opts = req.write_options();
     let applied = st.agent.rpc().kv_apply(&opts, op).await?;
     Ok(json(&req.params, &applied))
 }
 
-pub async fn txn(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn txn(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let ops: Vec<TxnOp> = decode_body(&body)?;
-    let opts = write_options(&req.headers, &req.params);
+    let opts = req.write_options();
     let response = st.agent.rpc().txn(&opts, ops).await?;
     let conflict = response.errors.is_some();
     let mut out = json(&req.params, &response);

@@ -147,11 +147,43 @@ pub async fn serve(
     .await
 }
 
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Req {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Req, Self::Rejection> {
+        Ok(Req {
+            params: util::Params::parse(parts.uri.query()),
+            headers: parts.headers.clone(),
+        })
+    }
+}
+
 impl Req {
-    pub(crate) fn new(query: Option<String>, headers: HeaderMap) -> Req {
-        Req {
-            params: util::Params::parse(query.as_deref()),
-            headers,
-        }
+    /// Runs a read with this request's query options and answers with its
+    /// JSON and the blocking-query headers.
+    pub(crate) async fn read<T, Fut>(
+        &self,
+        call: impl FnOnce(legate_types::QueryOptions) -> Fut,
+    ) -> util::ApiResult
+    where
+        T: serde::Serialize,
+        Fut: std::future::Future<Output = Result<legate_types::Queried<T>, legate_types::RpcError>>,
+    {
+        let opts = util::query_options(&self.headers, &self.params)?;
+        let result = call(opts).await?;
+        Ok(util::json_meta(&self.params, &result.meta, &result.value))
+    }
+
+    /// This request's write options.
+    pub(crate) fn write_options(&self) -> legate_types::WriteOptions {
+        util::write_options(&self.headers, &self.params)
+    }
+
+    /// This request's read options.
+    pub(crate) fn query_options(&self) -> Result<legate_types::QueryOptions, util::ApiError> {
+        util::query_options(&self.headers, &self.params)
     }
 }

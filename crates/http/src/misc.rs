@@ -3,26 +3,17 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::HeaderMap;
+use axum::extract::{Path, State};
 use base64::Engine;
 use legate_agent::UserEvent;
 use legate_types::duration::parse_go_duration;
 use legate_types::{Session, SessionCreateRequest, DEFAULT_LOCK_DELAY};
 use serde_json::json;
 
-use crate::util::{
-    decode_body, json, json_meta, query_options, write_options, ApiError, ApiResult,
-};
+use crate::util::{decode_body, json, json_meta, ApiError, ApiResult};
 use crate::{AppState, Req};
 
-pub async fn session_create(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn session_create(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let create: SessionCreateRequest = decode_body(&body)?;
     let node = if create.node.is_empty() {
         st.agent.config().node_name.clone()
@@ -49,7 +40,7 @@ pub async fn session_create(
         service_checks: create.service_checks.unwrap_or_default(),
         raft: Default::default(),
     };
-    let opts = write_options(&req.headers, &req.params);
+    let opts = req.write_options();
     let id = st.agent.rpc().session_create(&opts, session).await?;
     Ok(json(&req.params, &json!({ "ID": id })))
 }
@@ -57,11 +48,9 @@ pub async fn session_create(
 pub async fn session_destroy(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = write_options(&req.headers, &req.params);
+    let opts = req.write_options();
     st.agent.rpc().session_destroy(&opts, id).await?;
     Ok(json(&req.params, &true))
 }
@@ -69,11 +58,9 @@ pub async fn session_destroy(
 pub async fn session_renew(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = write_options(&req.headers, &req.params);
+    let opts = req.write_options();
     match st.agent.rpc().session_renew(&opts, id.clone()).await? {
         Some(session) => Ok(json(&req.params, &vec![session])),
         None => Err(ApiError::not_found(format!("Session id '{id}' not found"))),
@@ -83,64 +70,43 @@ pub async fn session_renew(
 pub async fn session_info(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
-    let result = st.agent.rpc().session_info(&opts, id).await?;
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.session_info(&opts, id).await })
+        .await
 }
 
 pub async fn session_node(
     State(st): State<AppState>,
     Path(node): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
-    let result = st.agent.rpc().session_node(&opts, node).await?;
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.session_node(&opts, node).await })
+        .await
 }
 
-pub async fn session_list(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
-    let result = st.agent.rpc().session_list(&opts).await?;
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+pub async fn session_list(State(st): State<AppState>, req: Req) -> ApiResult {
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.session_list(&opts).await })
+        .await
 }
 
-pub async fn status_leader(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn status_leader(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(&req.params, &st.agent.rpc().status_leader().await?))
 }
 
-pub async fn status_peers(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn status_peers(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(&req.params, &st.agent.rpc().status_peers().await?))
 }
 
 pub async fn event_fire(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
+    req: Req,
     body: Bytes,
 ) -> ApiResult {
-    let req = Req::new(q, headers);
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing name"));
     }
@@ -175,13 +141,8 @@ fn regex_lite_check(pattern: &str) -> Result<(), String> {
         .map_err(|e| e.0)
 }
 
-pub async fn event_list(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
-    let opts = query_options(&req.headers, &req.params)?;
+pub async fn event_list(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
     let name = req.params.get("name").unwrap_or("").to_string();
     let mut changes = st.agent.event_changes();
     let deadline = tokio::time::Instant::now() + opts.effective_wait();
@@ -204,12 +165,7 @@ pub async fn event_list(
 }
 
 /// Network coordinates are not computed yet (they come with gossip).
-pub async fn coordinate_datacenters(
-    State(st): State<AppState>,
-    RawQuery(q): RawQuery,
-    headers: HeaderMap,
-) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn coordinate_datacenters(State(st): State<AppState>, req: Req) -> ApiResult {
     let dc = st.agent.config().datacenter.clone();
     Ok(json(
         &req.params,
@@ -218,7 +174,6 @@ pub async fn coordinate_datacenters(
 }
 
 /// Network coordinates are not computed yet (they come with gossip).
-pub async fn coordinate_nodes(RawQuery(q): RawQuery, headers: HeaderMap) -> ApiResult {
-    let req = Req::new(q, headers);
+pub async fn coordinate_nodes(req: Req) -> ApiResult {
     Ok(json(&req.params, &Vec::<serde_json::Value>::new()))
 }

@@ -95,6 +95,28 @@ impl Server {
     }
 }
 
+impl Server {
+    /// A blocking list read over whole tables, with the request's filter
+    /// applied to the rows.
+    pub(crate) async fn filtered_list<T: serde::Serialize>(
+        &self,
+        opts: &QueryOptions,
+        tables: &[legate_state::Table],
+        read: impl Fn(&Tables) -> (u64, Vec<T>),
+    ) -> Result<Queried<Vec<T>>, RpcError> {
+        let filter = parse_filter(&opts.filter)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(tables),
+            |t| {
+                let (index, rows) = read(t);
+                Ok((index, apply_filter(rows, &filter)))
+            },
+        )
+        .await
+    }
+}
+
 /// Parses a filter once, so a bad expression fails before any blocking.
 pub(crate) fn parse_filter(filter: &str) -> Result<Option<legate_filter::Expr>, RpcError> {
     if filter.trim().is_empty() {

@@ -150,17 +150,9 @@ impl ServerRpc for Server {
     }
 
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
         self.authorize(&opts.token, Resource::Node(String::new()), Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Nodes]),
-            |t| {
-                let (index, nodes) = t.nodes();
-                Ok((index, apply_filter(nodes, &filter)))
-            },
-        )
-        .await
+        self.filtered_list(opts, &[Table::Nodes], |t| t.nodes())
+            .await
     }
 
     async fn catalog_services(
@@ -248,16 +240,8 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Checks]),
-            |t| {
-                let (index, checks) = t.node_checks(&node);
-                Ok((index, apply_filter(checks, &filter)))
-            },
-        )
-        .await
+        self.filtered_list(opts, &[Table::Checks], |t| t.node_checks(&node))
+            .await
     }
 
     async fn health_service_checks(
@@ -265,16 +249,8 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         service: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Checks]),
-            |t| {
-                let (index, checks) = t.service_checks(&service);
-                Ok((index, apply_filter(checks, &filter)))
-            },
-        )
-        .await
+        self.filtered_list(opts, &[Table::Checks], |t| t.service_checks(&service))
+            .await
     }
 
     async fn health_checks_in_state(
@@ -282,16 +258,8 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         state: Option<HealthStatus>,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Checks]),
-            |t| {
-                let (index, checks) = t.checks_in_state(state);
-                Ok((index, apply_filter(checks, &filter)))
-            },
-        )
-        .await
+        self.filtered_list(opts, &[Table::Checks], |t| t.checks_in_state(state))
+            .await
     }
 
     async fn health_service_nodes(
@@ -518,16 +486,8 @@ impl ServerRpc for Server {
     }
 
     async fn session_list(&self, opts: &QueryOptions) -> Result<Queried<Vec<Session>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Sessions]),
-            |t| {
-                let (index, sessions) = t.sessions();
-                Ok((index, apply_filter(sessions, &filter)))
-            },
-        )
-        .await
+        self.filtered_list(opts, &[Table::Sessions], |t| t.sessions())
+            .await
     }
 
     async fn session_node(
@@ -535,16 +495,8 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<Session>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Sessions]),
-            |t| {
-                let (index, sessions) = t.node_sessions(&node);
-                Ok((index, apply_filter(sessions, &filter)))
-            },
-        )
-        .await
+        self.filtered_list(opts, &[Table::Sessions], |t| t.node_sessions(&node))
+            .await
     }
 }
 
