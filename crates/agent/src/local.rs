@@ -473,7 +473,6 @@ impl LocalState {
     ) -> RegistrationDelta {
         let mut delta = RegistrationDelta::default();
         let id = service.id.clone();
-        let keep_sidecar = self.services.get(&id).and_then(|s| s.sidecar_id.clone());
         let new_ids: BTreeSet<String> = checks.iter().map(|(d, _)| d.check_id.clone()).collect();
         if replace_existing_checks {
             let stale: Vec<String> = self
@@ -499,7 +498,8 @@ impl LocalState {
                 token: token.to_string(),
                 in_sync: false,
                 from_config,
-                sidecar_id: keep_sidecar,
+                // `add_service` links the sidecar after inserting both.
+                sidecar_id: None,
                 parent_id: None,
             },
         );
@@ -718,4 +718,128 @@ pub fn load(data_dir: &Path) -> std::io::Result<Option<PersistedState>> {
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(range: (u16, u16)) -> RegistrationPolicy {
+        RegistrationPolicy {
+            node_name: "n".into(),
+            allow_scripts: false,
+            sidecar_ports: range,
+        }
+    }
+
+    fn with_sidecar(name: &str) -> ServiceDefinition {
+        ServiceDefinition {
+            name: name.into(),
+            port: Some(8080),
+            connect: Some(legate_types::ServiceConnect {
+                native: false,
+                sidecar_service: Some(Box::default()),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sidecar_links_ports_and_removal() {
+        let mut local = LocalState::default();
+        let p = policy((21000, 21001));
+        local
+            .add_service(with_sidecar("web"), "", false, false, &p)
+            .unwrap();
+        assert_eq!(
+            local.services["web"].sidecar_id.as_deref(),
+            Some("web-sidecar-proxy")
+        );
+        assert_eq!(
+            local.services["web-sidecar-proxy"].parent_id.as_deref(),
+            Some("web")
+        );
+        assert_eq!(local.services["web-sidecar-proxy"].service.port, 21000);
+        // Re-registering keeps the sidecar's port.
+        local
+            .add_service(with_sidecar("web"), "", false, false, &p)
+            .unwrap();
+        assert_eq!(local.services["web-sidecar-proxy"].service.port, 21000);
+        local
+            .add_service(with_sidecar("db"), "", false, false, &p)
+            .unwrap();
+        assert_eq!(local.services["db-sidecar-proxy"].service.port, 21001);
+        // The range is exhausted, and a failed registration changes nothing.
+        let err = local
+            .add_service(with_sidecar("api"), "", false, false, &p)
+            .unwrap_err();
+        assert!(err.to_string().contains("No sidecar port"), "{err}");
+        assert!(!local.services.contains_key("api"));
+        // Dropping the block removes the sidecar and unlinks it.
+        let plain = ServiceDefinition {
+            name: "web".into(),
+            port: Some(8080),
+            ..Default::default()
+        };
+        let delta = local.add_service(plain, "", false, false, &p).unwrap();
+        assert!(delta
+            .stopped
+            .iter()
+            .any(|c| c.starts_with("service:web-sidecar-proxy")));
+        assert!(!local.services.contains_key("web-sidecar-proxy"));
+        assert_eq!(local.services["web"].sidecar_id, None);
+        assert!(local.deleted_services.contains("web-sidecar-proxy"));
+        // A generated sidecar cannot be overwritten directly.
+        let direct = ServiceDefinition {
+            id: "db-sidecar-proxy".into(),
+            name: "x".into(),
+            ..Default::default()
+        };
+        assert!(local.add_service(direct, "", false, false, &p).is_err());
+    }
+
+    #[test]
+    fn check_ids_and_status_carry_over() {
+        let mut local = LocalState::default();
+        let p = policy((21000, 21255));
+        let def = ServiceDefinition {
+            name: "api".into(),
+            checks: vec![
+                CheckDefinition {
+                    ttl: Some(std::time::Duration::from_secs(30)),
+                    ..Default::default()
+                },
+                CheckDefinition {
+                    ttl: Some(std::time::Duration::from_secs(30)),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        local
+            .add_service(def.clone(), "", false, false, &p)
+            .unwrap();
+        assert!(
+            local.checks.contains_key("service:api:1")
+                && local.checks.contains_key("service:api:2")
+        );
+        assert!(local.update_check("service:api:1", HealthStatus::Passing, "ok"));
+        // Re-registration without a status keeps the current one.
+        local.add_service(def, "", false, false, &p).unwrap();
+        assert_eq!(
+            local.checks["service:api:1"].check.status,
+            HealthStatus::Passing
+        );
+        // replace-existing-checks drops checks missing from the new definition.
+        let fewer = ServiceDefinition {
+            name: "api".into(),
+            check: Some(CheckDefinition {
+                ttl: Some(std::time::Duration::from_secs(30)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        local.add_service(fewer, "", false, true, &p).unwrap();
+        assert_eq!(local.checks.keys().collect::<Vec<_>>(), vec!["service:api"]);
+    }
 }
