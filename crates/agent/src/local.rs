@@ -226,7 +226,7 @@ fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError>
         socket_path: def.socket_path.clone(),
         weights: def.weights.unwrap_or_default(),
         enable_tag_override: def.enable_tag_override,
-        proxy: def.proxy.clone(),
+        proxy: def.proxy.clone().map(Box::new),
         connect,
         raft: Default::default(),
     };

@@ -97,26 +97,32 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        // Hold the lock so no entry is applied between reading the data and
-        // reading the log id it corresponds to.
-        let mut inner = self.lock();
-        let data = self.store.snapshot().map_err(sm_err)?;
-        inner.snapshot_seq += 1;
-        let meta = SnapshotMeta {
-            last_log_id: inner.last_applied,
-            last_membership: inner.membership.clone(),
-            snapshot_id: format!(
-                "{}-{}",
-                inner.last_applied.map(|l| l.index).unwrap_or(0),
-                inner.snapshot_seq
-            ),
+        // Copy the tables while holding the lock, so no entry is applied
+        // between the copy and the log id it corresponds to; encode and
+        // write after releasing it, so applies are not held up.
+        let (copy, meta) = {
+            let mut inner = self.lock();
+            let copy = self.store.snapshot_data();
+            inner.snapshot_seq += 1;
+            let meta = SnapshotMeta {
+                last_log_id: inner.last_applied,
+                last_membership: inner.membership.clone(),
+                snapshot_id: format!(
+                    "{}-{}",
+                    inner.last_applied.map(|l| l.index).unwrap_or(0),
+                    inner.snapshot_seq
+                ),
+            };
+            (copy, meta)
         };
+        let data = copy.encode().map_err(sm_err)?;
+        drop(copy);
         let stored = StoredSnapshot {
             meta: meta.clone(),
             data,
         };
         self.persist(&stored)?;
-        inner.snapshot = Some(stored.clone());
+        self.lock().snapshot = Some(stored.clone());
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(stored.data)),

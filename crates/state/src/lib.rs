@@ -66,6 +66,13 @@ pub struct SnapshotData {
     service_index: Vec<(String, u64)>,
 }
 
+impl SnapshotData {
+    /// Encodes the copy.
+    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+}
+
 impl Tables {
     /// The max index of a table (0 when never written).
     pub fn table_index(&self, table: Table) -> u64 {
@@ -206,7 +213,14 @@ impl StateStore {
 
     /// Serializes the whole store.
     pub fn snapshot(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&self.read().to_snapshot())
+        self.snapshot_data().encode()
+    }
+
+    /// Copies the tables for a snapshot. Only the copy happens under the
+    /// read lock; encoding it ([`SnapshotData::encode`]) does not block
+    /// writers.
+    pub fn snapshot_data(&self) -> SnapshotData {
+        self.read().to_snapshot()
     }
 
     /// Replaces the whole store with a snapshot and wakes every watcher.

@@ -327,9 +327,10 @@ pub struct NodeService {
     /// Let the catalog's tags win over the agent's in anti-entropy.
     #[serde(default)]
     pub enable_tag_override: bool,
-    /// Proxy settings (proxies only).
+    /// Proxy settings (proxies only; boxed because most services have none
+    /// and the struct is large).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proxy: Option<ConnectProxyConfig>,
+    pub proxy: Option<Box<ConnectProxyConfig>>,
     /// Connect settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect: Option<ServiceConnect>,
@@ -845,7 +846,7 @@ impl ServiceNode {
             service_port: service.port,
             service_socket_path: service.socket_path.clone(),
             service_enable_tag_override: service.enable_tag_override,
-            service_proxy: service.proxy.clone().unwrap_or_default(),
+            service_proxy: service.proxy.as_deref().cloned().unwrap_or_default(),
             service_connect: service.connect.clone().unwrap_or_default(),
             raft: service.raft,
         }
