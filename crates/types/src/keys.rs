@@ -137,10 +137,56 @@ pub const CANONICAL_NAMES: &[&str] = &[
     "Warning",
     "Weights",
     "What",
+    "SamenessGroup",
+    "Peer",
+    "Consumers",
+    "Description",
+    "Action",
+    "Precedence",
+    "Weight",
+    "Listeners",
+    "Permissions",
+    "Sources",
+    "Splits",
+    "Routes",
+    "Targets",
+    "Datacenters",
+    "Subsets",
+    "Failover",
+    "Redirect",
+    "LoadBalancer",
+    "ConnectTimeout",
+    "OnlyPassing",
+    "DefaultSubset",
+    "PrefixRewrite",
+    "RetryOnStatusCodes",
+    "RetryOn",
+    "RetryOnConnectFailure",
+    "NumRetries",
+    "IdleTimeout",
+    "RequestTimeout",
+    "ServiceSubset",
+    "PathPrefix",
+    "PathExact",
+    "PathRegex",
+    "IgnoreCase",
+    "HTTP2",
+    "KeyFile",
+    "CertFile",
+    "MutualTLSMode",
+    "CipherSuites",
+    "TLSMinVersion",
+    "TLSMaxVersion",
+    "ExternalSNI",
+    "SDS",
+    "JWT",
+    "SourceIP",
     "PassingOnly",
 ];
 
-/// Maps whose own keys are user data; their values are left untouched too.
+/// Fields whose value, when it is an object, is a map of user data: its
+/// keys and values are left untouched (`Header` is such a map in checks but
+/// a list of matchers in routers; lists are canonicalized as usual).
 const OPAQUE_MAPS: &[&str] = &[
     "Meta",
     "NodeMeta",
@@ -148,10 +194,13 @@ const OPAQUE_MAPS: &[&str] = &[
     "Config",
     "Header",
     "Definition",
+    "Add",
+    "Set",
 ];
 
-/// Maps whose own keys are user data but whose values are structured objects.
-const KEYED_MAPS: &[&str] = &["TaggedAddresses", "ServiceTaggedAddresses"];
+/// Maps whose own keys are user data but whose values are structured
+/// objects (subset names, failover keys, tagged address names).
+const KEYED_MAPS: &[&str] = &["TaggedAddresses", "ServiceTaggedAddresses", "Subsets", "Failover"];
 
 /// Returns the canonical spelling of one field name.
 pub fn canonical_key(key: &str) -> String {
@@ -214,7 +263,7 @@ fn canonicalize_object(map: Map<String, Value>) -> Map<String, Value> {
     for (key, value) in map {
         let canonical = canonical_key(&key);
         let already_canonical = key == canonical;
-        let value = if OPAQUE_MAPS.contains(&canonical.as_str()) {
+        let value = if OPAQUE_MAPS.contains(&canonical.as_str()) && value.is_object() {
             value
         } else if KEYED_MAPS.contains(&canonical.as_str()) {
             match value {
@@ -295,6 +344,29 @@ mod tests {
                 "{name} is missing from CANONICAL_NAMES"
             );
         }
+    }
+
+    #[test]
+    fn config_entry_keys() {
+        let input = json!({
+            "kind": "service-router", "name": "web",
+            "routes": [{"match": {"http": {"path_prefix": "/admin", "header": [{"name": "x-debug", "exact": "1"}]}},
+                        "destination": {"service": "admin", "request_headers": {"add": {"x-from": "router"}}}}],
+            "subsets": {"v1": {"filter": "Service.Meta.version == v1", "only_passing": true}},
+            "failover": {"*": {"datacenters": ["dc2"]}},
+            "load_balancer": {"hash_policies": [{"source_ip": true}]}
+        });
+        assert_eq!(
+            canonicalize_keys(input),
+            json!({
+                "Kind": "service-router", "Name": "web",
+                "Routes": [{"Match": {"HTTP": {"PathPrefix": "/admin", "Header": [{"Name": "x-debug", "Exact": "1"}]}},
+                            "Destination": {"Service": "admin", "RequestHeaders": {"Add": {"x-from": "router"}}}}],
+                "Subsets": {"v1": {"Filter": "Service.Meta.version == v1", "OnlyPassing": true}},
+                "Failover": {"*": {"Datacenters": ["dc2"]}},
+                "LoadBalancer": {"HashPolicies": [{"SourceIP": true}]}
+            })
+        );
     }
 
     #[test]
