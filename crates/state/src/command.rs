@@ -3,6 +3,7 @@
 //! old log always decodes (pinned by a test).
 
 use legate_types::rpc::{TxnOp, TxnResponse};
+use legate_types::config_entry::ConfigEntry;
 use legate_types::{DeregisterRequest, KvOp, RegisterRequest, Session};
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,25 @@ pub enum Command {
     /// Forget KV tombstones at or below this index (leader's tombstone GC).
     #[serde(rename = "7")]
     ReapTombstones(u64),
+    /// Create or replace a config entry; with `cas`, only if its modify
+    /// index matches (0: only if absent).
+    #[serde(rename = "8")]
+    ConfigEntrySet {
+        /// The entry.
+        entry: Box<ConfigEntry>,
+        /// Check-and-set index.
+        cas: Option<u64>,
+    },
+    /// Delete a config entry; with `cas`, only if its modify index matches.
+    #[serde(rename = "9")]
+    ConfigEntryDelete {
+        /// The kind.
+        kind: String,
+        /// The name.
+        name: String,
+        /// Check-and-set index.
+        cas: Option<u64>,
+    },
 }
 
 impl Command {
@@ -52,6 +72,8 @@ impl Command {
             Command::Txn(_) => 5,
             Command::Batch(_) => 6,
             Command::ReapTombstones(_) => 7,
+            Command::ConfigEntrySet { .. } => 8,
+            Command::ConfigEntryDelete { .. } => 9,
         }
     }
 }
@@ -99,6 +121,12 @@ pub(crate) fn apply(
             CommandResult::Done
         }
         Command::Txn(ops) => CommandResult::Txn(tables.txn(index, ops, changes)),
+        Command::ConfigEntrySet { entry, cas } => {
+            CommandResult::Applied(tables.config_entry_set(index, entry, *cas, changes))
+        }
+        Command::ConfigEntryDelete { kind, name, cas } => {
+            CommandResult::Applied(tables.config_entry_delete(index, kind, name, *cas, changes))
+        }
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);
             CommandResult::Done

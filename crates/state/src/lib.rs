@@ -12,6 +12,7 @@
 
 mod catalog;
 mod command;
+mod config_entries;
 mod kv;
 mod session;
 pub mod watch;
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
+use legate_types::config_entry::ConfigEntry;
 use legate_types::{HealthCheck, KvEntry, Node, NodeService, Session};
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +45,7 @@ pub struct Tables {
     /// below it, so reaping never moves a blocking query's index backwards.
     pub(crate) kv_reaped_index: u64,
     pub(crate) sessions: BTreeMap<String, Session>,
-    pub(crate) config_entries: BTreeMap<(String, String), serde_json::Value>,
+    pub(crate) config_entries: BTreeMap<(String, String), ConfigEntry>,
     pub(crate) table_index: BTreeMap<String, u64>,
     pub(crate) service_index: BTreeMap<String, u64>,
     /// Local, unreplicated lock delays: key -> instant the delay ends.
@@ -61,7 +63,7 @@ pub struct SnapshotData {
     #[serde(default)]
     kv_reaped_index: u64,
     sessions: Vec<Session>,
-    config_entries: Vec<(String, String, serde_json::Value)>,
+    config_entries: Vec<ConfigEntry>,
     table_index: Vec<(String, u64)>,
     service_index: Vec<(String, u64)>,
 }
@@ -120,11 +122,7 @@ impl Tables {
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
             sessions: self.sessions.values().cloned().collect(),
-            config_entries: self
-                .config_entries
-                .iter()
-                .map(|((k, n), v)| (k.clone(), n.clone(), v.clone()))
-                .collect(),
+            config_entries: self.config_entries.values().cloned().collect(),
             table_index: self
                 .table_index
                 .iter()
@@ -162,7 +160,7 @@ impl Tables {
         tables.config_entries = data
             .config_entries
             .into_iter()
-            .map(|(k, n, v)| ((k, n), v))
+            .map(|e| ((e.kind.clone(), e.name.clone()), e))
             .collect();
         tables.table_index = data.table_index.into_iter().collect();
         tables.service_index = data.service_index.into_iter().collect();

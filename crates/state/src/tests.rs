@@ -53,6 +53,21 @@ fn command_numbers_are_pinned() {
         (Command::Txn(vec![]), 5),
         (Command::Batch(vec![]), 6),
         (Command::ReapTombstones(9), 7),
+        (
+            Command::ConfigEntrySet {
+                entry: Box::new(entry("service-defaults", "web")),
+                cas: None,
+            },
+            8,
+        ),
+        (
+            Command::ConfigEntryDelete {
+                kind: "mesh".into(),
+                name: "mesh".into(),
+                cas: Some(1),
+            },
+            9,
+        ),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -362,4 +377,45 @@ fn reaping_tombstones_never_moves_indexes_back() {
     let copy = StateStore::new();
     copy.restore(&store.snapshot().unwrap()).unwrap();
     assert_eq!(copy.read().kv_list("p/").0, 3);
+}
+
+fn entry(kind: &str, name: &str) -> legate_types::config_entry::ConfigEntry {
+    let mut body = serde_json::Map::new();
+    body.insert("Protocol".into(), json!("http"));
+    legate_types::config_entry::ConfigEntry {
+        kind: kind.into(),
+        name: name.into(),
+        body,
+        raft: RaftIndex::default(),
+    }
+}
+
+#[test]
+fn config_entries_cas_and_kind_aware_listing() {
+    let store = StateStore::new();
+    let set = |e, cas| Command::ConfigEntrySet { entry: Box::new(e), cas };
+    assert_eq!(store.apply(1, &set(entry("service-defaults", "web"), Some(0))), CommandResult::Applied(true));
+    assert_eq!(store.apply(2, &set(entry("service-defaults", "web"), Some(0))), CommandResult::Applied(false));
+    assert_eq!(store.apply(3, &set(entry("service-defaults", "web"), Some(2))), CommandResult::Applied(false));
+    let mut changed = entry("service-defaults", "web");
+    changed.body.insert("Protocol".into(), json!("grpc"));
+    assert_eq!(store.apply(4, &set(changed, Some(1))), CommandResult::Applied(true));
+    let (_, got) = store.read().config_entry("service-defaults", "web");
+    let got = got.unwrap();
+    assert_eq!(got.raft, RaftIndex { create_index: 1, modify_index: 4 });
+    store.apply(5, &set(entry("service-router", "web"), None));
+    store.apply(6, &set(entry("proxy-defaults", "global"), None));
+    let (index, all) = store.read().config_entries_of_kinds(&[]);
+    assert_eq!((index, all.len()), (6, 3));
+    let (_, known) = store.read().config_entries_of_kinds(&["service-defaults".into(), "proxy-defaults".into()]);
+    assert_eq!(known.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), vec!["proxy-defaults", "service-defaults"]);
+    assert_eq!(store.read().config_entries_of_kind("service-router").1.len(), 1);
+    let delete = |cas| Command::ConfigEntryDelete { kind: "service-router".into(), name: "web".into(), cas };
+    assert_eq!(store.apply(7, &delete(Some(1))), CommandResult::Applied(false));
+    assert_eq!(store.apply(8, &delete(Some(5))), CommandResult::Applied(true));
+    assert_eq!(store.apply(9, &delete(None)), CommandResult::Applied(true));
+    assert!(store.read().config_entry("service-router", "web").1.is_none());
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.read().config_entries_of_kinds(&[]), store.read().config_entries_of_kinds(&[]));
 }

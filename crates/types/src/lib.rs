@@ -6,6 +6,7 @@
 //! This crate is a leaf: it must never depend on another Legate crate.
 
 pub mod catalog;
+pub mod config_entry;
 pub mod duration;
 pub mod error;
 pub mod keys;
