@@ -261,6 +261,24 @@ fn load_config(args: &AgentArgs) -> Result<AgentConfig, String> {
     Ok(config)
 }
 
+/// Decodes and validates `config_entries.bootstrap`, naming the entry that
+/// is wrong.
+fn bootstrap_entries(
+    config: &AgentConfig,
+) -> Result<Vec<legate_types::config_entry::ConfigEntry>, String> {
+    config
+        .config_entries_bootstrap
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            legate_types::config_entry::from_json(legate_types::keys::canonicalize_keys(
+                value.clone(),
+            ))
+            .map_err(|e| format!("config_entries.bootstrap[{i}]: {e}"))
+        })
+        .collect()
+}
+
 /// Resolves the node id: from config, else the data dir, else a new one.
 fn node_id(config: &AgentConfig) -> Result<String, String> {
     if !config.node_id.is_empty() {
@@ -449,6 +467,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
             snapshot_threshold: 8192,
         },
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
+        config_entries_bootstrap: bootstrap_entries(&config)?,
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

@@ -31,6 +31,9 @@ enum Command {
     /// Registers and deregisters services with the local agent.
     #[command(subcommand)]
     Services(commands::services::ServicesCommand),
+    /// Writes, reads, lists and deletes config entries.
+    #[command(subcommand)]
+    Config(commands::config::ConfigCommand),
     /// Reads and writes the KV store.
     #[command(subcommand)]
     Kv(commands::kv::KvCommand),
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
             Command::Catalog(cmd) => commands::catalog::run(cmd).await,
             Command::Services(cmd) => commands::services::run(cmd).await,
             Command::Kv(cmd) => commands::kv::run(cmd).await,
+            Command::Config(cmd) => commands::config::run(cmd).await,
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,
             Command::Maint(args) => commands::misc::maint(args).await,

@@ -5,6 +5,7 @@
 
 mod agent;
 mod catalog;
+mod config;
 mod kv;
 mod misc;
 pub mod util;
@@ -89,6 +90,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health/state/{state}", get(catalog::health_state))
         .route("/v1/health/service/{service}", get(catalog::health_service))
         .route("/v1/health/connect/{service}", get(catalog::health_connect))
+        // config entries
+        .route("/v1/config", put(config::apply))
+        .route("/v1/config/{kind}", get(config::list))
+        .route(
+            "/v1/config/{kind}/{name}",
+            get(config::get).delete(config::delete),
+        )
         // kv and txn
         .route("/v1/kv/", any(kv::kv_root))
         .route("/v1/kv/{*key}", any(kv::kv))

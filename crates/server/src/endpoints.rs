@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use legate_state::{Command, CommandResult, Table};
+use legate_types::config_entry::{self, ConfigEntry};
 use legate_types::duration::parse_go_duration;
 use legate_types::rpc::{ServerRpc, ServiceQuery, TxnOp, TxnResponse};
 use legate_types::*;
@@ -497,6 +498,86 @@ impl ServerRpc for Server {
     ) -> Result<Queried<Vec<Session>>, RpcError> {
         self.filtered_list(opts, &[Table::Sessions], |t| t.node_sessions(&node))
             .await
+    }
+
+    async fn config_apply(
+        &self,
+        opts: &WriteOptions,
+        entry: ConfigEntry,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
+        self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        let command = Command::ConfigEntrySet {
+            entry: Box::new(entry),
+            cas,
+        };
+        match self.write(command).await? {
+            (_, CommandResult::Applied(applied)) => Ok(applied),
+            (_, other) => Err(RpcError::Internal(format!(
+                "unexpected config entry result {other:?}"
+            ))),
+        }
+    }
+
+    async fn config_get(
+        &self,
+        opts: &QueryOptions,
+        kind: String,
+        name: String,
+    ) -> Result<Queried<Option<ConfigEntry>>, RpcError> {
+        let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::ConfigEntries]),
+            |t| Ok(t.config_entry(&kind, &name)),
+        )
+        .await
+    }
+
+    async fn config_list(
+        &self,
+        opts: &QueryOptions,
+        kind: String,
+    ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
+        let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
+        self.filtered_list(opts, &[Table::ConfigEntries], |t| {
+            t.config_entries_of_kind(&kind)
+        })
+        .await
+    }
+
+    async fn config_list_all(
+        &self,
+        opts: &QueryOptions,
+        kinds: Vec<String>,
+    ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
+        self.filtered_list(opts, &[Table::ConfigEntries], |t| {
+            t.config_entries_of_kinds(&kinds)
+        })
+        .await
+    }
+
+    async fn config_delete(
+        &self,
+        opts: &WriteOptions,
+        kind: String,
+        name: String,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
+        self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        match self
+            .write(Command::ConfigEntryDelete { kind, name, cas })
+            .await?
+        {
+            (_, CommandResult::Applied(applied)) => Ok(applied),
+            (_, other) => Err(RpcError::Internal(format!(
+                "unexpected config entry result {other:?}"
+            ))),
+        }
     }
 }
 

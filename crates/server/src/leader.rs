@@ -37,6 +37,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             }
             if !was_leader {
                 start_session_clocks(&server);
+                bootstrap_config_entries(&server).await;
             }
             was_leader = true;
             if let Err(e) = reconcile_self(&server).await {
@@ -102,6 +103,23 @@ impl TombstoneGc {
             self.marks.pop_front();
         }
         reap
+    }
+}
+
+/// Writes the bootstrap config entries that do not exist yet: a newer
+/// entry written through the API is never overwritten by the config file.
+async fn bootstrap_config_entries(server: &Server) {
+    for entry in &server.config.config_entries_bootstrap {
+        let command = Command::ConfigEntrySet {
+            entry: Box::new(entry.clone()),
+            cas: Some(0),
+        };
+        match server.write(command).await {
+            Ok(_) => tracing::debug!(entry = %entry.label(), "bootstrap config entry considered"),
+            Err(e) => {
+                tracing::error!(entry = %entry.label(), error = %e, "writing a bootstrap config entry failed")
+            }
+        }
     }
 }
 

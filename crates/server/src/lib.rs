@@ -40,6 +40,9 @@ pub struct ServerConfig {
     /// How long KV tombstones are kept before the leader reaps them
     /// (Consul's 15 minutes by default).
     pub tombstone_ttl: Duration,
+    /// Config entries the leader writes when it takes office, unless an
+    /// entry of that kind and name already exists (`config_entries.bootstrap`).
+    pub config_entries_bootstrap: Vec<legate_types::config_entry::ConfigEntry>,
 }
 
 /// Consul's tombstone TTL.

@@ -23,6 +23,7 @@ fn config(tombstone_ttl: Duration) -> ServerConfig {
             snapshot_threshold: 1024,
         },
         tombstone_ttl,
+        config_entries_bootstrap: Vec::new(),
     }
 }
 

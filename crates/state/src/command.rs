@@ -2,8 +2,8 @@
 //! variant is its number; numbers are append-only and never reused, so an
 //! old log always decodes (pinned by a test).
 
-use legate_types::rpc::{TxnOp, TxnResponse};
 use legate_types::config_entry::ConfigEntry;
+use legate_types::rpc::{TxnOp, TxnResponse};
 use legate_types::{DeregisterRequest, KvOp, RegisterRequest, Session};
 use serde::{Deserialize, Serialize};
 

@@ -62,7 +62,9 @@ impl Tables {
     pub fn config_entry(&self, kind: &str, name: &str) -> (u64, Option<ConfigEntry>) {
         (
             self.table_index(Table::ConfigEntries),
-            self.config_entries.get(&(kind.to_string(), name.to_string())).cloned(),
+            self.config_entries
+                .get(&(kind.to_string(), name.to_string()))
+                .cloned(),
         )
     }
 

@@ -393,29 +393,79 @@ fn entry(kind: &str, name: &str) -> legate_types::config_entry::ConfigEntry {
 #[test]
 fn config_entries_cas_and_kind_aware_listing() {
     let store = StateStore::new();
-    let set = |e, cas| Command::ConfigEntrySet { entry: Box::new(e), cas };
-    assert_eq!(store.apply(1, &set(entry("service-defaults", "web"), Some(0))), CommandResult::Applied(true));
-    assert_eq!(store.apply(2, &set(entry("service-defaults", "web"), Some(0))), CommandResult::Applied(false));
-    assert_eq!(store.apply(3, &set(entry("service-defaults", "web"), Some(2))), CommandResult::Applied(false));
+    let set = |e, cas| Command::ConfigEntrySet {
+        entry: Box::new(e),
+        cas,
+    };
+    assert_eq!(
+        store.apply(1, &set(entry("service-defaults", "web"), Some(0))),
+        CommandResult::Applied(true)
+    );
+    assert_eq!(
+        store.apply(2, &set(entry("service-defaults", "web"), Some(0))),
+        CommandResult::Applied(false)
+    );
+    assert_eq!(
+        store.apply(3, &set(entry("service-defaults", "web"), Some(2))),
+        CommandResult::Applied(false)
+    );
     let mut changed = entry("service-defaults", "web");
     changed.body.insert("Protocol".into(), json!("grpc"));
-    assert_eq!(store.apply(4, &set(changed, Some(1))), CommandResult::Applied(true));
+    assert_eq!(
+        store.apply(4, &set(changed, Some(1))),
+        CommandResult::Applied(true)
+    );
     let (_, got) = store.read().config_entry("service-defaults", "web");
     let got = got.unwrap();
-    assert_eq!(got.raft, RaftIndex { create_index: 1, modify_index: 4 });
+    assert_eq!(
+        got.raft,
+        RaftIndex {
+            create_index: 1,
+            modify_index: 4
+        }
+    );
     store.apply(5, &set(entry("service-router", "web"), None));
     store.apply(6, &set(entry("proxy-defaults", "global"), None));
     let (index, all) = store.read().config_entries_of_kinds(&[]);
     assert_eq!((index, all.len()), (6, 3));
-    let (_, known) = store.read().config_entries_of_kinds(&["service-defaults".into(), "proxy-defaults".into()]);
-    assert_eq!(known.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), vec!["proxy-defaults", "service-defaults"]);
-    assert_eq!(store.read().config_entries_of_kind("service-router").1.len(), 1);
-    let delete = |cas| Command::ConfigEntryDelete { kind: "service-router".into(), name: "web".into(), cas };
-    assert_eq!(store.apply(7, &delete(Some(1))), CommandResult::Applied(false));
-    assert_eq!(store.apply(8, &delete(Some(5))), CommandResult::Applied(true));
+    let (_, known) = store
+        .read()
+        .config_entries_of_kinds(&["service-defaults".into(), "proxy-defaults".into()]);
+    assert_eq!(
+        known.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        vec!["proxy-defaults", "service-defaults"]
+    );
+    assert_eq!(
+        store
+            .read()
+            .config_entries_of_kind("service-router")
+            .1
+            .len(),
+        1
+    );
+    let delete = |cas| Command::ConfigEntryDelete {
+        kind: "service-router".into(),
+        name: "web".into(),
+        cas,
+    };
+    assert_eq!(
+        store.apply(7, &delete(Some(1))),
+        CommandResult::Applied(false)
+    );
+    assert_eq!(
+        store.apply(8, &delete(Some(5))),
+        CommandResult::Applied(true)
+    );
     assert_eq!(store.apply(9, &delete(None)), CommandResult::Applied(true));
-    assert!(store.read().config_entry("service-router", "web").1.is_none());
+    assert!(store
+        .read()
+        .config_entry("service-router", "web")
+        .1
+        .is_none());
     let copy = StateStore::new();
     copy.restore(&store.snapshot().unwrap()).unwrap();
-    assert_eq!(copy.read().config_entries_of_kinds(&[]), store.read().config_entries_of_kinds(&[]));
+    assert_eq!(
+        copy.read().config_entries_of_kinds(&[]),
+        store.read().config_entries_of_kinds(&[])
+    );
 }

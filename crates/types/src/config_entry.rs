@@ -84,10 +84,52 @@ pub fn normalize_kind(kind: &str) -> Result<String, String> {
     }
 }
 
+/// Fields that are lists of objects: an HCL file with a single block where
+/// a list is meant (`Routes { ... }`) gives an object, wrapped here.
+const LIST_FIELDS: &[&str] = &[
+    "Routes",
+    "Splits",
+    "Sources",
+    "Permissions",
+    "Listeners",
+    "Services",
+    "Consumers",
+    "Header",
+    "QueryParam",
+    "Targets",
+    "Overrides",
+    "HashPolicies",
+    "EnvoyExtensions",
+];
+
+fn wrap_lists(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::Object(_) if LIST_FIELDS.contains(&k.as_str()) => {
+                            Value::Array(vec![v])
+                        }
+                        other => other,
+                    };
+                    if matches!(k.as_str(), "Meta" | "Config") {
+                        (k, v)
+                    } else {
+                        (k, wrap_lists(v))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(wrap_lists).collect()),
+        other => other,
+    }
+}
+
 /// Builds an entry from a decoded (canonicalized) JSON body and checks the
 /// rules every kind shares; per-kind rules come from [`validate`].
 pub fn from_json(value: Value) -> Result<ConfigEntry, String> {
-    let Value::Object(mut map) = value else {
+    let Value::Object(mut map) = wrap_lists(value) else {
         return Err("config entry must be a JSON object".into());
     };
     let kind = match map.remove("Kind") {

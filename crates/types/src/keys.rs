@@ -200,7 +200,12 @@ const OPAQUE_MAPS: &[&str] = &[
 
 /// Maps whose own keys are user data but whose values are structured
 /// objects (subset names, failover keys, tagged address names).
-const KEYED_MAPS: &[&str] = &["TaggedAddresses", "ServiceTaggedAddresses", "Subsets", "Failover"];
+const KEYED_MAPS: &[&str] = &[
+    "TaggedAddresses",
+    "ServiceTaggedAddresses",
+    "Subsets",
+    "Failover",
+];
 
 /// Returns the canonical spelling of one field name.
 pub fn canonical_key(key: &str) -> String {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::config_entry::ConfigEntry;
 use crate::{
     CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp, Node,
     NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
@@ -187,4 +188,41 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<Session>>, RpcError>;
+
+    /// Validates and writes a config entry; `false` when `cas` did not match.
+    async fn config_apply(
+        &self,
+        opts: &WriteOptions,
+        entry: ConfigEntry,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError>;
+    /// One config entry.
+    async fn config_get(
+        &self,
+        opts: &QueryOptions,
+        kind: String,
+        name: String,
+    ) -> Result<Queried<Option<ConfigEntry>>, RpcError>;
+    /// Every config entry of one kind.
+    async fn config_list(
+        &self,
+        opts: &QueryOptions,
+        kind: String,
+    ) -> Result<Queried<Vec<ConfigEntry>>, RpcError>;
+    /// Every config entry of the kinds the caller understands (all when
+    /// empty); replication asks with its own list, so an older server never
+    /// receives a kind it cannot decode.
+    async fn config_list_all(
+        &self,
+        opts: &QueryOptions,
+        kinds: Vec<String>,
+    ) -> Result<Queried<Vec<ConfigEntry>>, RpcError>;
+    /// Deletes a config entry; `false` when `cas` did not match.
+    async fn config_delete(
+        &self,
+        opts: &WriteOptions,
+        kind: String,
+        name: String,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError>;
 }

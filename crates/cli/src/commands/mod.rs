@@ -1,6 +1,7 @@
 //! The HTTP-client commands.
 
 pub mod catalog;
+pub mod config;
 pub mod kv;
 pub mod misc;
 pub mod services;
