@@ -11,30 +11,76 @@ use serde_json::{json, Value};
 #[test]
 fn http_crud_cas_and_blocking() {
     let agent = TestAgent::dev(&[]);
-    let (status, body) = agent.put("/v1/config", r#"{"kind":"service-defaults","name":"web","protocol":"http","meta":{"owner_team":"a"}}"#);
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"kind":"service-defaults","name":"web","protocol":"http","meta":{"owner_team":"a"}}"#,
+    );
     assert_eq!((status, body.as_str()), (200, "true"));
     let entry = agent.get("/v1/config/service-defaults/web").unwrap();
     assert_eq!(entry["Kind"], "service-defaults");
     assert_eq!(entry["Name"], "web");
     assert_eq!(entry["Protocol"], "http");
-    assert_eq!(entry["Meta"], json!({"owner_team": "a"}), "Meta keys are user data");
+    assert_eq!(
+        entry["Meta"],
+        json!({"owner_team": "a"}),
+        "Meta keys are user data"
+    );
     let index = entry["ModifyIndex"].as_u64().unwrap();
     assert_eq!(entry["CreateIndex"], index);
 
     // CAS: 0 only creates; a stale index fails; the current one wins.
-    assert_eq!(agent.put("/v1/config?cas=0", r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#).1, "false");
-    assert_eq!(agent.put(&format!("/v1/config?cas={}", index + 100), r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#).1, "false");
-    assert_eq!(agent.put(&format!("/v1/config?cas={index}"), r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#).1, "true");
+    assert_eq!(
+        agent
+            .put(
+                "/v1/config?cas=0",
+                r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#
+            )
+            .1,
+        "false"
+    );
+    assert_eq!(
+        agent
+            .put(
+                &format!("/v1/config?cas={}", index + 100),
+                r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#
+            )
+            .1,
+        "false"
+    );
+    assert_eq!(
+        agent
+            .put(
+                &format!("/v1/config?cas={index}"),
+                r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#
+            )
+            .1,
+        "true"
+    );
     let entry = agent.get("/v1/config/service-defaults/web").unwrap();
     assert_eq!(entry["Protocol"], "grpc");
     assert_eq!(entry["CreateIndex"], index);
 
-    agent.put("/v1/config", r#"{"Kind":"service-defaults","Name":"api","Protocol":"tcp"}"#);
-    agent.put("/v1/config", r#"{"Kind":"proxy-defaults","Name":"global","Config":{"local_connect_timeout_ms":1000}}"#);
+    agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-defaults","Name":"api","Protocol":"tcp"}"#,
+    );
+    agent.put(
+        "/v1/config",
+        r#"{"Kind":"proxy-defaults","Name":"global","Config":{"local_connect_timeout_ms":1000}}"#,
+    );
     let list = agent.get("/v1/config/service-defaults").unwrap();
-    let names: Vec<&str> = list.as_array().unwrap().iter().map(|e| e["Name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, vec!["api", "web"]);
-    assert_eq!(agent.get("/v1/config/proxy-defaults/global").unwrap()["Config"]["local_connect_timeout_ms"], 1000);
+    assert_eq!(
+        agent.get("/v1/config/proxy-defaults/global").unwrap()["Config"]
+            ["local_connect_timeout_ms"],
+        1000
+    );
     assert_eq!(agent.get("/v1/config/service-router").unwrap(), json!([]));
 
     // A blocking list wakes on a write.
@@ -43,21 +89,54 @@ fn http_crud_cas_and_blocking() {
     let port = agent.http_port;
     let waiter = std::thread::spawn(move || {
         let started = Instant::now();
-        let result = common::http_request(port, "GET", &format!("/v1/config/service-defaults?index={index}&wait=30s"), None);
+        let result = common::http_request(
+            port,
+            "GET",
+            &format!("/v1/config/service-defaults?index={index}&wait=30s"),
+            None,
+        );
         (started.elapsed(), result)
     });
     std::thread::sleep(Duration::from_millis(300));
     assert!(!waiter.is_finished());
-    agent.put("/v1/config", r#"{"Kind":"service-defaults","Name":"late","Protocol":"http"}"#);
+    agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-defaults","Name":"late","Protocol":"http"}"#,
+    );
     let (elapsed, (_, _, body)) = waiter.join().unwrap();
     assert!(elapsed < Duration::from_secs(10));
     assert!(body.contains("\"late\""), "{body}");
 
     // Delete with CAS, then plain.
-    let current = agent.get("/v1/config/service-defaults/api").unwrap()["ModifyIndex"].as_u64().unwrap();
-    assert_eq!(agent.request("DELETE", &format!("/v1/config/service-defaults/api?cas={}", current + 1), None).2, "false");
-    assert_eq!(agent.request("DELETE", &format!("/v1/config/service-defaults/api?cas={current}"), None).2, "true");
-    assert_eq!(agent.request("DELETE", "/v1/config/service-defaults/late", None).2, "true");
+    let current = agent.get("/v1/config/service-defaults/api").unwrap()["ModifyIndex"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        agent
+            .request(
+                "DELETE",
+                &format!("/v1/config/service-defaults/api?cas={}", current + 1),
+                None
+            )
+            .2,
+        "false"
+    );
+    assert_eq!(
+        agent
+            .request(
+                "DELETE",
+                &format!("/v1/config/service-defaults/api?cas={current}"),
+                None
+            )
+            .2,
+        "true"
+    );
+    assert_eq!(
+        agent
+            .request("DELETE", "/v1/config/service-defaults/late", None)
+            .2,
+        "true"
+    );
     let (status, _, body) = agent.request("GET", "/v1/config/service-defaults/api", None);
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("Config entry not found"), "{body}");
@@ -69,63 +148,137 @@ fn bad_entries_are_refused() {
     for (body, needle) in [
         ("{not json", "Request decode failed"),
         (r#"{"Name":"web"}"#, "Kind is required"),
-        (r#"{"Kind":"service-nonsense","Name":"web"}"#, "invalid config entry kind"),
+        (
+            r#"{"Kind":"service-nonsense","Name":"web"}"#,
+            "invalid config entry kind",
+        ),
         (r#"{"Kind":"service-defaults"}"#, "Name is required"),
         (r#"{"Kind":"proxy-defaults","Name":"web"}"#, "global"),
         (r#"{"Kind":"mesh","Name":"other"}"#, "mesh"),
-        (r#"{"Kind":"service-defaults","Name":"web","Meta":{"k":1}}"#, "Meta"),
+        (
+            r#"{"Kind":"service-defaults","Name":"web","Meta":{"k":1}}"#,
+            "Meta",
+        ),
     ] {
         let (status, text) = agent.put("/v1/config", body);
         assert_eq!(status, 400, "{body} -> {text}");
-        assert!(text.contains(needle), "{body}: {text:?} should mention {needle:?}");
+        assert!(
+            text.contains(needle),
+            "{body}: {text:?} should mention {needle:?}"
+        );
     }
     assert_eq!(agent.request("GET", "/v1/config/bogus-kind", None).0, 400);
-    assert_eq!(agent.put("/v1/config?cas=abc", r#"{"Kind":"mesh","Name":"mesh"}"#).0, 400);
+    assert_eq!(
+        agent
+            .put("/v1/config?cas=abc", r#"{"Kind":"mesh","Name":"mesh"}"#)
+            .0,
+        400
+    );
 }
 
 #[test]
 fn cli_write_read_list_delete() {
     let agent = TestAgent::dev(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let hcl = write(dir.path(), "web-defaults.hcl", "Kind = \"service-defaults\"\nName = \"web\"\nProtocol = \"http\"\n");
+    let hcl = write(
+        dir.path(),
+        "web-defaults.hcl",
+        "Kind = \"service-defaults\"\nName = \"web\"\nProtocol = \"http\"\n",
+    );
     let out = agent.cli(&["config", "write", &hcl.display().to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Config entry written: service-defaults/web");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Config entry written: service-defaults/web"
+    );
     let router = write(
         dir.path(),
         "router.hcl",
         "kind = \"service-router\"\nname = \"web\"\nroutes {\n  match { http { path_prefix = \"/admin\" } }\n  destination { service = \"admin\" }\n}\n",
     );
     let out = agent.cli(&["config", "write", &router.display().to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stored = agent.get("/v1/config/service-router/web").unwrap();
     assert_eq!(stored["Routes"][0]["Match"]["HTTP"]["PathPrefix"], "/admin");
     assert_eq!(stored["Routes"][0]["Destination"]["Service"], "admin");
 
-    let out = agent.cli(&["config", "read", "-kind", "service-defaults", "-name", "web"]);
+    let out = agent.cli(&[
+        "config",
+        "read",
+        "-kind",
+        "service-defaults",
+        "-name",
+        "web",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     let parsed: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(parsed["Protocol"], "http");
-    assert!(text.contains("\n    \"Kind\""), "four-space indent like Consul: {text}");
+    assert!(
+        text.contains("\n    \"Kind\""),
+        "four-space indent like Consul: {text}"
+    );
     let out = agent.cli(&["config", "list", "-kind", "service-defaults"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "web\n");
 
     // -cas with a stale index is refused with exit 1.
-    let out = agent.cli(&["config", "write", "-cas", "-modify-index=1", &hcl.display().to_string()]);
+    let out = agent.cli(&[
+        "config",
+        "write",
+        "-cas",
+        "-modify-index=1",
+        &hcl.display().to_string(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not updated"));
 
-    let out = agent.cli(&["config", "delete", "-kind", "service-defaults", "-name", "web"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Config entry deleted: service-defaults/web");
-    let out = agent.cli(&["config", "read", "-kind", "service-defaults", "-name", "web"]);
+    let out = agent.cli(&[
+        "config",
+        "delete",
+        "-kind",
+        "service-defaults",
+        "-name",
+        "web",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Config entry deleted: service-defaults/web"
+    );
+    let out = agent.cli(&[
+        "config",
+        "read",
+        "-kind",
+        "service-defaults",
+        "-name",
+        "web",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("404"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = agent.cli(&["config", "read", "-kind", "service-defaults"]);
     assert_eq!(out.status.code(), Some(1));
-    let bad = write(dir.path(), "bad.hcl", "Kind = \"service-defaults\"\nName = \n");
+    let bad = write(
+        dir.path(),
+        "bad.hcl",
+        "Kind = \"service-defaults\"\nName = \n",
+    );
     let out = agent.cli(&["config", "write", &bad.display().to_string()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.hcl"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad.hcl"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -149,22 +302,52 @@ fn bootstrap_entries_are_written_once_and_never_overwrite() {
         &config.display().to_string(),
     ];
     let mut agent = TestAgent::start(&flags);
-    let entry = common::eventually(Duration::from_secs(5), || agent.get("/v1/config/service-defaults/web").ok());
+    let entry = common::eventually(Duration::from_secs(5), || {
+        agent.get("/v1/config/service-defaults/web").ok()
+    });
     assert_eq!(entry["Protocol"], "http");
-    assert_eq!(agent.get("/v1/config/proxy-defaults/global").unwrap()["Config"]["protocol"], "http");
+    assert_eq!(
+        agent.get("/v1/config/proxy-defaults/global").unwrap()["Config"]["protocol"],
+        "http"
+    );
     // A change through the API survives a restart with the same bootstrap list.
-    assert_eq!(agent.put("/v1/config", r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#).1, "true");
+    assert_eq!(
+        agent
+            .put(
+                "/v1/config",
+                r#"{"Kind":"service-defaults","Name":"web","Protocol":"grpc"}"#
+            )
+            .1,
+        "true"
+    );
     agent.kill9();
     let agent = TestAgent::start(&flags);
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(agent.get("/v1/config/service-defaults/web").unwrap()["Protocol"], "grpc");
+    assert_eq!(
+        agent.get("/v1/config/service-defaults/web").unwrap()["Protocol"],
+        "grpc"
+    );
 
     // An invalid bootstrap entry stops the agent at start, naming it.
-    let bad = write(dir.path(), "bad.hcl", "config_entries {\n  bootstrap = [ { kind = \"proxy-defaults\", name = \"nope\" } ]\n}\n");
+    let bad = write(
+        dir.path(),
+        "bad.hcl",
+        "config_entries {\n  bootstrap = [ { kind = \"proxy-defaults\", name = \"nope\" } ]\n}\n",
+    );
     let out = std::process::Command::new(common::binary())
-        .args(["agent", "-dev", "-http-port=-1", "-config-file", &bad.display().to_string()])
+        .args([
+            "agent",
+            "-dev",
+            "-http-port=-1",
+            "-config-file",
+            &bad.display().to_string(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("config_entries.bootstrap[0]"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("config_entries.bootstrap[0]"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

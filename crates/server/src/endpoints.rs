@@ -508,6 +508,7 @@ impl ServerRpc for Server {
     ) -> Result<bool, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
+        legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
         let command = Command::ConfigEntrySet {
             entry: Box::new(entry),
