@@ -236,6 +236,9 @@ pub struct HttpMatch {
     /// Allowed methods (any).
     #[serde(default)]
     pub methods: Vec<String>,
+    /// Compare paths case-insensitively.
+    #[serde(default)]
+    pub case_insensitive: bool,
 }
 
 /// A route's match.
@@ -568,7 +571,11 @@ fn one_of(field: &str, value: &str, allowed: &[&str]) -> Result<(), String> {
 
 fn common_proxy_rules(mode: &str, mtls: &str, mesh_gateway: &MeshGateway) -> Result<(), String> {
     one_of("Mode", mode, &["", "direct", "transparent"])?;
-    one_of("MutualTLSMode", mtls, &["", "strict", "permissive"])?;
+    if !["", "strict", "permissive"].contains(&mtls) {
+        return Err(format!(
+            "Invalid MutualTLSMode {mtls:?}. Must be one of \"\", \"strict\", or \"permissive\"."
+        ));
+    }
     one_of(
         "MeshGateway.Mode",
         &mesh_gateway.mode,
@@ -625,7 +632,7 @@ fn validate_router(router: &ServiceRouter) -> Result<(), String> {
                 .iter()
                 .filter(|b| **b)
                 .count();
-                if set > 1 {
+                if set != 1 {
                     return Err(at(&format!(
                         "Header[{j}] should only contain one of Present, Exact, Prefix, Suffix, Contains, or Regex"
                     )));
@@ -642,7 +649,7 @@ fn validate_router(router: &ServiceRouter) -> Result<(), String> {
                     .iter()
                     .filter(|b| **b)
                     .count();
-                if set > 1 {
+                if set != 1 {
                     return Err(at(&format!(
                         "QueryParam[{j}] should only contain one of Present, Exact, or Regex"
                     )));
@@ -651,12 +658,18 @@ fn validate_router(router: &ServiceRouter) -> Result<(), String> {
                     compile(&at(&format!("QueryParam[{j}].Regex")), &q.regex)?;
                 }
             }
+            let mut methods_seen = Vec::new();
             for method in &http.methods {
-                if !METHODS.contains(&method.to_ascii_uppercase().as_str()) {
+                let upper = method.to_ascii_uppercase();
+                if !METHODS.contains(&upper.as_str()) {
                     return Err(at(&format!(
                         "Methods contains an invalid method {method:?}"
                     )));
                 }
+                if methods_seen.contains(&upper) {
+                    return Err(at(&format!("Methods contains {upper:?} more than once")));
+                }
+                methods_seen.push(upper);
             }
         }
         if let Some(dest) = &route.destination {
@@ -715,7 +728,7 @@ fn validate_splitter(name: &str, splitter: &ServiceSplitter) -> Result<(), Strin
     }
     if total != 10000.0 {
         return Err(format!(
-            "the sum of all split weights must be 100, not {}",
+            "the sum of all split weights must be 100, not {:.6}",
             total / 100.0
         ));
     }
@@ -735,7 +748,9 @@ fn is_valid_subset_name(name: &str) -> bool {
 fn validate_resolver(name: &str, resolver: &ServiceResolver) -> Result<(), String> {
     for (subset_name, subset) in &resolver.subsets {
         if !is_valid_subset_name(subset_name) {
-            return Err(format!("Subset {subset_name:?} is invalid: names must be valid DNS labels (lowercase letters, digits and '-')"));
+            return Err(format!(
+                "Subset {subset_name:?} is invalid: must be 63 characters or fewer, begin or end with lower case alphanumeric characters, and contain lower case alphanumeric characters or '-' in between"
+            ));
         }
         if !subset.filter.is_empty() {
             legate_filter::Expr::parse(&subset.filter).map_err(|e| {
@@ -789,12 +804,18 @@ fn validate_resolver(name: &str, resolver: &ServiceResolver) -> Result<(), Strin
                 "Bad Failover[{key:?}] one of Service, ServiceSubset, Namespace, Targets, SamenessGroup, or Datacenters is required"
             ));
         }
-        if !failover.targets.is_empty()
-            && (!failover.datacenters.is_empty() || !failover.service.is_empty())
-        {
-            return Err(format!(
-                "Bad Failover[{key:?}]: Targets cannot be set with Service, ServiceSubset, Namespace or Datacenters"
-            ));
+        if !failover.targets.is_empty() {
+            for (field, set) in [
+                ("Datacenters", !failover.datacenters.is_empty()),
+                ("ServiceSubset", !failover.service_subset.is_empty()),
+                ("Service", !failover.service.is_empty()),
+            ] {
+                if set {
+                    return Err(format!(
+                        "Bad Failover[{key:?}]: Targets cannot be set with {field}"
+                    ));
+                }
+            }
         }
         if failover.datacenters.iter().any(String::is_empty) {
             return Err(format!(
@@ -803,7 +824,12 @@ fn validate_resolver(name: &str, resolver: &ServiceResolver) -> Result<(), Strin
         }
     }
     if let Some(lb) = &resolver.load_balancer {
-        one_of("LoadBalancer.Policy", &lb.policy, LB_POLICIES)?;
+        if !LB_POLICIES.contains(&lb.policy.as_str()) {
+            return Err(format!(
+                "Bad LoadBalancer policy: {:?} is not supported",
+                lb.policy
+            ));
+        }
         if !lb.hash_policies.is_empty() && !matches!(lb.policy.as_str(), "ring_hash" | "maglev") {
             return Err(format!(
                 "HashPolicies specified for non-hash-based Policy: {:?}",
@@ -831,6 +857,12 @@ fn validate_resolver(name: &str, resolver: &ServiceResolver) -> Result<(), Strin
 pub fn validate_entry(entry: &ConfigEntry) -> Result<(), String> {
     match entry.kind.as_str() {
         "service-defaults" => {
+            if entry.name == "*" {
+                return Err(
+                    "service-defaults name must be the name of a service, and not a wildcard"
+                        .into(),
+                );
+            }
             let d: ServiceDefaults = decode(entry)?;
             one_of("Protocol", &d.protocol.to_ascii_lowercase(), PROTOCOLS)?;
             common_proxy_rules(&d.mode, &d.mutual_tls_mode, &d.mesh_gateway)?;

@@ -7,5 +7,7 @@
 //! Pure: no IO. Depends on `legate-types` and `legate-filter` only.
 
 pub mod entries;
+pub mod graph;
 
 pub use entries::validate_entry;
+pub use graph::{validate_graph, with_change, ROUTING_KINDS};

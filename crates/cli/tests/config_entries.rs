@@ -177,6 +177,61 @@ fn bad_entries_are_refused() {
 }
 
 #[test]
+fn writes_that_break_a_chain_are_refused() {
+    let agent = TestAgent::dev(&[]);
+    // A splitter on a tcp service is refused, naming the chain.
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-splitter","Name":"web","Splits":[{"Weight":100}]}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("discovery chain \"web\"")
+            && body.contains("does not permit advanced routing"),
+        "{body}"
+    );
+    assert_eq!(
+        agent
+            .put(
+                "/v1/config",
+                r#"{"Kind":"service-defaults","Name":"web","Protocol":"http"}"#
+            )
+            .1,
+        "true"
+    );
+    assert_eq!(agent.put("/v1/config", r#"{"Kind":"service-resolver","Name":"web","Subsets":{"v1":{"Filter":"Service.Meta.v == 1"}}}"#).1, "true");
+    assert_eq!(agent.put("/v1/config", r#"{"Kind":"service-splitter","Name":"web","Splits":[{"Weight":100,"ServiceSubset":"v1"}]}"#).1, "true");
+    // Now the defaults cannot go back to tcp, nor can they be deleted, nor the subset removed.
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-defaults","Name":"web","Protocol":"tcp"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = agent.request("DELETE", "/v1/config/service-defaults/web", None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("discovery chain \"web\""), "{body}");
+    let (status, body) = agent.put("/v1/config", r#"{"Kind":"service-resolver","Name":"web"}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("does not have a subset named \"v1\""),
+        "{body}"
+    );
+    // Removing the splitter first makes both allowed.
+    assert_eq!(
+        agent
+            .request("DELETE", "/v1/config/service-splitter/web", None)
+            .2,
+        "true"
+    );
+    assert_eq!(
+        agent
+            .request("DELETE", "/v1/config/service-defaults/web", None)
+            .2,
+        "true"
+    );
+}
+
+#[test]
 fn cli_write_read_list_delete() {
     let agent = TestAgent::dev(&[]);
     let dir = tempfile::tempdir().unwrap();
@@ -195,6 +250,16 @@ fn cli_write_read_list_delete() {
         String::from_utf8_lossy(&out.stdout).trim(),
         "Config entry written: service-defaults/web"
     );
+    // The router sends to "admin", which must speak the same protocol.
+    let admin = write(
+        dir.path(),
+        "admin.hcl",
+        "Kind = \"service-defaults\"\nName = \"admin\"\nProtocol = \"http\"\n",
+    );
+    assert!(agent
+        .cli(&["config", "write", &admin.display().to_string()])
+        .status
+        .success());
     let router = write(
         dir.path(),
         "router.hcl",
@@ -226,7 +291,7 @@ fn cli_write_read_list_delete() {
         "four-space indent like Consul: {text}"
     );
     let out = agent.cli(&["config", "list", "-kind", "service-defaults"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "web\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "admin\nweb\n");
 
     // -cas with a stale index is refused with exit 1.
     let out = agent.cli(&[
@@ -239,6 +304,27 @@ fn cli_write_read_list_delete() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not updated"));
 
+    // The router still needs web's http protocol: deleting the defaults first is refused.
+    let out = agent.cli(&[
+        "config",
+        "delete",
+        "-kind",
+        "service-defaults",
+        "-name",
+        "web",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(stderr.contains("discovery chain"), "{stderr}");
+    let out = agent.cli(&[
+        "config",
+        "delete",
+        "-kind",
+        "service-router",
+        "-name",
+        "web",
+    ]);
+    assert!(out.status.success());
     let out = agent.cli(&[
         "config",
         "delete",

@@ -96,6 +96,26 @@ impl Server {
         Ok(())
     }
 
+    /// Refuses a config-entry write or delete that would leave any
+    /// discovery chain unable to compile, naming the chain.
+    fn check_chains_after(
+        &self,
+        kind: &str,
+        name: &str,
+        proposed: Option<&ConfigEntry>,
+    ) -> Result<(), RpcError> {
+        if !legate_chain::ROUTING_KINDS.contains(&kind) {
+            return Ok(());
+        }
+        let kinds: Vec<String> = legate_chain::ROUTING_KINDS
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        let (_, current) = self.store.read().config_entries_of_kinds(&kinds);
+        let after = legate_chain::with_change(&current, kind, name, proposed);
+        legate_chain::validate_graph(&after).map_err(RpcError::BadRequest)
+    }
+
     fn write_index(result: (u64, CommandResult)) -> u64 {
         result.0
     }
@@ -509,6 +529,7 @@ impl ServerRpc for Server {
         self.check_datacenter(&opts.datacenter)?;
         config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
         legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
+        self.check_chains_after(&entry.kind, &entry.name, Some(&entry))?;
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
         let command = Command::ConfigEntrySet {
             entry: Box::new(entry),
@@ -570,6 +591,7 @@ impl ServerRpc for Server {
         self.check_datacenter(&opts.datacenter)?;
         let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        self.check_chains_after(&kind, &name, None)?;
         match self
             .write(Command::ConfigEntryDelete { kind, name, cas })
             .await?

@@ -118,7 +118,7 @@ fn invalid_entries_name_what_is_wrong() {
         ),
         (
             json!({"Kind": "service-splitter", "Name": "web", "Splits": [{"Weight": 90}, {"Weight": 5, "Service": "b"}]}),
-            "sum of all split weights must be 100",
+            "sum of all split weights must be 100, not 95.000000",
         ),
         (
             json!({"Kind": "service-splitter", "Name": "web", "Splits": [{"Weight": 50}, {"Weight": 50, "Service": "web"}]}),
@@ -158,7 +158,28 @@ fn invalid_entries_name_what_is_wrong() {
         ),
         (
             json!({"Kind": "service-resolver", "Name": "web", "LoadBalancer": {"Policy": "fastest"}}),
-            "LoadBalancer.Policy",
+            "Bad LoadBalancer policy: \"fastest\" is not supported",
+        ),
+        (
+            json!({"Kind": "service-resolver", "Name": "web", "Subsets": {"v1": {}},
+                   "Failover": {"*": {"Targets": [{"Datacenter": "dc2"}], "Datacenters": ["dc3"]}}}),
+            "Targets cannot be set with Datacenters",
+        ),
+        (
+            json!({"Kind": "service-defaults", "Name": "*"}),
+            "not a wildcard",
+        ),
+        (
+            json!({"Kind": "service-defaults", "Name": "web", "MutualTLSMode": "loose"}),
+            "Invalid MutualTLSMode \"loose\"",
+        ),
+        (
+            json!({"Kind": "service-router", "Name": "web", "Routes": [{"Match": {"HTTP": {"Header": [{"Name": "a"}]}}}]}),
+            "should only contain one of Present",
+        ),
+        (
+            json!({"Kind": "service-router", "Name": "web", "Routes": [{"Match": {"HTTP": {"Methods": ["GET", "get"]}}}]}),
+            "more than once",
         ),
         (
             json!({"Kind": "service-resolver", "Name": "web", "LoadBalancer": {"Policy": "random", "HashPolicies": [{"Field": "header"}]}}),

@@ -1,0 +1,321 @@
+//! Write-time checks across entries: every discovery chain the entries
+//! define must still compile after a change. A write that would break a
+//! chain is refused with a message naming that chain, so a change to one
+//! entry can never silently invalidate another.
+//!
+//! Checked here: routers and splitters need an HTTP-family protocol
+//! (`http`, `http2`, `grpc`, from `service-defaults` then
+//! `proxy-defaults`); every service a chain reaches uses the chain's
+//! protocol; referenced subsets exist; splitters and resolver redirects
+//! have no cycles.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use legate_types::config_entry::ConfigEntry;
+
+use crate::entries::{
+    ProxyDefaults, ServiceDefaults, ServiceResolver, ServiceRouter, ServiceSplitter,
+};
+
+/// The kinds whose changes can break a discovery chain.
+pub const ROUTING_KINDS: &[&str] = &[
+    "proxy-defaults",
+    "service-defaults",
+    "service-router",
+    "service-splitter",
+    "service-resolver",
+];
+
+/// Decoded routing entries by service name.
+#[derive(Default)]
+struct Graph {
+    global_protocol: Option<String>,
+    defaults: BTreeMap<String, ServiceDefaults>,
+    routers: BTreeMap<String, ServiceRouter>,
+    splitters: BTreeMap<String, ServiceSplitter>,
+    resolvers: BTreeMap<String, ServiceResolver>,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(entry: &ConfigEntry) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::Object(entry.body.clone()))
+        .map_err(|e| format!("{}: {e}", entry.label()))
+}
+
+impl Graph {
+    fn build(entries: &[ConfigEntry]) -> Result<Graph, String> {
+        let mut graph = Graph::default();
+        for entry in entries {
+            let name = entry.name.clone();
+            match entry.kind.as_str() {
+                "proxy-defaults" => {
+                    let d: ProxyDefaults = decode(entry)?;
+                    graph.global_protocol = d
+                        .config
+                        .get("protocol")
+                        .and_then(|p| p.as_str())
+                        .map(str::to_ascii_lowercase);
+                }
+                "service-defaults" => {
+                    graph.defaults.insert(name, decode(entry)?);
+                }
+                "service-router" => {
+                    graph.routers.insert(name, decode(entry)?);
+                }
+                "service-splitter" => {
+                    graph.splitters.insert(name, decode(entry)?);
+                }
+                "service-resolver" => {
+                    graph.resolvers.insert(name, decode(entry)?);
+                }
+                _ => {}
+            }
+        }
+        Ok(graph)
+    }
+
+    /// The protocol of a service: service-defaults, then proxy-defaults, then tcp.
+    fn protocol(&self, service: &str) -> String {
+        self.defaults
+            .get(service)
+            .map(|d| d.protocol.to_ascii_lowercase())
+            .filter(|p| !p.is_empty())
+            .or_else(|| self.global_protocol.clone().filter(|p| !p.is_empty()))
+            .unwrap_or_else(|| "tcp".to_string())
+    }
+
+    fn check_chain(&self, chain: &str) -> Result<(), String> {
+        let protocol = self.protocol(chain);
+        let http = matches!(protocol.as_str(), "http" | "http2" | "grpc");
+        if !http && (self.routers.contains_key(chain) || self.splitters.contains_key(chain)) {
+            return Err(format!(
+                "discovery chain {chain:?} uses a protocol {protocol:?} that does not permit advanced routing or splitting behavior"
+            ));
+        }
+        let mut walk = Walk {
+            graph: self,
+            chain,
+            protocol: &protocol,
+            http,
+        };
+        match self.routers.get(chain).filter(|_| http) {
+            Some(router) => {
+                for route in &router.routes {
+                    if let Some(dest) = &route.destination {
+                        let service = if dest.service.is_empty() {
+                            chain
+                        } else {
+                            dest.service.as_str()
+                        };
+                        walk.split_or_resolve(service, &dest.service_subset, &mut BTreeSet::new())?;
+                    }
+                }
+                walk.split_or_resolve(chain, "", &mut BTreeSet::new())
+            }
+            None => walk.split_or_resolve(chain, "", &mut BTreeSet::new()),
+        }
+    }
+}
+
+struct Walk<'a> {
+    graph: &'a Graph,
+    chain: &'a str,
+    protocol: &'a str,
+    http: bool,
+}
+
+impl Walk<'_> {
+    fn same_protocol(&self, service: &str) -> Result<(), String> {
+        let theirs = self.graph.protocol(service);
+        if theirs != self.protocol {
+            return Err(format!(
+                "discovery chain {:?} uses inconsistent protocols: {:?} is {} but {:?} is {}",
+                self.chain, self.chain, self.protocol, service, theirs
+            ));
+        }
+        Ok(())
+    }
+
+    fn split_or_resolve(
+        &mut self,
+        service: &str,
+        subset: &str,
+        splitters_seen: &mut BTreeSet<String>,
+    ) -> Result<(), String> {
+        self.same_protocol(service)?;
+        if subset.is_empty() && self.http {
+            if let Some(splitter) = self.graph.splitters.get(service) {
+                if !splitters_seen.insert(service.to_string()) {
+                    return Err(format!("discovery chain {:?}: detected circular reference between splitters of {service:?}", self.chain));
+                }
+                for split in &splitter.splits {
+                    let target = if split.service.is_empty() {
+                        service
+                    } else {
+                        split.service.as_str()
+                    };
+                    if target == service || !split.service_subset.is_empty() {
+                        self.resolve(target, &split.service_subset, &mut BTreeSet::new())?;
+                    } else {
+                        self.split_or_resolve(target, "", splitters_seen)?;
+                    }
+                }
+                splitters_seen.remove(service);
+                return Ok(());
+            }
+        }
+        self.resolve(service, subset, &mut BTreeSet::new())
+    }
+
+    fn resolve(
+        &mut self,
+        service: &str,
+        subset: &str,
+        redirects_seen: &mut BTreeSet<(String, String)>,
+    ) -> Result<(), String> {
+        self.same_protocol(service)?;
+        if !redirects_seen.insert((service.to_string(), subset.to_string())) {
+            return Err(format!(
+                "discovery chain {:?}: detected circular resolver redirect at {service:?}",
+                self.chain
+            ));
+        }
+        let resolver = self.graph.resolvers.get(service);
+        if let Some(redirect) = resolver.and_then(|r| r.redirect.as_ref()) {
+            if redirect.datacenter.is_empty() && redirect.peer.is_empty() {
+                let target = if redirect.service.is_empty() {
+                    service
+                } else {
+                    redirect.service.as_str()
+                };
+                let target_subset = if redirect.service_subset.is_empty() && target == service {
+                    subset
+                } else {
+                    redirect.service_subset.as_str()
+                };
+                return self.resolve(target, target_subset, redirects_seen);
+            }
+            return Ok(());
+        }
+        if !subset.is_empty() && !resolver.is_some_and(|r| r.subsets.contains_key(subset)) {
+            return Err(format!(
+                "discovery chain {:?}: service {service:?} does not have a subset named {subset:?}",
+                self.chain
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks every chain the routing entries define (each service named by a
+/// routing entry is a chain).
+pub fn validate_graph(entries: &[ConfigEntry]) -> Result<(), String> {
+    let graph = Graph::build(entries)?;
+    let chains: BTreeSet<&String> = graph
+        .routers
+        .keys()
+        .chain(graph.splitters.keys())
+        .chain(graph.resolvers.keys())
+        .chain(graph.defaults.keys())
+        .collect();
+    for chain in chains {
+        graph.check_chain(chain)?;
+    }
+    Ok(())
+}
+
+/// The entries as they would be after writing `proposed` (or deleting
+/// `kind/name` when `proposed` is `None`).
+pub fn with_change(
+    current: &[ConfigEntry],
+    kind: &str,
+    name: &str,
+    proposed: Option<&ConfigEntry>,
+) -> Vec<ConfigEntry> {
+    let mut out: Vec<ConfigEntry> = current
+        .iter()
+        .filter(|e| !(e.kind == kind && e.name == name))
+        .cloned()
+        .collect();
+    if let Some(entry) = proposed {
+        out.push(entry.clone());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legate_types::config_entry::from_json;
+    use serde_json::json;
+
+    fn entries(values: Vec<serde_json::Value>) -> Vec<ConfigEntry> {
+        values.into_iter().map(|v| from_json(v).unwrap()).collect()
+    }
+
+    #[test]
+    fn routers_and_splitters_need_http() {
+        let es = entries(vec![
+            json!({"Kind": "service-splitter", "Name": "web", "Splits": [{"Weight": 100}]}),
+        ]);
+        let err = validate_graph(&es).unwrap_err();
+        assert!(
+            err.contains("does not permit advanced routing or splitting behavior"),
+            "{err}"
+        );
+        let mut es = es;
+        es.push(
+            from_json(json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}))
+                .unwrap(),
+        );
+        assert_eq!(validate_graph(&es), Ok(()));
+        // proxy-defaults can supply the protocol for everyone.
+        let es = entries(vec![
+            json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
+            json!({"Kind": "service-router", "Name": "web", "Routes": [{"Destination": {"Service": "admin"}}]}),
+        ]);
+        assert_eq!(validate_graph(&es), Ok(()));
+        // Deleting that proxy-defaults would break the router: refused, naming the chain.
+        let after = with_change(&es, "proxy-defaults", "global", None);
+        let err = validate_graph(&after).unwrap_err();
+        assert!(err.contains("discovery chain \"web\""), "{err}");
+    }
+
+    #[test]
+    fn subsets_must_exist_and_protocols_agree() {
+        let base = vec![
+            json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
+            json!({"Kind": "service-resolver", "Name": "web", "Subsets": {"v1": {"Filter": "Service.Meta.v == 1"}}}),
+        ];
+        let mut ok = base.clone();
+        ok.push(json!({"Kind": "service-splitter", "Name": "web", "Splits": [{"Weight": 50, "ServiceSubset": "v1"}, {"Weight": 50, "Service": "db"}]}));
+        assert_eq!(validate_graph(&entries(ok)), Ok(()));
+        let mut missing = base.clone();
+        missing.push(json!({"Kind": "service-splitter", "Name": "web", "Splits": [{"Weight": 100, "ServiceSubset": "v2"}]}));
+        let err = validate_graph(&entries(missing)).unwrap_err();
+        assert!(err.contains("does not have a subset named \"v2\""), "{err}");
+        let mut mixed = base;
+        mixed.push(json!({"Kind": "service-defaults", "Name": "db", "Protocol": "tcp"}));
+        mixed.push(json!({"Kind": "service-router", "Name": "web", "Routes": [{"Destination": {"Service": "db"}}]}));
+        let err = validate_graph(&entries(mixed)).unwrap_err();
+        assert!(err.contains("inconsistent protocols"), "{err}");
+    }
+
+    #[test]
+    fn cycles_are_detected() {
+        let es = entries(vec![
+            json!({"Kind": "service-resolver", "Name": "a", "Redirect": {"Service": "b"}}),
+            json!({"Kind": "service-resolver", "Name": "b", "Redirect": {"Service": "a"}}),
+        ]);
+        assert!(validate_graph(&es)
+            .unwrap_err()
+            .contains("circular resolver redirect"));
+        let es = entries(vec![
+            json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
+            json!({"Kind": "service-splitter", "Name": "a", "Splits": [{"Weight": 100, "Service": "b"}]}),
+            json!({"Kind": "service-splitter", "Name": "b", "Splits": [{"Weight": 100, "Service": "a"}]}),
+        ]);
+        assert!(validate_graph(&es)
+            .unwrap_err()
+            .contains("circular reference between splitters"));
+    }
+}
