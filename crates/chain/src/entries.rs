@@ -39,7 +39,7 @@ impl<'de> Deserialize<'de> for GoDuration {
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct MeshGateway {
     /// `""`, `none`, `local` or `remote`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mode: String,
 }
 
