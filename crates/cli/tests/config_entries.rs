@@ -437,3 +437,123 @@ fn bootstrap_entries_are_written_once_and_never_overwrite() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn discovery_chain_endpoint_follows_the_issue_walkthrough() {
+    let agent = TestAgent::dev(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("service-defaults-web.hcl", "Kind = \"service-defaults\"\nName = \"web\"\nProtocol = \"http\"\n"),
+        (
+            "web-resolver.hcl",
+            "Kind = \"service-resolver\"\nName = \"web\"\nSubsets = {\n  v1 = { Filter = \"Service.Meta.version == v1\" }\n  v2 = { Filter = \"Service.Meta.version == v2\" }\n}\n",
+        ),
+        (
+            "web-splitter.hcl",
+            "Kind = \"service-splitter\"\nName = \"web\"\nSplits = [\n  { Weight = 90, ServiceSubset = \"v1\" },\n  { Weight = 10, ServiceSubset = \"v2\" },\n]\n",
+        ),
+    ];
+    for (name, text) in files {
+        let path = write(dir.path(), name, text);
+        let out = agent.cli(&["config", "write", &path.display().to_string()]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = agent.cli(&[
+        "config",
+        "read",
+        "-kind",
+        "service-splitter",
+        "-name",
+        "web",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"ServiceSubset\": \"v1\""));
+
+    let response = common::eventually(Duration::from_secs(5), || {
+        let (status, _, body) = agent.request("GET", "/v1/discovery-chain/web", None);
+        (status == 200).then(|| serde_json::from_str::<Value>(&body).unwrap())
+    });
+    let chain = &response["Chain"];
+    assert_eq!(chain["ServiceName"], "web");
+    assert_eq!(chain["Protocol"], "http");
+    assert_eq!(chain["StartNode"], "splitter:web.default.default");
+    assert_eq!(
+        chain["Nodes"]["splitter:web.default.default"]["Splits"][0]["NextNode"],
+        "resolver:v1.web.default.default.dc1"
+    );
+    let sni = chain["Targets"]["v1.web.default.default.dc1"]["SNI"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        sni.starts_with("v1.web.default.dc1.internal.") && sni.ends_with(".consul"),
+        "{sni}"
+    );
+
+    let (status, headers, body) = agent.request(
+        "POST",
+        "/v1/discovery-chain/web",
+        Some(r#"{"OverrideProtocol":"tcp","OverrideConnectTimeout":"7s"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let overridden: Value = serde_json::from_str(&body).unwrap();
+    let chain = &overridden["Chain"];
+    assert_eq!(chain["Protocol"], "tcp");
+    assert_eq!(
+        chain["StartNode"], "resolver:web.default.default.dc1",
+        "tcp chains skip the splitter"
+    );
+    assert_ne!(chain["CustomizationHash"], "");
+    assert_eq!(
+        chain["Targets"]["web.default.default.dc1"]["ConnectTimeout"],
+        "7s"
+    );
+    let index: u64 = header(&headers, "x-consul-index").unwrap().parse().unwrap();
+
+    // Blocking on the chain wakes when an entry changes.
+    let port = agent.http_port;
+    let waiter = std::thread::spawn(move || {
+        common::http_request(
+            port,
+            "GET",
+            &format!("/v1/discovery-chain/web?index={index}&wait=30s"),
+            None,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished());
+    assert_eq!(agent.put("/v1/config", r#"{"Kind":"service-resolver","Name":"web","ConnectTimeout":"3s","Subsets":{"v1":{"Filter":"Service.Meta.version == v1"},"v2":{"Filter":"Service.Meta.version == v2"}}}"#).1, "true");
+    let (_, _, body) = waiter.join().unwrap();
+    assert!(body.contains("\"ConnectTimeout\":\"3s\""), "{body}");
+
+    // Compile for another datacenter, and refuse bad overrides.
+    let other: Value = serde_json::from_str(
+        &agent
+            .get_text("/v1/discovery-chain/db?compile-dc=dc2")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        other["Chain"]["StartNode"],
+        "resolver:db.default.default.dc2"
+    );
+    assert_eq!(other["Chain"]["Default"], true);
+    let (status, _, body) = agent.request(
+        "POST",
+        "/v1/discovery-chain/web",
+        Some(r#"{"OverrideProtocol":"smtp"}"#),
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = agent.request(
+        "POST",
+        "/v1/discovery-chain/web",
+        Some(r#"{"OverrideConnectTimeout":"soon"}"#),
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) =
+        agent.request("POST", "/v1/discovery-chain/web", Some(r#"{"Bogus":1}"#));
+    assert_eq!(status, 400, "{body}");
+}

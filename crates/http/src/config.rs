@@ -60,3 +60,90 @@ pub async fn delete(
         .await?;
     Ok(json(&req.params, &applied))
 }
+
+/// The body of `POST /v1/discovery-chain/:service`.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct ChainRequestBody {
+    #[serde(default)]
+    override_protocol: String,
+    #[serde(default)]
+    override_connect_timeout: Option<serde_json::Value>,
+    #[serde(default)]
+    override_mesh_gateway: Option<MeshGatewayBody>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct MeshGatewayBody {
+    #[serde(default)]
+    mode: String,
+}
+
+fn chain_overrides(body: &[u8]) -> Result<legate_types::rpc::ChainOverrides, ApiError> {
+    let parsed: ChainRequestBody = crate::util::decode_body(body)?;
+    let connect_timeout = match parsed.override_connect_timeout {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) if s.is_empty() => None,
+        Some(serde_json::Value::String(s)) => Some(
+            legate_types::duration::parse_go_duration(&s)
+                .map_err(|e| ApiError::bad_request(format!("OverrideConnectTimeout: {e}")))?,
+        ),
+        Some(serde_json::Value::Number(n)) => {
+            Some(std::time::Duration::from_nanos(n.as_u64().ok_or_else(
+                || ApiError::bad_request("OverrideConnectTimeout must not be negative"),
+            )?))
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "OverrideConnectTimeout: invalid duration {other}"
+            )))
+        }
+    };
+    Ok(legate_types::rpc::ChainOverrides {
+        protocol: parsed.override_protocol,
+        connect_timeout,
+        mesh_gateway_mode: parsed
+            .override_mesh_gateway
+            .map(|m| m.mode)
+            .unwrap_or_default(),
+    })
+}
+
+async fn chain_response(
+    st: AppState,
+    service: String,
+    req: Req,
+    overrides: legate_types::rpc::ChainOverrides,
+) -> ApiResult {
+    let opts = req.query_options()?;
+    let compile_dc = req.params.get("compile-dc").unwrap_or("").to_string();
+    let result = st
+        .agent
+        .rpc()
+        .discovery_chain(&opts, service, compile_dc, overrides)
+        .await?;
+    Ok(crate::util::json_meta(
+        &req.params,
+        &result.meta,
+        &serde_json::json!({ "Chain": result.value }),
+    ))
+}
+
+pub async fn chain_get(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    req: Req,
+) -> ApiResult {
+    chain_response(st, service, req, Default::default()).await
+}
+
+pub async fn chain_post(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    req: Req,
+    body: Bytes,
+) -> ApiResult {
+    let overrides = chain_overrides(&body)?;
+    chain_response(st, service, req, overrides).await
+}

@@ -97,6 +97,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/config/{kind}/{name}",
             get(config::get).delete(config::delete),
         )
+        .route(
+            "/v1/discovery-chain/{service}",
+            get(config::chain_get).post(config::chain_post),
+        )
         // kv and txn
         .route("/v1/kv/", any(kv::kv_root))
         .route("/v1/kv/{*key}", any(kv::kv))

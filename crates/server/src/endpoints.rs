@@ -602,6 +602,76 @@ impl ServerRpc for Server {
             ))),
         }
     }
+
+    async fn discovery_chain(
+        &self,
+        opts: &QueryOptions,
+        service: String,
+        compile_datacenter: String,
+        overrides: legate_types::rpc::ChainOverrides,
+    ) -> Result<Queried<serde_json::Value>, RpcError> {
+        if service.is_empty() {
+            return Err(RpcError::BadRequest("Missing service name".into()));
+        }
+        if !matches!(
+            overrides.protocol.to_ascii_lowercase().as_str(),
+            "" | "tcp" | "http" | "http2" | "grpc"
+        ) {
+            return Err(RpcError::BadRequest(format!(
+                "OverrideProtocol {:?} is not one of tcp, http, http2, grpc",
+                overrides.protocol
+            )));
+        }
+        if !matches!(
+            overrides.mesh_gateway_mode.as_str(),
+            "" | "none" | "local" | "remote"
+        ) {
+            return Err(RpcError::BadRequest(format!(
+                "OverrideMeshGateway.Mode {:?} is not one of none, local, remote",
+                overrides.mesh_gateway_mode
+            )));
+        }
+        self.authorize(
+            &opts.token,
+            Resource::Service(service.clone()),
+            Access::Read,
+        )?;
+        let datacenter = if compile_datacenter.is_empty() {
+            self.config.datacenter.clone()
+        } else {
+            compile_datacenter
+        };
+        let kinds: Vec<String> = legate_chain::ROUTING_KINDS
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::ConfigEntries]),
+            |t| {
+                let cluster_id = t.system_metadata(crate::CLUSTER_ID_KEY).ok_or_else(|| {
+                    RpcError::Internal(
+                        "the cluster id is not initialized yet; retry shortly".into(),
+                    )
+                })?;
+                let (index, entries) = t.config_entries_of_kinds(&kinds);
+                let request = legate_chain::CompileRequest {
+                    service: service.clone(),
+                    datacenter: datacenter.clone(),
+                    trust_domain: format!("{cluster_id}.consul"),
+                    override_protocol: overrides.protocol.clone(),
+                    override_connect_timeout: overrides.connect_timeout,
+                    override_mesh_gateway: overrides.mesh_gateway_mode.clone(),
+                };
+                let chain =
+                    legate_chain::compile(&entries, &request).map_err(RpcError::Internal)?;
+                let value =
+                    serde_json::to_value(&chain).map_err(|e| RpcError::Internal(e.to_string()))?;
+                Ok((index, value))
+            },
+        )
+        .await
+    }
 }
 
 fn read_only_txn(tables: &legate_state::Tables, ops: &[TxnOp]) -> TxnResponse {

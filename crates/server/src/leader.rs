@@ -13,6 +13,8 @@ use crate::Server;
 /// The name and id of the membership health check every node carries.
 pub const SERF_CHECK_ID: &str = "serfHealth";
 const SERF_CHECK_NAME: &str = "Serf Health Status";
+/// The system metadata key holding the cluster id.
+pub const CLUSTER_ID_KEY: &str = "cluster-id";
 /// The service every server registers for itself.
 pub const CONSUL_SERVICE: &str = "consul";
 
@@ -37,6 +39,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             }
             if !was_leader {
                 start_session_clocks(&server);
+                ensure_cluster_id(&server).await;
                 bootstrap_config_entries(&server).await;
             }
             was_leader = true;
@@ -103,6 +106,26 @@ impl TombstoneGc {
             self.marks.pop_front();
         }
         reap
+    }
+}
+
+/// Gives the cluster its id (the mesh trust domain is `<id>.consul`) the
+/// first time a leader takes office; later leaders keep it.
+async fn ensure_cluster_id(server: &Server) {
+    if server
+        .store
+        .read()
+        .system_metadata(CLUSTER_ID_KEY)
+        .is_some()
+    {
+        return;
+    }
+    let command = Command::SystemMetadataInit {
+        key: CLUSTER_ID_KEY.to_string(),
+        value: uuid::Uuid::new_v4().to_string(),
+    };
+    if let Err(e) = server.write(command).await {
+        tracing::error!(error = %e, "leader: recording the cluster id failed");
     }
 }
 

@@ -19,7 +19,7 @@ use legate_state::{Command, CommandResult, StateStore};
 use legate_types::RpcError;
 
 pub use authorizer::{Access, AllowAll, Authorizer, Resource};
-pub use leader::{CONSUL_SERVICE, SERF_CHECK_ID};
+pub use leader::{CLUSTER_ID_KEY, CONSUL_SERVICE, SERF_CHECK_ID};
 use sessions::SessionTimers;
 
 /// Settings of a server.

@@ -58,6 +58,15 @@ pub enum Command {
         /// Check-and-set index.
         cas: Option<u64>,
     },
+    /// Set a system metadata key, only if it is not set yet (so concurrent
+    /// leaders agree on the first value, e.g. the cluster id).
+    #[serde(rename = "10")]
+    SystemMetadataInit {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
 }
 
 impl Command {
@@ -74,6 +83,7 @@ impl Command {
             Command::ReapTombstones(_) => 7,
             Command::ConfigEntrySet { .. } => 8,
             Command::ConfigEntryDelete { .. } => 9,
+            Command::SystemMetadataInit { .. } => 10,
         }
     }
 }
@@ -126,6 +136,13 @@ pub(crate) fn apply(
         }
         Command::ConfigEntryDelete { kind, name, cas } => {
             CommandResult::Applied(tables.config_entry_delete(index, kind, name, *cas, changes))
+        }
+        Command::SystemMetadataInit { key, value } => {
+            let fresh = !tables.system_metadata.contains_key(key);
+            if fresh {
+                tables.system_metadata.insert(key.clone(), value.clone());
+            }
+            CommandResult::Applied(fresh)
         }
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);

@@ -46,6 +46,8 @@ pub struct Tables {
     pub(crate) kv_reaped_index: u64,
     pub(crate) sessions: BTreeMap<String, Session>,
     pub(crate) config_entries: BTreeMap<(String, String), ConfigEntry>,
+    /// Cluster-wide settings kept in Raft (`cluster-id`, ...).
+    pub(crate) system_metadata: BTreeMap<String, String>,
     pub(crate) table_index: BTreeMap<String, u64>,
     pub(crate) service_index: BTreeMap<String, u64>,
     /// Local, unreplicated lock delays: key -> instant the delay ends.
@@ -64,6 +66,8 @@ pub struct SnapshotData {
     kv_reaped_index: u64,
     sessions: Vec<Session>,
     config_entries: Vec<ConfigEntry>,
+    #[serde(default)]
+    system_metadata: Vec<(String, String)>,
     table_index: Vec<(String, u64)>,
     service_index: Vec<(String, u64)>,
 }
@@ -88,6 +92,11 @@ impl Tables {
             .map(|t| self.table_index(*t))
             .max()
             .unwrap_or(0)
+    }
+
+    /// A system metadata value.
+    pub fn system_metadata(&self, key: &str) -> Option<&str> {
+        self.system_metadata.get(key).map(String::as_str)
     }
 
     /// The highest index any table has seen.
@@ -123,6 +132,11 @@ impl Tables {
                 .collect(),
             sessions: self.sessions.values().cloned().collect(),
             config_entries: self.config_entries.values().cloned().collect(),
+            system_metadata: self
+                .system_metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             table_index: self
                 .table_index
                 .iter()
@@ -162,6 +176,7 @@ impl Tables {
             .into_iter()
             .map(|e| ((e.kind.clone(), e.name.clone()), e))
             .collect();
+        tables.system_metadata = data.system_metadata.into_iter().collect();
         tables.table_index = data.table_index.into_iter().collect();
         tables.service_index = data.service_index.into_iter().collect();
         tables

@@ -68,6 +68,13 @@ fn command_numbers_are_pinned() {
             },
             9,
         ),
+        (
+            Command::SystemMetadataInit {
+                key: "cluster-id".into(),
+                value: "x".into(),
+            },
+            10,
+        ),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -468,4 +475,22 @@ fn config_entries_cas_and_kind_aware_listing() {
         copy.read().config_entries_of_kinds(&[]),
         store.read().config_entries_of_kinds(&[])
     );
+}
+
+#[test]
+fn system_metadata_is_set_once() {
+    let store = StateStore::new();
+    let init = |v: &str| Command::SystemMetadataInit {
+        key: "cluster-id".into(),
+        value: v.into(),
+    };
+    assert_eq!(store.apply(1, &init("first")), CommandResult::Applied(true));
+    assert_eq!(
+        store.apply(2, &init("second")),
+        CommandResult::Applied(false)
+    );
+    assert_eq!(store.read().system_metadata("cluster-id"), Some("first"));
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.read().system_metadata("cluster-id"), Some("first"));
 }

@@ -28,6 +28,17 @@ pub struct ServiceQuery {
     pub connect: bool,
 }
 
+/// Overrides of a discovery-chain compile (`POST /v1/discovery-chain/:s`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ChainOverrides {
+    /// `OverrideProtocol`.
+    pub protocol: String,
+    /// `OverrideConnectTimeout`.
+    pub connect_timeout: Option<std::time::Duration>,
+    /// `OverrideMeshGateway.Mode`.
+    pub mesh_gateway_mode: String,
+}
+
 /// One element of `/v1/txn`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -217,6 +228,15 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
         kinds: Vec<String>,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError>;
+    /// The compiled discovery chain of a service, as Consul's JSON, blocking
+    /// on config entries.
+    async fn discovery_chain(
+        &self,
+        opts: &QueryOptions,
+        service: String,
+        compile_datacenter: String,
+        overrides: ChainOverrides,
+    ) -> Result<Queried<serde_json::Value>, RpcError>;
     /// Deletes a config entry; `false` when `cas` did not match.
     async fn config_delete(
         &self,
