@@ -137,6 +137,7 @@ pub const CANONICAL_NAMES: &[&str] = &[
     "Warning",
     "Weights",
     "What",
+    "MeshGatewayMode",
     "SamenessGroup",
     "Peer",
     "Consumers",
