@@ -517,7 +517,7 @@ pub struct ServiceResolver {
     pub meta: BTreeMap<String, String>,
 }
 
-fn decode<T: serde::de::DeserializeOwned>(entry: &ConfigEntry) -> Result<T, String> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(entry: &ConfigEntry) -> Result<T, String> {
     serde_json::from_value(Value::Object(entry.body.clone())).map_err(|e| {
         let text = e.to_string();
         match text.strip_prefix("unknown field ") {
@@ -545,7 +545,7 @@ const RETRY_ON: &[&str] = &[
     "resource-exhausted",
     "unavailable",
 ];
-const METHODS: &[&str] = &[
+pub(crate) const METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
 ];
 const LB_POLICIES: &[&str] = &[
@@ -852,8 +852,7 @@ fn validate_resolver(name: &str, resolver: &ServiceResolver) -> Result<(), Strin
     Ok(())
 }
 
-/// Checks one entry's own rules for the routing kinds; other kinds pass
-/// through (their rules come with the features that use them).
+/// Checks one entry's own rules (every kind).
 pub fn validate_entry(entry: &ConfigEntry) -> Result<(), String> {
     match entry.kind.as_str() {
         "service-defaults" => {
@@ -897,7 +896,7 @@ pub fn validate_entry(entry: &ConfigEntry) -> Result<(), String> {
         "service-router" => validate_router(&decode(entry)?),
         "service-splitter" => validate_splitter(&entry.name, &decode(entry)?),
         "service-resolver" => validate_resolver(&entry.name, &decode(entry)?),
-        _ => Ok(()),
+        _ => crate::entries_more::validate_other(entry).unwrap_or(Ok(())),
     }
 }
 

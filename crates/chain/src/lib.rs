@@ -8,6 +8,7 @@
 
 pub mod compile;
 pub mod entries;
+pub mod entries_more;
 pub mod graph;
 
 pub use compile::{compile, CompileRequest, CompiledChain};

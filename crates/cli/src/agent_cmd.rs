@@ -473,6 +473,8 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     .map_err(|e| format!("Error starting the server: {e}"))?;
     if !server.wait_for_leader(Duration::from_secs(30)).await {
         tracing::warn!("no Raft leader after 30s; continuing");
+    } else if !server.wait_until_registered(Duration::from_secs(10)).await {
+        tracing::warn!("this server's catalog entry is not registered after 10s; continuing");
     }
     let rpc: Arc<dyn ServerRpc> = server.clone();
     let agent = Agent::start(config.clone(), node_id, rpc)

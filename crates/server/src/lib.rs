@@ -117,6 +117,31 @@ impl Server {
         self.raft.wait_for_leader(timeout).await
     }
 
+    /// Waits until the leader has registered this server's node with its
+    /// `serfHealth` check, so sessions (which default to that check) can be
+    /// created as soon as the HTTP API answers.
+    pub async fn wait_until_registered(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let watch = self.store.watches().tables(&[legate_state::Table::Checks]);
+            let registered = self
+                .store
+                .read()
+                .node_checks(&self.config.node_name)
+                .1
+                .iter()
+                .any(|c| c.check_id == SERF_CHECK_ID);
+            if registered {
+                return true;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            watch.wait(deadline - now).await;
+        }
+    }
+
     /// Wakes blocking queries and stops the leader loops; Raft keeps running
     /// until [`Server::shutdown`].
     pub fn begin_shutdown(&self) {

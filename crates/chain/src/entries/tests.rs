@@ -198,3 +198,135 @@ fn invalid_entries_name_what_is_wrong() {
         );
     }
 }
+
+#[test]
+fn other_kinds_follow_consul_rules() {
+    let valid = vec![
+        json!({"Kind": "service-intentions", "Name": "api", "Sources": [
+            {"Name": "web", "Action": "allow"},
+            {"Name": "*", "Action": "deny", "Description": "default deny"},
+            {"Name": "reporter", "Permissions": [{"Action": "allow", "HTTP": {"PathPrefix": "/v2", "Methods": ["GET"]}}]}]}),
+        json!({"Kind": "service-intentions", "Name": "*", "Sources": [{"Name": "*", "Action": "deny"}]}),
+        json!({"Kind": "ingress-gateway", "Name": "ingress", "TLS": {"Enabled": true, "TLSMinVersion": "TLSv1_2"},
+               "Listeners": [{"Port": 8080, "Protocol": "http", "Services": [{"Name": "web", "Hosts": ["web.example.com", "*.example.org"]}, {"Name": "api"}]},
+                             {"Port": 9090, "Services": [{"Name": "db"}]}]}),
+        json!({"Kind": "terminating-gateway", "Name": "tgw", "Services": [
+            {"Name": "billing", "CAFile": "/ca.pem", "CertFile": "/c.pem", "KeyFile": "/k.pem", "SNI": "billing.example.com"},
+            {"Name": "legacy", "CAFile": "/ca.pem"}]}),
+        json!({"Kind": "mesh", "Name": "mesh", "TLS": {"Incoming": {"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_3"}},
+               "HTTP": {"Incoming": {"RequestNormalization": {"HeadersWithUnderscoresAction": "DROP_HEADER"}}}}),
+        json!({"Kind": "exported-services", "Name": "default", "Services": [{"Name": "web", "Consumers": [{"PeerName": "east"}]}]}),
+    ];
+    for entry in valid {
+        assert_eq!(check(entry.clone()), Ok(()), "{entry}");
+    }
+    let invalid: Vec<(Value, &str)> = vec![
+        (
+            json!({"Kind": "service-intentions", "Name": "api"}),
+            "At least one source is required",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api*", "Sources": [{"Name": "a", "Action": "allow"}]}),
+            "Name: wildcard character '*' cannot be used with partial values",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Action": "maybe"}]}),
+            "Sources[0].Action must be set to 'allow' or 'deny'",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Action": "allow", "Permissions": [{"Action": "allow", "HTTP": {"PathPrefix": "/"}}]}]}),
+            "Action must be omitted if Permissions are specified",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "*", "Sources": [{"Name": "web", "Permissions": [{"Action": "allow", "HTTP": {"PathPrefix": "/"}}]}]}),
+            "wildcarded destinations",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Permissions": [{"Action": "allow", "HTTP": {}}]}]}),
+            "HTTP should not be empty",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Permissions": [{"Action": "allow"}]}]}),
+            "Permissions[0].HTTP is required",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Action": "allow"}, {"Name": "web", "Action": "deny"}]}),
+            "Sources[1] defines \"web\" more than once",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Action": "allow", "Type": "external"}]}),
+            "Type must be set to 'consul'",
+        ),
+        (
+            json!({"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Action": "allow", "LegacyID": "x"}]}),
+            "LegacyID must be omitted",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "Listeners": [{"Port": 1, "Services": [{"Name": "a"}]}, {"Port": 1, "Services": [{"Name": "b"}]}]}),
+            "port 1 declared on two listeners",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "Listeners": [{"Port": 1, "Protocol": "udp", "Services": [{"Name": "a"}]}]}),
+            "'udp' is an unsupported protocol",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "Listeners": [{"Port": 1}]}),
+            "No service declared for listener with port 1",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "Listeners": [{"Port": 1, "Services": [{"Name": "a"}, {"Name": "b"}]}]}),
+            "Multiple services per listener",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "Listeners": [{"Port": 1, "Services": [{"Name": "a", "Hosts": ["a.com"]}]}]}),
+            "not supported for the tcp protocol",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "Listeners": [{"Port": 1, "Protocol": "http", "Services": [{"Name": "a", "Hosts": ["a.*.com"]}]}]}),
+            "only allowed as the leftmost label",
+        ),
+        (
+            json!({"Kind": "ingress-gateway", "Name": "i", "TLS": {"TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_2"}, "Listeners": []}),
+            "less than the configured min version",
+        ),
+        (
+            json!({"Kind": "terminating-gateway", "Name": "t", "Services": [{"Name": ""}]}),
+            "Service name cannot be blank.",
+        ),
+        (
+            json!({"Kind": "terminating-gateway", "Name": "t", "Services": [{"Name": "a", "CertFile": "/c.pem"}]}),
+            "must have a CertFile, CAFile, and KeyFile",
+        ),
+        (
+            json!({"Kind": "terminating-gateway", "Name": "t", "Services": [{"Name": "a"}, {"Name": "a"}]}),
+            "specified more than once",
+        ),
+        (
+            json!({"Kind": "mesh", "Name": "mesh", "TLS": {"Outgoing": {"TLSMinVersion": "TLSv9"}}}),
+            "error in outgoing TLS configuration",
+        ),
+        (
+            json!({"Kind": "mesh", "Name": "mesh", "HTTP": {"Incoming": {"RequestNormalization": {"PathWithEscapedSlashesAction": "EAT"}}}}),
+            "no matching PathWithEscapedSlashesAction value found for EAT",
+        ),
+        (
+            json!({"Kind": "exported-services", "Name": "default", "Services": [{"Name": "web"}]}),
+            "must have at least one consumer",
+        ),
+        (
+            json!({"Kind": "exported-services", "Name": "default", "Services": [{"Name": "web", "Consumers": [{"Peer": "*"}]}]}),
+            "exporting to all peers",
+        ),
+        (
+            json!({"Kind": "exported-services", "Name": "default", "Services": [{"Name": "", "Consumers": [{"Peer": "a"}]}]}),
+            "service name cannot be empty",
+        ),
+    ];
+    for (entry, needle) in invalid {
+        let err = check(entry.clone()).expect_err(&entry.to_string());
+        assert!(
+            err.contains(needle),
+            "{entry}: {err:?} should mention {needle:?}"
+        );
+    }
+}
