@@ -10,7 +10,9 @@ pub mod compile;
 pub mod entries;
 pub mod entries_more;
 pub mod graph;
+pub mod normalize;
 
 pub use compile::{compile, CompileRequest, CompiledChain};
 pub use entries::validate_entry;
 pub use graph::{validate_graph, with_change, ROUTING_KINDS};
+pub use normalize::normalize_entry;

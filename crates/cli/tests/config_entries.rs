@@ -557,3 +557,36 @@ fn discovery_chain_endpoint_follows_the_issue_walkthrough() {
         agent.request("POST", "/v1/discovery-chain/web", Some(r#"{"Bogus":1}"#));
     assert_eq!(status, 400, "{body}");
 }
+
+#[test]
+fn intentions_entries_are_normalized_on_write() {
+    let agent = TestAgent::dev(&[]);
+    let body = r#"{"Kind":"service-intentions","Name":"api","Sources":[
+        {"Name":"*","Action":"deny"},
+        {"Name":"web","Action":"allow"},
+        {"Name":"reporter","Permissions":[{"Action":"allow","HTTP":{"PathPrefix":"/v2","Methods":["get"]}}]}]}"#;
+    assert_eq!(agent.put("/v1/config", body), (200, "true".to_string()));
+    let entry = agent.get("/v1/config/service-intentions/api").unwrap();
+    let sources = entry["Sources"].as_array().unwrap();
+    let order: Vec<(&str, i64)> = sources
+        .iter()
+        .map(|s| {
+            (
+                s["Name"].as_str().unwrap(),
+                s["Precedence"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(order, vec![("web", 9), ("reporter", 9), ("*", 8)]);
+    assert!(sources.iter().all(|s| s["Type"] == "consul"));
+    assert_eq!(
+        sources[1]["Permissions"][0]["HTTP"]["Methods"],
+        json!(["GET"])
+    );
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-intentions","Name":"api","Sources":[]}"#,
+    );
+    assert_eq!(status, 400);
+    assert!(body.contains("At least one source is required"), "{body}");
+}

@@ -523,10 +523,11 @@ impl ServerRpc for Server {
     async fn config_apply(
         &self,
         opts: &WriteOptions,
-        entry: ConfigEntry,
+        mut entry: ConfigEntry,
         cas: Option<u64>,
     ) -> Result<bool, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
+        legate_chain::normalize_entry(&mut entry);
         config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
         legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
         self.check_chains_after(&entry.kind, &entry.name, Some(&entry))?;

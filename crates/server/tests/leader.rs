@@ -89,3 +89,38 @@ async fn leader_registers_itself_and_reaps_tombstones() {
     assert_eq!(consul.value.len(), 1);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn kind_aware_listing_never_returns_unknown_kinds() {
+    use legate_types::config_entry::from_json;
+    let server = Server::start(config(Duration::from_secs(900)))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(5)).await);
+    let opts = WriteOptions::default();
+    for value in [
+        serde_json::json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}),
+        serde_json::json!({"Kind": "exported-services", "Name": "default", "Services": [{"Name": "web", "Consumers": [{"Peer": "east"}]}]}),
+        serde_json::json!({"Kind": "mesh", "Name": "mesh"}),
+    ] {
+        assert!(server
+            .config_apply(&opts, from_json(value).unwrap(), None)
+            .await
+            .unwrap());
+    }
+    // An older reader that only understands service-defaults and mesh.
+    let known = vec!["service-defaults".to_string(), "mesh".to_string()];
+    let listed = server
+        .config_list_all(&QueryOptions::default(), known.clone())
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = listed.value.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["mesh", "service-defaults"]);
+    assert!(listed.value.iter().all(|e| known.contains(&e.kind)));
+    let everything = server
+        .config_list_all(&QueryOptions::default(), vec![])
+        .await
+        .unwrap();
+    assert_eq!(everything.value.len(), 3);
+    server.shutdown().await;
+}
