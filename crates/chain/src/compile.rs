@@ -14,10 +14,7 @@ use legate_types::duration::format_go_duration;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::entries::{
-    MeshGateway, ProxyDefaults, Route, ServiceDefaults, ServiceResolver, ServiceRouter,
-    ServiceSplitter,
-};
+use crate::entries::{MeshGateway, Route, RoutingEntries, ServiceResolver, ServiceRouter};
 
 const DEFAULT_NAMESPACE: &str = "default";
 const DEFAULT_PARTITION: &str = "default";
@@ -137,77 +134,9 @@ pub struct CompiledChain {
     pub targets: BTreeMap<String, Target>,
 }
 
-#[derive(Default)]
-struct Entries {
-    proxy_defaults: Option<ProxyDefaults>,
-    defaults: BTreeMap<String, ServiceDefaults>,
-    routers: BTreeMap<String, ServiceRouter>,
-    splitters: BTreeMap<String, ServiceSplitter>,
-    resolvers: BTreeMap<String, ServiceResolver>,
-}
-
-fn decode<T: serde::de::DeserializeOwned>(entry: &ConfigEntry) -> Result<T, String> {
-    serde_json::from_value(Value::Object(entry.body.clone()))
-        .map_err(|e| format!("{}: {e}", entry.label()))
-}
-
-impl Entries {
-    fn new(entries: &[ConfigEntry]) -> Result<Entries, String> {
-        let mut out = Entries::default();
-        for e in entries {
-            match e.kind.as_str() {
-                "proxy-defaults" => out.proxy_defaults = Some(decode(e)?),
-                "service-defaults" => {
-                    out.defaults.insert(e.name.clone(), decode(e)?);
-                }
-                "service-router" => {
-                    out.routers.insert(e.name.clone(), decode(e)?);
-                }
-                "service-splitter" => {
-                    out.splitters.insert(e.name.clone(), decode(e)?);
-                }
-                "service-resolver" => {
-                    out.resolvers.insert(e.name.clone(), decode(e)?);
-                }
-                _ => {}
-            }
-        }
-        Ok(out)
-    }
-
-    fn protocol(&self, service: &str) -> String {
-        self.defaults
-            .get(service)
-            .map(|d| d.protocol.to_ascii_lowercase())
-            .filter(|p| !p.is_empty())
-            .or_else(|| {
-                self.proxy_defaults
-                    .as_ref()
-                    .and_then(|p| p.config.get("protocol"))
-                    .and_then(Value::as_str)
-                    .map(str::to_ascii_lowercase)
-            })
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "tcp".to_string())
-    }
-
-    fn mesh_gateway_mode(&self, service: &str) -> String {
-        self.defaults
-            .get(service)
-            .map(|d| d.mesh_gateway.mode.clone())
-            .filter(|m| !m.is_empty())
-            .or_else(|| {
-                self.proxy_defaults
-                    .as_ref()
-                    .map(|p| p.mesh_gateway.mode.clone())
-            })
-            .unwrap_or_default()
-    }
-}
-
 struct Compiler<'a> {
     request: &'a CompileRequest,
-    entries: Entries,
+    entries: RoutingEntries,
     protocol: String,
     http: bool,
     nodes: BTreeMap<String, Value>,
@@ -722,7 +651,7 @@ pub fn compile(entries: &[ConfigEntry], request: &CompileRequest) -> Result<Comp
     if request.service.is_empty() {
         return Err("service name is required".into());
     }
-    let entries = Entries::new(entries)?;
+    let entries = RoutingEntries::new(entries)?;
     let protocol = if request.override_protocol.is_empty() {
         entries.protocol(&request.service)
     } else {

@@ -852,6 +852,88 @@ fn validate_resolver(name: &str, resolver: &ServiceResolver) -> Result<(), Strin
     Ok(())
 }
 
+/// The routing entries of a cluster, decoded and keyed by service: what
+/// both the graph checks and the compiler read.
+#[derive(Debug, Default)]
+pub struct RoutingEntries {
+    /// The `global` proxy-defaults.
+    pub proxy_defaults: Option<ProxyDefaults>,
+    /// service-defaults by service.
+    pub defaults: BTreeMap<String, ServiceDefaults>,
+    /// service-router by service.
+    pub routers: BTreeMap<String, ServiceRouter>,
+    /// service-splitter by service.
+    pub splitters: BTreeMap<String, ServiceSplitter>,
+    /// service-resolver by service.
+    pub resolvers: BTreeMap<String, ServiceResolver>,
+}
+
+impl RoutingEntries {
+    /// Decodes the routing kinds among `entries` (others are skipped).
+    pub fn new(entries: &[ConfigEntry]) -> Result<RoutingEntries, String> {
+        let with_label = |e: &ConfigEntry, err: String| format!("{}: {err}", e.label());
+        let mut out = RoutingEntries::default();
+        for e in entries {
+            let name = e.name.clone();
+            match e.kind.as_str() {
+                "proxy-defaults" => {
+                    out.proxy_defaults = Some(decode(e).map_err(|err| with_label(e, err))?)
+                }
+                "service-defaults" => {
+                    out.defaults
+                        .insert(name, decode(e).map_err(|err| with_label(e, err))?);
+                }
+                "service-router" => {
+                    out.routers
+                        .insert(name, decode(e).map_err(|err| with_label(e, err))?);
+                }
+                "service-splitter" => {
+                    out.splitters
+                        .insert(name, decode(e).map_err(|err| with_label(e, err))?);
+                }
+                "service-resolver" => {
+                    out.resolvers
+                        .insert(name, decode(e).map_err(|err| with_label(e, err))?);
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// A service's protocol: service-defaults, then proxy-defaults'
+    /// `Config.protocol`, then `tcp`.
+    pub fn protocol(&self, service: &str) -> String {
+        self.defaults
+            .get(service)
+            .map(|d| d.protocol.to_ascii_lowercase())
+            .filter(|p| !p.is_empty())
+            .or_else(|| {
+                self.proxy_defaults
+                    .as_ref()
+                    .and_then(|p| p.config.get("protocol"))
+                    .and_then(Value::as_str)
+                    .map(str::to_ascii_lowercase)
+            })
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "tcp".to_string())
+    }
+
+    /// A service's mesh gateway mode: service-defaults, then proxy-defaults.
+    pub fn mesh_gateway_mode(&self, service: &str) -> String {
+        self.defaults
+            .get(service)
+            .map(|d| d.mesh_gateway.mode.clone())
+            .filter(|m| !m.is_empty())
+            .or_else(|| {
+                self.proxy_defaults
+                    .as_ref()
+                    .map(|p| p.mesh_gateway.mode.clone())
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// Checks one entry's own rules (every kind).
 pub fn validate_entry(entry: &ConfigEntry) -> Result<(), String> {
     match entry.kind.as_str() {

@@ -9,13 +9,11 @@
 //! protocol; referenced subsets exist; splitters and resolver redirects
 //! have no cycles.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use legate_types::config_entry::ConfigEntry;
 
-use crate::entries::{
-    ProxyDefaults, ServiceDefaults, ServiceResolver, ServiceRouter, ServiceSplitter,
-};
+use crate::entries::RoutingEntries;
 
 /// The kinds whose changes can break a discovery chain.
 pub const ROUTING_KINDS: &[&str] = &[
@@ -26,63 +24,18 @@ pub const ROUTING_KINDS: &[&str] = &[
     "service-resolver",
 ];
 
-/// Decoded routing entries by service name.
-#[derive(Default)]
-struct Graph {
-    global_protocol: Option<String>,
-    defaults: BTreeMap<String, ServiceDefaults>,
-    routers: BTreeMap<String, ServiceRouter>,
-    splitters: BTreeMap<String, ServiceSplitter>,
-    resolvers: BTreeMap<String, ServiceResolver>,
-}
+/// The routing entries, checked chain by chain.
+struct Graph(RoutingEntries);
 
-fn decode<T: serde::de::DeserializeOwned>(entry: &ConfigEntry) -> Result<T, String> {
-    serde_json::from_value(serde_json::Value::Object(entry.body.clone()))
-        .map_err(|e| format!("{}: {e}", entry.label()))
+impl std::ops::Deref for Graph {
+    type Target = RoutingEntries;
+
+    fn deref(&self) -> &RoutingEntries {
+        &self.0
+    }
 }
 
 impl Graph {
-    fn build(entries: &[ConfigEntry]) -> Result<Graph, String> {
-        let mut graph = Graph::default();
-        for entry in entries {
-            let name = entry.name.clone();
-            match entry.kind.as_str() {
-                "proxy-defaults" => {
-                    let d: ProxyDefaults = decode(entry)?;
-                    graph.global_protocol = d
-                        .config
-                        .get("protocol")
-                        .and_then(|p| p.as_str())
-                        .map(str::to_ascii_lowercase);
-                }
-                "service-defaults" => {
-                    graph.defaults.insert(name, decode(entry)?);
-                }
-                "service-router" => {
-                    graph.routers.insert(name, decode(entry)?);
-                }
-                "service-splitter" => {
-                    graph.splitters.insert(name, decode(entry)?);
-                }
-                "service-resolver" => {
-                    graph.resolvers.insert(name, decode(entry)?);
-                }
-                _ => {}
-            }
-        }
-        Ok(graph)
-    }
-
-    /// The protocol of a service: service-defaults, then proxy-defaults, then tcp.
-    fn protocol(&self, service: &str) -> String {
-        self.defaults
-            .get(service)
-            .map(|d| d.protocol.to_ascii_lowercase())
-            .filter(|p| !p.is_empty())
-            .or_else(|| self.global_protocol.clone().filter(|p| !p.is_empty()))
-            .unwrap_or_else(|| "tcp".to_string())
-    }
-
     fn check_chain(&self, chain: &str) -> Result<(), String> {
         let protocol = self.protocol(chain);
         let http = matches!(protocol.as_str(), "http" | "http2" | "grpc");
@@ -209,7 +162,7 @@ impl Walk<'_> {
 /// Checks every chain the routing entries define (each service named by a
 /// routing entry is a chain).
 pub fn validate_graph(entries: &[ConfigEntry]) -> Result<(), String> {
-    let graph = Graph::build(entries)?;
+    let graph = Graph(RoutingEntries::new(entries)?);
     let chains: BTreeSet<&String> = graph
         .routers
         .keys()
