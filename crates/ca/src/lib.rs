@@ -1,0 +1,13 @@
+//! Connect's certificate authority: SPIFFE identities, and the built-in
+//! provider that creates roots, signs leaf certificates from CSRs (checking
+//! the identity they ask for, and setting validity, key usage and extended
+//! key usage itself rather than trusting the CSR), and cross-signs a new
+//! root with an old one for rotation.
+//!
+//! Depends on no other Legate crate.
+
+pub mod builtin;
+pub mod spiffe;
+
+pub use builtin::{CaError, CaRoot};
+pub use spiffe::SpiffeId;
