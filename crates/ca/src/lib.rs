@@ -7,7 +7,9 @@
 //! Depends on no other Legate crate.
 
 pub mod builtin;
+pub mod limits;
 pub mod spiffe;
 
 pub use builtin::{CaError, CaRoot};
+pub use limits::{CsrLimiter, RateLimited, RATE_LIMIT_ERROR};
 pub use spiffe::SpiffeId;
