@@ -7,6 +7,7 @@
 //! Depends on no other Legate crate.
 
 pub mod builtin;
+pub mod keys;
 pub mod limits;
 pub mod spiffe;
 
