@@ -20,6 +20,9 @@ pub enum CaError {
     /// The CSR asks for an identity the caller may not have.
     #[error("{0}")]
     WrongIdentity(String),
+    /// The CA configuration is invalid.
+    #[error("{0}")]
+    Config(String),
     /// A key or certificate could not be used.
     #[error("CA error: {0}")]
     Internal(String),

@@ -4,13 +4,15 @@
 //! key usage itself rather than trusting the CSR), and cross-signs a new
 //! root with an old one for rotation.
 //!
-//! Depends on no other Legate crate.
+//! Depends only on `legate-types`.
 
 pub mod builtin;
+pub mod config;
 pub mod keys;
 pub mod limits;
 pub mod spiffe;
 
 pub use builtin::{CaError, CaRoot};
+pub use config::CaConfig;
 pub use limits::{CsrLimiter, RateLimited, RATE_LIMIT_ERROR};
 pub use spiffe::SpiffeId;
