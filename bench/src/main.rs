@@ -50,6 +50,11 @@ enum Command {
         #[arg(long)]
         catalog: bool,
     },
+    /// Signs leaf certificates from CSRs on one thread with the built-in CA.
+    Csr {
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// Opens N watchers on one key, writes it once, and reports how long
     /// each watcher took to see the change.
     Watch {
@@ -294,6 +299,30 @@ async fn main() -> Result<()> {
                 register(client.clone(), url.clone(), catalog, n)
             })
             .await
+        }
+        Command::Csr { seconds } => {
+            use legate_ca::builtin::{generate_root, make_csr, sign_leaf};
+            use legate_ca::SpiffeId;
+            let td = "11111111-2222-3333-4444-555555555555.consul";
+            let root = generate_root(td, "bench CA", Duration::from_secs(87600 * 3600))?;
+            let id = SpiffeId::service(td, "dc1", "web");
+            let csrs: Vec<String> = (0..256)
+                .map(|_| make_csr(&id).map(|(csr, _)| csr))
+                .collect::<Result<_, _>>()?;
+            let leaf_ttl = Duration::from_secs(72 * 3600);
+            let deadline = Instant::now() + Duration::from_secs(seconds);
+            let started = Instant::now();
+            let mut signed = 0u64;
+            while Instant::now() < deadline {
+                sign_leaf(&root, &csrs[(signed % 256) as usize], &id, leaf_ttl)?;
+                signed += 1;
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            println!(
+                "signed={signed} seconds={elapsed:.2} csr_per_sec_one_core={:.0}",
+                signed as f64 / elapsed
+            );
+            Ok(())
         }
         Command::Watch {
             url,

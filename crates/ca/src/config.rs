@@ -162,10 +162,12 @@ impl CaConfig {
         }
         match (self.private_key_type.as_str(), self.private_key_bits) {
             ("ec", 256) => {}
-            ("ec", 224 | 384 | 521) => return Err(CaError::Config(format!(
+            ("ec", 224 | 384 | 521) => {
+                return Err(CaError::Config(format!(
                 "EC keys of {} bits are valid in Consul but not supported by Legate yet; use 256",
                 self.private_key_bits
-            ))),
+            )))
+            }
             ("ec", bits) => {
                 return Err(CaError::Config(format!(
                     "EC key length must be one of (224, 256, 384, 521) bits, not {bits}"
