@@ -157,10 +157,7 @@ impl Server {
     /// Writes a command through Raft, mapping failures to endpoint errors.
     pub(crate) async fn write(&self, command: Command) -> Result<(u64, CommandResult), RpcError> {
         match self.raft.apply(command).await {
-            Ok((index, CommandResult::Failed(message))) => {
-                let _ = index;
-                Err(RpcError::BadRequest(message))
-            }
+            Ok((_, CommandResult::Failed(message))) => Err(RpcError::BadRequest(message)),
             Ok(ok) => Ok(ok),
             Err(RaftError::NotLeader { .. }) => Err(RpcError::NoLeader),
             Err(e) => Err(RpcError::Internal(e.to_string())),
