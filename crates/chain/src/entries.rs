@@ -589,6 +589,61 @@ fn compile(field: &str, pattern: &str) -> Result<(), String> {
         .map_err(|e| format!("{field}: invalid regular expression {pattern:?}: {e}"))
 }
 
+/// Header matchers of routes and intention permissions: a name, and
+/// exactly one way to match. `label` turns `Header[j] ...` into the full
+/// message for the caller's position.
+pub(crate) fn check_header_matches(
+    headers: &[HeaderMatch],
+    label: impl Fn(&str) -> String,
+) -> Result<(), String> {
+    for (j, h) in headers.iter().enumerate() {
+        if h.name.is_empty() {
+            return Err(label(&format!("Header[{j}] missing required Name field")));
+        }
+        let set = [
+            h.present,
+            !h.exact.is_empty(),
+            !h.prefix.is_empty(),
+            !h.suffix.is_empty(),
+            !h.contains.is_empty(),
+            !h.regex.is_empty(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if set != 1 {
+            return Err(label(&format!(
+                "Header[{j}] should only contain one of Present, Exact, Prefix, Suffix, Contains, or Regex"
+            )));
+        }
+        if !h.regex.is_empty() {
+            compile(&label(&format!("Header[{j}].Regex")), &h.regex)?;
+        }
+    }
+    Ok(())
+}
+
+/// HTTP methods of routes and intention permissions: known, and each once.
+pub(crate) fn check_methods(
+    methods: &[String],
+    label: impl Fn(&str) -> String,
+) -> Result<(), String> {
+    let mut seen = Vec::new();
+    for method in methods {
+        let upper = method.to_ascii_uppercase();
+        if !METHODS.contains(&upper.as_str()) {
+            return Err(label(&format!(
+                "Methods contains an invalid method {method:?}"
+            )));
+        }
+        if seen.contains(&upper) {
+            return Err(label(&format!("Methods contains {upper:?} more than once")));
+        }
+        seen.push(upper);
+    }
+    Ok(())
+}
+
 fn validate_router(router: &ServiceRouter) -> Result<(), String> {
     for (i, route) in router.routes.iter().enumerate() {
         let at = |field: &str| format!("Route[{i}] {field}");
@@ -617,30 +672,7 @@ fn validate_router(router: &ServiceRouter) -> Result<(), String> {
             if !http.path_regex.is_empty() {
                 compile(&at("PathRegex"), &http.path_regex)?;
             }
-            for (j, h) in http.header.iter().enumerate() {
-                if h.name.is_empty() {
-                    return Err(at(&format!("Header[{j}] missing required Name field")));
-                }
-                let set = [
-                    h.present,
-                    !h.exact.is_empty(),
-                    !h.prefix.is_empty(),
-                    !h.suffix.is_empty(),
-                    !h.contains.is_empty(),
-                    !h.regex.is_empty(),
-                ]
-                .iter()
-                .filter(|b| **b)
-                .count();
-                if set != 1 {
-                    return Err(at(&format!(
-                        "Header[{j}] should only contain one of Present, Exact, Prefix, Suffix, Contains, or Regex"
-                    )));
-                }
-                if !h.regex.is_empty() {
-                    compile(&at(&format!("Header[{j}].Regex")), &h.regex)?;
-                }
-            }
+            check_header_matches(&http.header, |rest| at(rest))?;
             for (j, q) in http.query_param.iter().enumerate() {
                 if q.name.is_empty() {
                     return Err(at(&format!("QueryParam[{j}] missing required Name field")));
@@ -658,19 +690,7 @@ fn validate_router(router: &ServiceRouter) -> Result<(), String> {
                     compile(&at(&format!("QueryParam[{j}].Regex")), &q.regex)?;
                 }
             }
-            let mut methods_seen = Vec::new();
-            for method in &http.methods {
-                let upper = method.to_ascii_uppercase();
-                if !METHODS.contains(&upper.as_str()) {
-                    return Err(at(&format!(
-                        "Methods contains an invalid method {method:?}"
-                    )));
-                }
-                if methods_seen.contains(&upper) {
-                    return Err(at(&format!("Methods contains {upper:?} more than once")));
-                }
-                methods_seen.push(upper);
-            }
+            check_methods(&http.methods, |rest| at(rest))?;
         }
         if let Some(dest) = &route.destination {
             if !dest.prefix_rewrite.is_empty() {

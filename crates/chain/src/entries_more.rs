@@ -8,7 +8,7 @@ use legate_types::config_entry::ConfigEntry;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::entries::{decode, HeaderMatch, HeaderModifiers, METHODS};
+use crate::entries::{check_header_matches, check_methods, decode, HeaderMatch, HeaderModifiers};
 
 /// An L7 permission's HTTP match.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -124,22 +124,6 @@ fn wildcard_rule(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn validate_methods(prefix: &str, methods: &[String]) -> Result<(), String> {
-    let mut seen = BTreeSet::new();
-    for m in methods {
-        let upper = m.to_ascii_uppercase();
-        if !METHODS.contains(&upper.as_str()) {
-            return Err(format!("{prefix}.Methods contains an invalid method {m:?}"));
-        }
-        if !seen.insert(upper.clone()) {
-            return Err(format!(
-                "{prefix}.Methods contains {upper:?} more than once"
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn validate_intentions(name: &str, e: &ServiceIntentions) -> Result<(), String> {
     wildcard_rule("Name", name)?;
     if e.sources.is_empty() {
@@ -216,26 +200,8 @@ fn validate_intentions(name: &str, e: &ServiceIntentions) -> Result<(), String> 
                     "{hat} should only contain at most one of PathExact, PathPrefix, or PathRegex"
                 ));
             }
-            for (k, h) in http.header.iter().enumerate() {
-                if h.name.is_empty() {
-                    return Err(format!("{hat}.Header[{k}] missing required Name field"));
-                }
-                let set = [
-                    h.present,
-                    !h.exact.is_empty(),
-                    !h.prefix.is_empty(),
-                    !h.suffix.is_empty(),
-                    !h.contains.is_empty(),
-                    !h.regex.is_empty(),
-                ]
-                .iter()
-                .filter(|b| **b)
-                .count();
-                if set != 1 {
-                    return Err(format!("{hat}.Header[{k}] should only contain one of Present, Exact, Prefix, Suffix, Contains, or Regex"));
-                }
-            }
-            validate_methods(&hat, &http.methods)?;
+            check_header_matches(&http.header, |rest| format!("{hat}.{rest}"))?;
+            check_methods(&http.methods, |rest| format!("{hat}.{rest}"))?;
             if paths == 0 && http.header.is_empty() && http.methods.is_empty() {
                 return Err(format!("{hat} should not be empty"));
             }

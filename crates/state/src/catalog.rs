@@ -9,6 +9,16 @@ use legate_types::{
 
 use crate::{Changes, NodeKey, Table, Tables};
 
+/// The rows of one node in a table keyed by (node, id).
+fn on_node<'a, T>(
+    table: &'a BTreeMap<NodeKey, T>,
+    node: &'a str,
+) -> impl Iterator<Item = (&'a NodeKey, &'a T)> + 'a {
+    table
+        .range((node.to_string(), String::new())..)
+        .take_while(move |((n, _), _)| n == node)
+}
+
 impl Tables {
     pub(crate) fn insert_service_row(&mut self, node: String, service: NodeService) {
         let key = (node, service.id.clone());
@@ -46,9 +56,7 @@ impl Tables {
 
     /// Service names affected by a change to anything on `node`.
     fn services_on_node(&self, node: &str) -> Vec<String> {
-        self.services
-            .range((node.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == node)
+        on_node(&self.services, node)
             .flat_map(|(_, s)| {
                 let mut names = vec![s.service.clone()];
                 if let Some(target) = s.connect_target() {
@@ -199,10 +207,7 @@ impl Tables {
         self.insert_service_row(node.to_string(), service.clone());
         self.bump(Table::Services, index, changes);
         // Checks of the service carry its name and tags.
-        let check_keys: Vec<NodeKey> = self
-            .checks
-            .range((node.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == node)
+        let check_keys: Vec<NodeKey> = on_node(&self.checks, node)
             .filter(|(_, c)| c.service_id == service.id)
             .map(|(k, _)| k.clone())
             .collect();
@@ -310,10 +315,7 @@ impl Tables {
         };
         self.bump(Table::Services, index, changes);
         self.bump_service_row(&service, index, changes);
-        let check_ids: Vec<String> = self
-            .checks
-            .range((node.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == node)
+        let check_ids: Vec<String> = on_node(&self.checks, node)
             .filter(|(_, c)| c.service_id == service_id)
             .map(|((_, id), _)| id.clone())
             .collect();
@@ -329,19 +331,13 @@ impl Tables {
             return;
         }
         self.bump(Table::Nodes, index, changes);
-        let service_ids: Vec<String> = self
-            .services
-            .range((node.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == node)
+        let service_ids: Vec<String> = on_node(&self.services, node)
             .map(|((_, id), _)| id.clone())
             .collect();
         for id in service_ids {
             self.delete_service(index, node, &id, changes);
         }
-        let check_ids: Vec<String> = self
-            .checks
-            .range((node.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == node)
+        let check_ids: Vec<String> = on_node(&self.checks, node)
             .map(|((_, id), _)| id.clone())
             .collect();
         for id in check_ids {
@@ -436,10 +432,7 @@ impl Tables {
             .filter_map(|key| {
                 let service = self.services.get(key)?;
                 let node = self.nodes.get(&key.0)?;
-                let checks = self
-                    .checks
-                    .range((key.0.clone(), String::new())..)
-                    .take_while(|((n, _), _)| *n == key.0)
+                let checks = on_node(&self.checks, &key.0)
                     .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)
                     .map(|(_, c)| c.clone())
                     .collect();
@@ -459,10 +452,7 @@ impl Tables {
         let Some(node) = self.nodes.get(name) else {
             return (index, None);
         };
-        let services = self
-            .services
-            .range((name.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == name)
+        let services = on_node(&self.services, name)
             .map(|((_, id), s)| (id.clone(), s.clone()))
             .collect();
         (
@@ -481,10 +471,7 @@ impl Tables {
 
     /// Checks of one node.
     pub fn node_checks(&self, name: &str) -> (u64, Vec<HealthCheck>) {
-        let checks = self
-            .checks
-            .range((name.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == name)
+        let checks = on_node(&self.checks, name)
             .map(|(_, c)| c.clone())
             .collect();
         (self.table_index(Table::Checks), checks)
