@@ -6,6 +6,7 @@
 //!
 //! Depends only on `legate-types`.
 
+pub mod agent_tls;
 pub mod builtin;
 pub mod config;
 pub mod keys;

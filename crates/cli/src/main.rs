@@ -37,6 +37,9 @@ enum Command {
     /// Reads and writes the KV store.
     #[command(subcommand)]
     Kv(commands::kv::KvCommand),
+    /// Creates CA and agent certificates for TLS.
+    #[command(subcommand)]
+    Tls(commands::tls::TlsCommand),
     /// Asks the local agent to leave the cluster and stop.
     Leave(commands::misc::HttpOnlyArgs),
     /// Asks the local agent to reload its configuration.
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
             Command::Services(cmd) => commands::services::run(cmd).await,
             Command::Kv(cmd) => commands::kv::run(cmd).await,
             Command::Config(cmd) => commands::config::run(cmd).await,
+            Command::Tls(cmd) => commands::tls::run(cmd),
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,
             Command::Maint(args) => commands::misc::maint(args).await,

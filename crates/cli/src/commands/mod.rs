@@ -5,6 +5,7 @@ pub mod config;
 pub mod kv;
 pub mod misc;
 pub mod services;
+pub mod tls;
 
 /// Prints rows as left-aligned columns separated by two spaces, like
 /// Consul's `columnize` output.
