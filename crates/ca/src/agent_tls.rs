@@ -5,13 +5,14 @@
 //! `127.0.0.1`).
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
-use time::OffsetDateTime;
 
+use crate::builtin::{internal, random_serial, validity};
 use crate::keys::load_private_key;
 use crate::CaError;
 
@@ -37,20 +38,9 @@ impl CertKind {
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> CaError {
-    CaError::Internal(e.to_string())
-}
-
-fn serial() -> SerialNumber {
-    let mut bytes = *uuid::Uuid::new_v4().as_bytes();
-    bytes[0] &= 0x7f;
-    SerialNumber::from_slice(&bytes)
-}
-
+/// The validity of `days` days, set the way the Connect CA sets it.
 fn valid_for(params: &mut CertificateParams, days: u32) {
-    let now = OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::minutes(1);
-    params.not_after = now + time::Duration::days(days as i64);
+    validity(params, Duration::from_secs(days as u64 * 86_400));
 }
 
 /// A new CA for agent TLS; returns (certificate PEM, key PEM).
@@ -81,7 +71,7 @@ pub fn create_ca(domain: &str, days: u32, cluster_id: &str) -> Result<(String, S
     params.subject_alt_names = vec![SanType::DnsName(
         domain.to_string().try_into().map_err(internal)?,
     )];
-    params.serial_number = Some(serial());
+    params.serial_number = Some(random_serial());
     valid_for(&mut params, days);
     let cert = params.self_signed(&key).map_err(internal)?;
     Ok((cert.pem(), key.serialize_pem()))
@@ -173,7 +163,7 @@ pub fn create_cert(
         ],
         CertKind::Cli => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
-    params.serial_number = Some(serial());
+    params.serial_number = Some(random_serial());
     params.use_authority_key_identifier_extension = true;
     valid_for(&mut params, req.days);
     let cert = params.signed_by(&key, &issuer).map_err(internal)?;

@@ -28,7 +28,7 @@ pub enum CaError {
     Internal(String),
 }
 
-fn internal(e: impl std::fmt::Display) -> CaError {
+pub(crate) fn internal(e: impl std::fmt::Display) -> CaError {
     CaError::Internal(e.to_string())
 }
 
@@ -52,14 +52,14 @@ impl std::fmt::Debug for CaRoot {
     }
 }
 
-fn random_serial() -> SerialNumber {
+pub(crate) fn random_serial() -> SerialNumber {
     let mut bytes = *uuid::Uuid::new_v4().as_bytes();
     bytes[0] &= 0x7f; // keep it positive
     SerialNumber::from_slice(&bytes)
 }
 
 /// Validity starting a minute ago (clock skew) and lasting `ttl`.
-fn validity(params: &mut CertificateParams, ttl: Duration) {
+pub(crate) fn validity(params: &mut CertificateParams, ttl: Duration) {
     let now = OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::minutes(1);
     params.not_after = now + time::Duration::seconds(ttl.as_secs() as i64);
