@@ -3,11 +3,12 @@
 //! old log always decodes (pinned by a test).
 
 use legate_types::config_entry::ConfigEntry;
+use legate_types::connect::CaConfiguration;
 use legate_types::rpc::{TxnOp, TxnResponse};
 use legate_types::{DeregisterRequest, KvOp, RegisterRequest, Session};
 use serde::{Deserialize, Serialize};
 
-use crate::{Changes, Tables};
+use crate::{Changes, StoredCaRoot, Tables};
 
 /// One state change, replicated through Raft.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +68,17 @@ pub enum Command {
         /// The value.
         value: String,
     },
+    /// Replace the Connect CA roots and/or configuration at once; with
+    /// `cas`, only if the roots' index matches (0: no roots yet).
+    #[serde(rename = "11")]
+    CaSet {
+        /// The full new set of roots (`None`: unchanged).
+        roots: Option<Vec<StoredCaRoot>>,
+        /// The new configuration (`None`: unchanged).
+        config: Option<Box<CaConfiguration>>,
+        /// Check-and-set index of the roots.
+        cas: Option<u64>,
+    },
 }
 
 impl Command {
@@ -84,6 +96,7 @@ impl Command {
             Command::ConfigEntrySet { .. } => 8,
             Command::ConfigEntryDelete { .. } => 9,
             Command::SystemMetadataInit { .. } => 10,
+            Command::CaSet { .. } => 11,
         }
     }
 }
@@ -144,6 +157,13 @@ pub(crate) fn apply(
             }
             CommandResult::Applied(fresh)
         }
+        Command::CaSet { roots, config, cas } => CommandResult::Applied(tables.ca_set(
+            index,
+            roots.as_deref(),
+            config.as_deref(),
+            *cas,
+            changes,
+        )),
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);
             CommandResult::Done

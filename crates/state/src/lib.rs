@@ -13,6 +13,7 @@
 mod catalog;
 mod command;
 mod config_entries;
+mod connect_ca;
 mod kv;
 mod session;
 pub mod watch;
@@ -26,6 +27,7 @@ use legate_types::{HealthCheck, KvEntry, Node, NodeService, Session};
 use serde::{Deserialize, Serialize};
 
 pub use command::{Command, CommandResult};
+pub use connect_ca::StoredCaRoot;
 pub use watch::{Changes, Table, WatchSet, Watches};
 
 /// Key of a service or check row: (node name, id).
@@ -48,6 +50,10 @@ pub struct Tables {
     pub(crate) config_entries: BTreeMap<(String, String), ConfigEntry>,
     /// Cluster-wide settings kept in Raft (`cluster-id`, ...).
     pub(crate) system_metadata: BTreeMap<String, String>,
+    /// Connect CA roots, active first.
+    pub(crate) ca_roots: Vec<StoredCaRoot>,
+    /// Connect CA configuration.
+    pub(crate) ca_config: Option<legate_types::connect::CaConfiguration>,
     pub(crate) table_index: BTreeMap<String, u64>,
     pub(crate) service_index: BTreeMap<String, u64>,
     /// Local, unreplicated lock delays: key -> instant the delay ends.
@@ -68,6 +74,10 @@ pub struct SnapshotData {
     config_entries: Vec<ConfigEntry>,
     #[serde(default)]
     system_metadata: Vec<(String, String)>,
+    #[serde(default)]
+    ca_roots: Vec<StoredCaRoot>,
+    #[serde(default)]
+    ca_config: Option<legate_types::connect::CaConfiguration>,
     table_index: Vec<(String, u64)>,
     service_index: Vec<(String, u64)>,
 }
@@ -137,6 +147,8 @@ impl Tables {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            ca_roots: self.ca_roots.clone(),
+            ca_config: self.ca_config.clone(),
             table_index: self
                 .table_index
                 .iter()
@@ -177,6 +189,8 @@ impl Tables {
             .map(|e| ((e.kind.clone(), e.name.clone()), e))
             .collect();
         tables.system_metadata = data.system_metadata.into_iter().collect();
+        tables.ca_roots = data.ca_roots;
+        tables.ca_config = data.ca_config;
         tables.table_index = data.table_index.into_iter().collect();
         tables.service_index = data.service_index.into_iter().collect();
         tables

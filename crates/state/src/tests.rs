@@ -75,6 +75,14 @@ fn command_numbers_are_pinned() {
             },
             10,
         ),
+        (
+            Command::CaSet {
+                roots: Some(vec![]),
+                config: None,
+                cas: Some(0),
+            },
+            11,
+        ),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -493,4 +501,58 @@ fn system_metadata_is_set_once() {
     let copy = StateStore::new();
     copy.restore(&store.snapshot().unwrap()).unwrap();
     assert_eq!(copy.read().system_metadata("cluster-id"), Some("first"));
+}
+
+fn stored_root(id: &str, active: bool) -> crate::StoredCaRoot {
+    crate::StoredCaRoot {
+        root: legate_types::connect::CaRoot {
+            id: id.into(),
+            active,
+            ..Default::default()
+        },
+        private_key: format!("key of {id}"),
+    }
+}
+
+#[test]
+fn ca_roots_check_and_set_keep_create_indexes_and_survive_snapshots() {
+    let store = StateStore::new();
+    let set = |roots: Vec<crate::StoredCaRoot>, cas| Command::CaSet {
+        roots: Some(roots),
+        config: Some(Box::new(legate_types::connect::CaConfiguration {
+            provider: "consul".into(),
+            ..Default::default()
+        })),
+        cas,
+    };
+    assert_eq!(
+        store.apply(3, &set(vec![stored_root("a", true)], Some(0))),
+        CommandResult::Applied(true)
+    );
+    // A second initialiser loses the race.
+    assert_eq!(
+        store.apply(4, &set(vec![stored_root("z", true)], Some(0))),
+        CommandResult::Applied(false)
+    );
+    // Rotation: the new root becomes active and is listed first.
+    assert_eq!(
+        store.apply(
+            7,
+            &set(vec![stored_root("a", false), stored_root("b", true)], Some(3))
+        ),
+        CommandResult::Applied(true)
+    );
+    let read = store.read();
+    let (index, roots) = read.ca_roots();
+    assert_eq!(index, 7);
+    let ids: Vec<_> = roots.iter().map(|r| r.root.id.as_str()).collect();
+    assert_eq!(ids, ["b", "a"]);
+    assert_eq!(roots[1].root.raft.create_index, 3);
+    assert_eq!(roots[1].root.raft.modify_index, 7);
+    assert_eq!(read.ca_config().1.unwrap().raft.create_index, 3);
+    assert!(!format!("{:?}", roots[0]).contains("key of"));
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.read().ca_roots().1, roots);
+    assert_eq!(copy.read().ca_config().0, 7);
 }

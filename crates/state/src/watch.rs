@@ -27,17 +27,23 @@ pub enum Table {
     Sessions,
     /// Config entries (generic table).
     ConfigEntries,
+    /// Connect CA roots.
+    CaRoots,
+    /// Connect CA configuration.
+    CaConfig,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 6] = [
+    pub const ALL: [Table; 8] = [
         Table::Nodes,
         Table::Services,
         Table::Checks,
         Table::Kvs,
         Table::Sessions,
         Table::ConfigEntries,
+        Table::CaRoots,
+        Table::CaConfig,
     ];
 
     /// The name used in index bookkeeping.
@@ -49,6 +55,8 @@ impl Table {
             Table::Kvs => "kvs",
             Table::Sessions => "sessions",
             Table::ConfigEntries => "config-entries",
+            Table::CaRoots => "connect-ca-roots",
+            Table::CaConfig => "connect-ca-config",
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod catalog;
 pub mod config_entry;
+pub mod connect;
 pub mod duration;
 pub mod error;
 pub mod keys;
