@@ -65,13 +65,59 @@ pub(crate) fn validity(params: &mut CertificateParams, ttl: Duration) {
     params.not_after = now + time::Duration::seconds(ttl.as_secs() as i64);
 }
 
-/// Creates a new self-signed root for `trust_domain` (EC P-256).
+/// A fresh private key of the configured type: EC P-256, or RSA of
+/// `bits` bits (generated with the `rsa` crate, since ring cannot).
+pub fn generate_key(key_type: &str, bits: u32) -> Result<KeyPair, CaError> {
+    match key_type {
+        "ec" if bits == 256 || bits == 0 => KeyPair::generate().map_err(internal),
+        "rsa" => {
+            use rsa::pkcs8::{EncodePrivateKey, LineEnding};
+            let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, bits as usize)
+                .map_err(internal)?;
+            let pem = key.to_pkcs8_pem(LineEnding::LF).map_err(internal)?;
+            KeyPair::from_pem(&pem).map_err(internal)
+        }
+        other => Err(CaError::Config(format!(
+            "unsupported private key type {other} with {bits} bits"
+        ))),
+    }
+}
+
+/// Consul's root names: `pri-<random>.consul.ca.<cluster-id prefix>.consul`.
+pub fn root_common_name(trust_domain: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut rng = rand::rng();
+    let id: String = (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    let prefix: String = trust_domain.chars().take(8).collect();
+    format!("pri-{id}.consul.ca.{prefix}.consul")
+}
+
+/// A positive 63-bit serial: roots report theirs as a JSON number.
+pub(crate) fn random_root_serial() -> SerialNumber {
+    let mut bytes = rand::random::<u64>().to_be_bytes();
+    bytes[0] &= 0x7f;
+    SerialNumber::from_slice(&bytes)
+}
+
+/// Creates a new self-signed root for `trust_domain` with an EC P-256 key.
 pub fn generate_root(
     trust_domain: &str,
     common_name: &str,
     ttl: Duration,
 ) -> Result<CaRoot, CaError> {
-    let key = KeyPair::generate().map_err(internal)?;
+    generate_root_with_key(trust_domain, common_name, ttl, KeyPair::generate().map_err(internal)?)
+}
+
+/// Creates a new self-signed root for `trust_domain` with the given key.
+pub fn generate_root_with_key(
+    trust_domain: &str,
+    common_name: &str,
+    ttl: Duration,
+    key: KeyPair,
+) -> Result<CaRoot, CaError> {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
@@ -87,13 +133,41 @@ pub fn generate_root(
     }
     .to_string();
     params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(internal)?)];
-    params.serial_number = Some(random_serial());
+    params.serial_number = Some(random_root_serial());
     validity(&mut params, ttl);
     let not_after = params.not_after;
     let cert = params.self_signed(&key).map_err(internal)?;
     Ok(CaRoot {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
+        not_after,
+    })
+}
+
+/// Uses an operator's own root (`PrivateKey` + `RootCert`): the key must
+/// be the certificate's, and the certificate a CA.
+pub fn root_from_pem(cert_pem: &str, key_pem: &str) -> Result<CaRoot, CaError> {
+    let (key, pkcs8_pem) = crate::keys::load_private_key(key_pem)?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
+        .map_err(|e| CaError::Config(format!("RootCert is not a PEM certificate: {e}")))?;
+    let cert = pem
+        .parse_x509()
+        .map_err(|e| CaError::Config(format!("RootCert cannot be parsed: {e}")))?;
+    if !cert.is_ca() {
+        return Err(CaError::Config(
+            "RootCert is not a CA certificate (basic constraints CA:TRUE)".into(),
+        ));
+    }
+    if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+        return Err(CaError::Config(
+            "PrivateKey does not match the public key in RootCert".into(),
+        ));
+    }
+    let not_after = OffsetDateTime::from_unix_timestamp(cert.validity().not_after.timestamp())
+        .map_err(internal)?;
+    Ok(CaRoot {
+        cert_pem: cert_pem.trim().to_string() + "\n",
+        key_pem: pkcs8_pem,
         not_after,
     })
 }
@@ -181,14 +255,10 @@ pub fn cross_sign(old_root: &CaRoot, new_root: &CaRoot) -> Result<String, CaErro
     let (_, pem) =
         x509_parser::pem::parse_x509_pem(new_root.cert_pem.as_bytes()).map_err(internal)?;
     let (_, cert) = x509_parser::parse_x509_certificate(&pem.contents).map_err(internal)?;
-    // The same subject and key as the new root (so chains built through
-    // either verify), issued by the old root.
+    // The same subject (byte for byte: verifiers chain by the encoded
+    // name), SANs and key as the new root, issued by the old root.
     let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    for cn in cert.subject().iter_common_name() {
-        dn.push(DnType::CommonName, cn.as_str().map_err(internal)?);
-    }
-    params.distinguished_name = dn;
+    params.distinguished_name = copy_name(cert.subject())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -197,10 +267,14 @@ pub fn cross_sign(old_root: &CaRoot, new_root: &CaRoot) -> Result<String, CaErro
     ];
     if let Ok(Some(sans)) = cert.subject_alternative_name() {
         for name in &sans.value.general_names {
-            if let x509_parser::extensions::GeneralName::URI(uri) = name {
-                params
+            match name {
+                x509_parser::extensions::GeneralName::URI(uri) => params
                     .subject_alt_names
-                    .push(SanType::URI(uri.to_string().try_into().map_err(internal)?));
+                    .push(SanType::URI(uri.to_string().try_into().map_err(internal)?)),
+                x509_parser::extensions::GeneralName::DNSName(dns) => params
+                    .subject_alt_names
+                    .push(SanType::DnsName(dns.to_string().try_into().map_err(internal)?)),
+                _ => {}
             }
         }
     }
@@ -212,6 +286,29 @@ pub fn cross_sign(old_root: &CaRoot, new_root: &CaRoot) -> Result<String, CaErro
         .signed_by(&new_key, &issuer(old_root)?)
         .map_err(internal)?;
     Ok(cert.pem())
+}
+
+/// Rebuilds a parsed name with the same attributes and string types.
+fn copy_name(name: &x509_parser::x509::X509Name<'_>) -> Result<DistinguishedName, CaError> {
+    use x509_parser::der_parser::asn1_rs::Tag;
+    let mut dn = DistinguishedName::new();
+    for attr in name.iter_attributes() {
+        let oid: Vec<u64> = attr
+            .attr_type()
+            .iter()
+            .ok_or_else(|| CaError::Internal("name attribute OID too large".into()))?
+            .collect();
+        let text = attr.as_str().map_err(internal)?.to_string();
+        let value = match attr.attr_value().tag() {
+            Tag::PrintableString => {
+                rcgen::DnValue::PrintableString(text.try_into().map_err(internal)?)
+            }
+            Tag::Ia5String => rcgen::DnValue::Ia5String(text.try_into().map_err(internal)?),
+            _ => rcgen::DnValue::Utf8String(text),
+        };
+        dn.push(DnType::from_oid(&oid), value);
+    }
+    Ok(dn)
 }
 
 /// Makes a CSR for `id` with a fresh EC P-256 key: what agents do. Returns

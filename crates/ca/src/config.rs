@@ -105,6 +105,7 @@ impl CaConfig {
             },
             ..CaConfig::default()
         };
+        let mut bits_given = false;
         for (key, value) in config {
             match fold(key).as_str() {
                 "privatekey" => c.private_key = Some(text(value, key)?).filter(|s| !s.is_empty()),
@@ -113,7 +114,10 @@ impl CaConfig {
                 "intermediatecertttl" => c.intermediate_cert_ttl = duration(value, key)?,
                 "rootcertttl" => c.root_cert_ttl = duration(value, key)?,
                 "privatekeytype" => c.private_key_type = text(value, key)?.to_ascii_lowercase(),
-                "privatekeybits" => c.private_key_bits = number(value, key)? as u32,
+                "privatekeybits" => {
+                    bits_given = true;
+                    c.private_key_bits = number(value, key)? as u32
+                }
                 "csrmaxpersecond" => c.csr_max_per_second = number(value, key)?,
                 "csrmaxconcurrent" => c.csr_max_concurrent = number(value, key)? as u32,
                 // Accepted for compatibility; Legate's built-in provider has no use for them.
@@ -123,6 +127,9 @@ impl CaConfig {
                 | "intermediatecertttlbefore" => {}
                 _ => return Err(CaError::Config(format!("invalid CA config key {key:?}"))),
             }
+        }
+        if c.private_key_type == "rsa" && !bits_given {
+            c.private_key_bits = 2048;
         }
         c.validate()?;
         Ok(c)
@@ -178,11 +185,12 @@ impl CaConfig {
                     "RSA key length must be at least 2048 bits, not {bits}"
                 )))
             }
-            ("rsa", _) => {
-                return Err(CaError::Config(
-                    "RSA keys are not supported by Legate's built-in CA yet; use ec".into(),
-                ))
+            ("rsa", bits) if bits > 8192 => {
+                return Err(CaError::Config(format!(
+                    "RSA key length must be at most 8192 bits, not {bits}"
+                )))
             }
+            ("rsa", _) => {}
             (other, _) => {
                 return Err(CaError::Config(format!(
                     "private key type must be either 'ec' or 'rsa', not {other:?}"

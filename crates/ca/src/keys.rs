@@ -1,6 +1,7 @@
 //! Private keys in the formats Consul and openssl write: PKCS#8
-//! (`PRIVATE KEY`) and SEC1 (`EC PRIVATE KEY`, P-256). SEC1 keys are
-//! rewrapped as PKCS#8, which is what the signing library loads.
+//! (`PRIVATE KEY`, EC P-256 or RSA), SEC1 (`EC PRIVATE KEY`, P-256) and
+//! PKCS#1 (`RSA PRIVATE KEY`). Everything is rewrapped as PKCS#8, which is
+//! what the signing library loads.
 
 use base64::Engine;
 use rcgen::KeyPair;
@@ -127,7 +128,7 @@ fn encode_pem(label: &str, der: &[u8]) -> String {
     out
 }
 
-/// Loads a private key from PEM (PKCS#8 or SEC1 P-256); returns it with
+/// Loads a private key from PEM (PKCS#8, SEC1 P-256 or PKCS#1 RSA); returns it with
 /// its PKCS#8 PEM form.
 pub fn load_private_key(pem: &str) -> Result<(KeyPair, String), CaError> {
     let (label, der) = decode_pem(pem)?;
@@ -135,9 +136,13 @@ pub fn load_private_key(pem: &str) -> Result<(KeyPair, String), CaError> {
         "PRIVATE KEY" => der,
         "EC PRIVATE KEY" => sec1_to_pkcs8(&der)?,
         "RSA PRIVATE KEY" => {
-            return Err(bad(
-                "RSA keys are not supported by the built-in CA yet; use an EC P-256 key",
-            ))
+            use rsa::pkcs1::DecodeRsaPrivateKey;
+            use rsa::pkcs8::EncodePrivateKey;
+            let key = rsa::RsaPrivateKey::from_pkcs1_der(&der).map_err(|e| bad(e.to_string()))?;
+            key.to_pkcs8_der()
+                .map_err(|e| bad(e.to_string()))?
+                .as_bytes()
+                .to_vec()
         }
         other => return Err(bad(format!("unexpected PEM block {other:?}"))),
     };
@@ -188,6 +193,20 @@ mod tests {
             "ec_paramgen_curve:P-256",
         ]);
         assert!(load_private_key(&pkcs8).is_ok());
+    }
+
+    #[test]
+    fn loads_openssl_rsa_keys_in_both_encodings() {
+        let pkcs1 = openssl(&["genrsa", "-traditional", "2048"]);
+        assert!(pkcs1.contains("BEGIN RSA PRIVATE KEY"));
+        let (key, pkcs8_pem) = load_private_key(&pkcs1).unwrap();
+        assert!(pkcs8_pem.contains("BEGIN PRIVATE KEY"));
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.pem");
+        std::fs::write(&a, &pkcs1).unwrap();
+        let pub_a = openssl(&["pkey", "-in", a.to_str().unwrap(), "-pubout"]);
+        assert_eq!(key.public_key_pem(), pub_a);
+        assert!(load_private_key(&pkcs8_pem).is_ok());
     }
 
     #[test]

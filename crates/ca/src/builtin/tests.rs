@@ -126,3 +126,70 @@ fn cross_signed_intermediate_bridges_old_and_new_roots() {
     // A peer that trusts the new root accepts it directly.
     assert!(openssl_verify(dir.path(), &[&new.cert_pem], &[], &leaf));
 }
+
+#[test]
+fn builtin_provider_passes_the_conformance_suite_with_ec_and_rsa() {
+    use crate::conformance::check_provider;
+    check_provider(&crate::BuiltinProvider, &crate::CaConfig::default()).unwrap();
+    let rsa = crate::CaConfig {
+        private_key_type: "rsa".into(),
+        private_key_bits: 2048,
+        ..Default::default()
+    };
+    check_provider(&crate::BuiltinProvider, &rsa).unwrap();
+}
+
+#[test]
+fn operator_supplied_roots_from_openssl_are_used_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("ca.key");
+    let cert_path = dir.path().join("ca.pem");
+    let status = Command::new("openssl")
+        .args(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out"])
+        .arg(&key_path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = Command::new("openssl")
+        .args(["req", "-x509", "-new", "-days", "30", "-subj", "/O=Example/CN=Example Root"])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"])
+        .arg("-key")
+        .arg(&key_path)
+        .arg("-out")
+        .arg(&cert_path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let key = std::fs::read_to_string(&key_path).unwrap();
+    let cert = std::fs::read_to_string(&cert_path).unwrap();
+    let config = crate::CaConfig {
+        private_key: Some(key.clone()),
+        root_cert: Some(cert.clone()),
+        ..Default::default()
+    };
+    crate::conformance::check_provider(&crate::BuiltinProvider, &config).unwrap();
+    // Another key than the certificate's is refused.
+    let (_, other_key) = make_csr(&SpiffeId::service(TD, "dc1", "x")).unwrap();
+    let err = root_from_pem(&cert, &other_key).unwrap_err();
+    assert!(err.to_string().contains("does not match"), "{err}");
+    // A leaf certificate is not a root.
+    let root = generate_root(TD, "r", Duration::from_secs(3600 * 24)).unwrap();
+    let id = SpiffeId::service(TD, "dc1", "web");
+    let (csr, leaf_key) = make_csr(&id).unwrap();
+    let leaf = sign_leaf(&root, &csr, &id, Duration::from_secs(3600)).unwrap();
+    let err = root_from_pem(&leaf, &leaf_key).unwrap_err();
+    assert!(err.to_string().contains("not a CA"), "{err}");
+}
+
+#[test]
+fn root_descriptions_match_consul_formats() {
+    let root = generate_root(TD, &root_common_name(TD), Duration::from_secs(3600)).unwrap();
+    let info = crate::info::describe(&root.cert_pem).unwrap();
+    assert!(info.common_name.starts_with("pri-"), "{}", info.common_name);
+    assert!(info.common_name.ends_with(".consul.ca.11111111.consul"));
+    assert_eq!(info.fingerprint.len(), 32 * 3 - 1);
+    assert!(info.serial_u64() > 0);
+    assert!(!info.subject_key_id.is_empty());
+    assert_eq!(info.uris, vec![format!("spiffe://{TD}")]);
+}
