@@ -309,6 +309,9 @@ pub struct AgentConfig {
     pub acl_default_policy: String,
     /// Connect enabled.
     pub connect_enabled: bool,
+    /// The CA provider and its settings used when the CA is first set up
+    /// (`connect { ca_provider = "consul", ca_config { ... } }`).
+    pub connect_ca: legate_types::connect::CaConfiguration,
     /// Config entries to bootstrap (applied by a later component).
     pub config_entries_bootstrap: Vec<Value>,
     /// Services from config files.
@@ -698,10 +701,46 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         acl_default_policy: get_str(&map, &["acl", "default_policy"])?
             .unwrap_or_else(|| "allow".to_string()),
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
+        connect_ca: connect_ca(&map)?,
         config_entries_bootstrap,
         services,
         checks,
         warnings,
+    })
+}
+
+/// `connect.ca_provider` and `connect.ca_config`, checked with the CA's
+/// own rules so a bad setting stops the agent at start with the key named.
+fn connect_ca(map: &Map<String, Value>) -> Result<legate_types::connect::CaConfiguration, ConfigError> {
+    let provider = get_str(map, &["connect", "ca_provider"])?.unwrap_or_else(|| "consul".into());
+    let config = match get(map, &["connect", "ca_config"]) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        // An HCL block may arrive as a list of one object.
+        Some(Value::Array(items)) => {
+            let mut merged = Map::new();
+            for item in items {
+                let Value::Object(m) = item else {
+                    return Err(ConfigError(format!(
+                        "connect.ca_config: expected a block, got {item}"
+                    )));
+                };
+                merged.extend(m.clone());
+            }
+            merged
+        }
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "connect.ca_config: expected a block, got {other}"
+            )))
+        }
+    };
+    legate_ca::CaConfig::from_map(&provider, &config)
+        .map_err(|e| ConfigError(format!("connect.ca_config: {e}")))?;
+    Ok(legate_types::connect::CaConfiguration {
+        provider,
+        config,
+        ..Default::default()
     })
 }
 

@@ -8,6 +8,7 @@
 
 pub mod checks;
 pub mod config;
+pub mod leaf;
 pub mod local;
 mod sync;
 
@@ -84,6 +85,7 @@ pub struct Agent {
     shutdown: watch::Sender<bool>,
     started: Instant,
     config_loader: Mutex<Option<ConfigLoader>>,
+    leaf_certs: Arc<leaf::LeafManager>,
 }
 
 impl Agent {
@@ -94,7 +96,10 @@ impl Agent {
         node_id: String,
         rpc: Arc<dyn ServerRpc>,
     ) -> Result<Arc<Agent>, AgentError> {
+        let leaf_certs =
+            leaf::LeafManager::start(rpc.clone(), config.datacenter.clone(), Default::default());
         let agent = Arc::new(Agent {
+            leaf_certs,
             config,
             node_id,
             rpc,
@@ -170,6 +175,11 @@ impl Agent {
     /// The server endpoints.
     pub fn rpc(&self) -> &Arc<dyn ServerRpc> {
         &self.rpc
+    }
+
+    /// The leaf certificate manager (`/v1/agent/connect/ca/leaf/:service`).
+    pub fn leaf_certs(&self) -> &Arc<leaf::LeafManager> {
+        &self.leaf_certs
     }
 
     fn lock_local(&self) -> MutexGuard<'_, LocalState> {
@@ -666,6 +676,7 @@ impl Agent {
     /// Stops check runners.
     pub fn stop(&self) {
         self.shutdown.send_replace(true);
+        self.leaf_certs.stop();
         for (_, handle) in self
             .runners
             .lock()

@@ -177,17 +177,7 @@ fn issuer(root: &CaRoot) -> Result<Issuer<'static, KeyPair>, CaError> {
     Issuer::from_ca_cert_pem(&root.cert_pem, key).map_err(internal)
 }
 
-/// Signs a leaf for `expected` from a PEM CSR. The CSR must carry exactly
-/// one URI SAN, equal to `expected`; everything else in the certificate
-/// (validity, key usage, extended key usage, CA flag) is set here.
-pub fn sign_leaf(
-    root: &CaRoot,
-    csr_pem: &str,
-    expected: &SpiffeId,
-    ttl: Duration,
-) -> Result<String, CaError> {
-    let csr = CertificateSigningRequestParams::from_pem(csr_pem)
-        .map_err(|e| CaError::BadCsr(e.to_string()))?;
+fn single_spiffe_uri(csr: &CertificateSigningRequestParams) -> Result<SpiffeId, CaError> {
     let uris: Vec<String> = csr
         .params
         .subject_alt_names
@@ -203,7 +193,29 @@ pub fn sign_leaf(
             uris.len()
         )));
     };
-    let asked = SpiffeId::parse(uri).map_err(CaError::WrongIdentity)?;
+    SpiffeId::parse(uri).map_err(CaError::WrongIdentity)
+}
+
+/// The SPIFFE id a PEM CSR asks for (its one URI SAN). The CSR's
+/// signature is checked.
+pub fn csr_spiffe_id(csr_pem: &str) -> Result<SpiffeId, CaError> {
+    let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+        .map_err(|e| CaError::BadCsr(e.to_string()))?;
+    single_spiffe_uri(&csr)
+}
+
+/// Signs a leaf for `expected` from a PEM CSR. The CSR must carry exactly
+/// one URI SAN, equal to `expected`; everything else in the certificate
+/// (validity, key usage, extended key usage, CA flag) is set here.
+pub fn sign_leaf(
+    root: &CaRoot,
+    csr_pem: &str,
+    expected: &SpiffeId,
+    ttl: Duration,
+) -> Result<String, CaError> {
+    let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+        .map_err(|e| CaError::BadCsr(e.to_string()))?;
+    let asked = single_spiffe_uri(&csr)?;
     if asked.trust_domain() != expected.trust_domain() {
         return Err(CaError::WrongIdentity(format!(
             "SPIFFE ID in CSR from a different trust domain: {}, we are {}",

@@ -468,6 +468,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         },
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
         config_entries_bootstrap: bootstrap_entries(&config)?,
+        connect_ca: config.connect_ca.clone(),
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

@@ -6,6 +6,7 @@
 mod agent;
 mod catalog;
 mod config;
+mod connect;
 mod kv;
 mod misc;
 pub mod util;
@@ -66,6 +67,13 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/agent/health/service/name/{name}",
             get(agent::health_by_name),
+        )
+        .route("/v1/agent/connect/ca/roots", get(connect::agent_roots))
+        .route("/v1/agent/connect/ca/leaf/{service}", get(connect::leaf))
+        .route("/v1/connect/ca/roots", get(connect::roots))
+        .route(
+            "/v1/connect/ca/configuration",
+            get(connect::get_configuration).put(connect::set_configuration),
         )
         .route("/v1/agent/reload", put(agent::reload))
         .route("/v1/agent/leave", put(agent::leave))

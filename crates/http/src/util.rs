@@ -47,6 +47,7 @@ impl From<RpcError> for ApiError {
             RpcError::NotFound(_) => StatusCode::NOT_FOUND,
             RpcError::PermissionDenied(_) => StatusCode::FORBIDDEN,
             RpcError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RpcError::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             RpcError::NoPathToDatacenter(_) | RpcError::NoLeader | RpcError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

@@ -13,6 +13,7 @@ use legate_types::*;
 
 use crate::blocking::{apply_filter, parse_filter};
 use crate::{Access, Resource, Server};
+use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 
 fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
     wanted
@@ -21,7 +22,7 @@ fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
 }
 
 impl Server {
-    fn authorize(&self, token: &str, resource: Resource, access: Access) -> Result<(), RpcError> {
+    pub(crate) fn authorize(&self, token: &str, resource: Resource, access: Access) -> Result<(), RpcError> {
         self.authorizer.authorize(token, &resource, access)
     }
 
@@ -672,6 +673,33 @@ impl ServerRpc for Server {
             },
         )
         .await
+    }
+
+    async fn ca_roots(&self, opts: &QueryOptions) -> Result<Queried<IndexedCaRoots>, RpcError> {
+        self.ca_roots_query(opts).await
+    }
+
+    async fn ca_config_get(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<CaConfiguration>, RpcError> {
+        self.ca_config_query(opts).await
+    }
+
+    async fn ca_config_set(
+        &self,
+        opts: &WriteOptions,
+        config: CaConfiguration,
+    ) -> Result<(), RpcError> {
+        self.ca_config_set_inner(opts, config).await
+    }
+
+    async fn ca_sign(
+        &self,
+        opts: &WriteOptions,
+        request: CaSignRequest,
+    ) -> Result<IssuedCert, RpcError> {
+        self.ca_sign_request(opts, request).await
     }
 }
 

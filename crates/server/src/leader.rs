@@ -42,6 +42,12 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 ensure_cluster_id(&server).await;
                 bootstrap_config_entries(&server).await;
             }
+            if let Err(e) = server.ca_initialize().await {
+                tracing::error!(error = %e, "leader: initialising the connect CA failed");
+            }
+            if let Err(e) = server.ca_prune_roots(std::time::SystemTime::now(), false).await {
+                tracing::warn!(error = %e, "leader: pruning CA roots failed");
+            }
             was_leader = true;
             if let Err(e) = reconcile_self(&server).await {
                 tracing::warn!(error = %e, "leader: reconciling this server's catalog entry failed");

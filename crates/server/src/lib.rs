@@ -7,6 +7,7 @@
 
 mod authorizer;
 mod blocking;
+mod ca;
 mod endpoints;
 mod leader;
 mod sessions;
@@ -19,6 +20,7 @@ use legate_state::{Command, CommandResult, StateStore};
 use legate_types::RpcError;
 
 pub use authorizer::{Access, AllowAll, Authorizer, Resource};
+pub use ca::{parse_ca_configuration, prune_roots};
 pub use leader::{CLUSTER_ID_KEY, CONSUL_SERVICE, SERF_CHECK_ID};
 use sessions::SessionTimers;
 
@@ -43,6 +45,10 @@ pub struct ServerConfig {
     /// Config entries the leader writes when it takes office, unless an
     /// entry of that kind and name already exists (`config_entries.bootstrap`).
     pub config_entries_bootstrap: Vec<legate_types::config_entry::ConfigEntry>,
+    /// The CA provider and settings used when the CA is first initialised
+    /// (`connect { ca_provider, ca_config }`); later changes go through
+    /// `/v1/connect/ca/configuration`.
+    pub connect_ca: legate_types::connect::CaConfiguration,
 }
 
 /// Consul's tombstone TTL.
@@ -55,6 +61,7 @@ pub struct Server {
     store: Arc<StateStore>,
     authorizer: Arc<dyn Authorizer>,
     session_timers: SessionTimers,
+    ca: ca::CaManager,
     shutdown: tokio_util_shutdown::Shutdown,
 }
 
@@ -91,6 +98,7 @@ impl Server {
         let store = Arc::new(StateStore::new());
         let raft = RaftNode::start(config.raft.clone(), store.clone()).await?;
         let server = Arc::new(Server {
+            ca: ca::CaManager::new(config.connect_ca.clone()),
             config,
             raft,
             store,

@@ -24,6 +24,7 @@ fn config(tombstone_ttl: Duration) -> ServerConfig {
         },
         tombstone_ttl,
         config_entries_bootstrap: Vec::new(),
+        connect_ca: Default::default(),
     }
 }
 

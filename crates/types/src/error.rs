@@ -19,6 +19,10 @@ pub enum RpcError {
     /// The request named a datacenter this server cannot reach (HTTP 500, as Consul).
     #[error("No path to datacenter")]
     NoPathToDatacenter(String),
+    /// A server refused work over its rate limit (HTTP 429); the text is
+    /// Consul's, which clients match on.
+    #[error("Rate limit reached, try again later")]
+    RateLimited,
     /// No Raft leader is known (HTTP 500).
     #[error("No cluster leader")]
     NoLeader,

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::config_entry::ConfigEntry;
+use crate::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use crate::{
     CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp, Node,
     NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
@@ -245,4 +246,24 @@ pub trait ServerRpc: Send + Sync + 'static {
         name: String,
         cas: Option<u64>,
     ) -> Result<bool, RpcError>;
+
+    /// The Connect CA roots (blocking).
+    async fn ca_roots(&self, opts: &QueryOptions) -> Result<Queried<IndexedCaRoots>, RpcError>;
+    /// The CA configuration, without private keys (blocking).
+    async fn ca_config_get(&self, opts: &QueryOptions)
+        -> Result<Queried<CaConfiguration>, RpcError>;
+    /// Replaces the CA configuration, rotating the root when the key
+    /// material changes.
+    async fn ca_config_set(
+        &self,
+        opts: &WriteOptions,
+        config: CaConfiguration,
+    ) -> Result<(), RpcError>;
+    /// Signs a CSR (`ConnectCA.Sign`); [`RpcError::RateLimited`] when over
+    /// the CSR limits.
+    async fn ca_sign(
+        &self,
+        opts: &WriteOptions,
+        request: CaSignRequest,
+    ) -> Result<IssuedCert, RpcError>;
 }
