@@ -34,6 +34,9 @@ enum Command {
     /// Writes, reads, lists and deletes config entries.
     #[command(subcommand)]
     Config(commands::config::ConfigCommand),
+    /// Connect (service mesh) commands: the CA.
+    #[command(subcommand)]
+    Connect(commands::connect::ConnectCommand),
     /// Reads and writes the KV store.
     #[command(subcommand)]
     Kv(commands::kv::KvCommand),
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
             Command::Services(cmd) => commands::services::run(cmd).await,
             Command::Kv(cmd) => commands::kv::run(cmd).await,
             Command::Config(cmd) => commands::config::run(cmd).await,
+            Command::Connect(cmd) => commands::connect::run(cmd).await,
             Command::Tls(cmd) => commands::tls::run(cmd),
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,

@@ -3,6 +3,7 @@
 //! (cross-signing the new root with the old one), prunes rotated-out roots
 //! after twice the leaf TTL, and signs CSRs behind Consul's limits.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -31,6 +32,17 @@ pub(crate) struct CaManager {
     /// Serialises rotations on this server (Raft CAS settles races across servers).
     rotating: tokio::sync::Mutex<()>,
     last_prune: Mutex<Option<std::time::Instant>>,
+    signed: AtomicU64,
+    rate_limited: AtomicU64,
+}
+
+/// Counts of CSR outcomes on one server since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CaSignCounts {
+    /// Certificates signed.
+    pub signed: u64,
+    /// Requests refused with `Rate limit reached, try again later`.
+    pub rate_limited: u64,
 }
 
 impl CaManager {
@@ -41,6 +53,8 @@ impl CaManager {
             limiter: Mutex::new(None),
             rotating: tokio::sync::Mutex::new(()),
             last_prune: Mutex::new(None),
+            signed: AtomicU64::new(0),
+            rate_limited: AtomicU64::new(0),
         }
     }
 }
@@ -146,6 +160,14 @@ pub fn prune_roots(roots: &[StoredCaRoot], leaf_ttl: Duration, now: SystemTime) 
 }
 
 impl Server {
+    /// How many CSRs this server signed and refused over the limits.
+    pub fn ca_sign_counts(&self) -> CaSignCounts {
+        CaSignCounts {
+            signed: self.ca.signed.load(Ordering::Relaxed),
+            rate_limited: self.ca.rate_limited.load(Ordering::Relaxed),
+        }
+    }
+
     fn trust_domain(tables: &Tables) -> Option<String> {
         tables
             .system_metadata(crate::CLUSTER_ID_KEY)
@@ -500,13 +522,17 @@ impl Server {
             .limiter(config_index, &config)
             .acquire()
             .await
-            .map_err(|_| RpcError::RateLimited)?;
+            .map_err(|_| {
+                self.ca.rate_limited.fetch_add(1, Ordering::Relaxed);
+                RpcError::RateLimited
+            })?;
         let root = provider_root(&active)?;
         let leaf = self
             .ca
             .provider
             .sign_leaf(&root, &request.csr, &asked, config.leaf_cert_ttl)
             .map_err(ca_error)?;
+        self.ca.signed.fetch_add(1, Ordering::Relaxed);
         let info = describe(&leaf).map_err(ca_error)?;
         let mut cert_pem = leaf;
         for intermediate in active.root.intermediate_certs.iter().flatten() {

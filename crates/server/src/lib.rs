@@ -20,7 +20,7 @@ use legate_state::{Command, CommandResult, StateStore};
 use legate_types::RpcError;
 
 pub use authorizer::{Access, AllowAll, Authorizer, Resource};
-pub use ca::{parse_ca_configuration, prune_roots};
+pub use ca::{parse_ca_configuration, prune_roots, CaSignCounts};
 pub use leader::{CLUSTER_ID_KEY, CONSUL_SERVICE, SERF_CHECK_ID};
 use sessions::SessionTimers;
 

@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod config;
+pub mod connect;
 pub mod kv;
 pub mod misc;
 pub mod services;
