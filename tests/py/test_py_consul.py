@@ -187,3 +187,24 @@ def test_https_check_honours_tls_skip_verify(client, tmp_path):
         assert "healthy" in client.agent.checks()["tls-skip"]["Output"]
     finally:
         server.shutdown()
+
+
+def test_connect_ca_roots_leaf_and_configuration(client):
+    roots = wait_for(lambda: (lambda r: r if r.get("Roots") else None)(client.agent.connect.ca.roots()))
+    trust_domain = roots["TrustDomain"]
+    assert trust_domain.endswith(".consul")
+    assert roots["ActiveRootID"] == roots["Roots"][0]["ID"]
+    assert client.connect.ca.roots()["ActiveRootID"] == roots["ActiveRootID"]
+
+    leaf = client.agent.connect.ca.leaf("web")
+    assert leaf["ServiceURI"] == f"spiffe://{trust_domain}/ns/default/dc/dc1/svc/web"
+    assert "PRIVATE KEY" in leaf["PrivateKeyPEM"]
+    assert leaf["CertPEM"].startswith("-----BEGIN CERTIFICATE-----")
+
+    config = client.connect.ca.configuration()
+    assert config["Provider"] == "consul"
+    assert "PrivateKey" not in config["Config"]
+    assert client.connect.ca.update_configuration("consul", {"LeafCertTTL": "48h"}) is True
+    assert client.connect.ca.configuration()["Config"]["LeafCertTTL"] == "48h0m0s"
+    with pytest.raises(consul.ConsulException):
+        client.connect.ca.update_configuration("consul", {"LeafCertTTL": "1m"})

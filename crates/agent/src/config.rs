@@ -711,7 +711,9 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
 
 /// `connect.ca_provider` and `connect.ca_config`, checked with the CA's
 /// own rules so a bad setting stops the agent at start with the key named.
-fn connect_ca(map: &Map<String, Value>) -> Result<legate_types::connect::CaConfiguration, ConfigError> {
+fn connect_ca(
+    map: &Map<String, Value>,
+) -> Result<legate_types::connect::CaConfiguration, ConfigError> {
     let provider = get_str(map, &["connect", "ca_provider"])?.unwrap_or_else(|| "consul".into());
     let config = match get(map, &["connect", "ca_config"]) {
         None | Some(Value::Null) => Map::new(),

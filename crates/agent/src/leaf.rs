@@ -112,7 +112,10 @@ impl LeafManager {
             roots: watch::channel(None).0,
             stop: watch::channel(false).0,
         });
-        tokio::spawn(watch_roots(Arc::downgrade(&manager), manager.stop.subscribe()));
+        tokio::spawn(watch_roots(
+            Arc::downgrade(&manager),
+            manager.stop.subscribe(),
+        ));
         manager
     }
 
@@ -154,7 +157,10 @@ impl LeafManager {
         let mut rx = entry.state.subscribe();
         let ready = |s: &LeafState| match &s.cert {
             Some(_) => s.index > min_index,
-            None => s.error.as_ref().is_some_and(|e| *e != RpcError::RateLimited),
+            None => s
+                .error
+                .as_ref()
+                .is_some_and(|e| *e != RpcError::RateLimited),
         };
         let deadline = tokio::time::Instant::now() + wait;
         let outcome = tokio::time::timeout_at(deadline, rx.wait_for(ready))
@@ -316,7 +322,9 @@ async fn keep_fresh(manager: Arc<LeafManager>, service: String, entry: Arc<LeafE
                     None => now,
                 };
                 window_start = Some(start);
-                entry.state.send_modify(|s| s.error = Some(RpcError::RateLimited));
+                entry
+                    .state
+                    .send_modify(|s| s.error = Some(RpcError::RateLimited));
                 let at = start + jitter(settings.rate_limit_window);
                 Some(at.saturating_duration_since(now))
             }
@@ -380,8 +388,9 @@ async fn wait_for_rotation(
     };
     let rotated = roots
         .wait_for(|r| {
-            r.as_ref()
-                .is_some_and(|(_, r)| !r.active_root_id.is_empty() && r.active_root_id != signed_with)
+            r.as_ref().is_some_and(|(_, r)| {
+                !r.active_root_id.is_empty() && r.active_root_id != signed_with
+            })
         })
         .await
         .is_ok();
@@ -419,7 +428,10 @@ mod tests {
         // Every 3-second bucket gets a share near 10%.
         for bucket in 0..10 {
             let lo = bucket as f64 * 3.0;
-            let n = samples.iter().filter(|s| (lo..lo + 3.0).contains(*s)).count();
+            let n = samples
+                .iter()
+                .filter(|s| (lo..lo + 3.0).contains(*s))
+                .count();
             assert!((800..1200).contains(&n), "bucket {bucket}: {n}");
         }
         assert_eq!(jitter(Duration::ZERO), Duration::ZERO);

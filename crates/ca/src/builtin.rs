@@ -108,7 +108,12 @@ pub fn generate_root(
     common_name: &str,
     ttl: Duration,
 ) -> Result<CaRoot, CaError> {
-    generate_root_with_key(trust_domain, common_name, ttl, KeyPair::generate().map_err(internal)?)
+    generate_root_with_key(
+        trust_domain,
+        common_name,
+        ttl,
+        KeyPair::generate().map_err(internal)?,
+    )
 }
 
 /// Creates a new self-signed root for `trust_domain` with the given key.
@@ -283,9 +288,11 @@ pub fn cross_sign(old_root: &CaRoot, new_root: &CaRoot) -> Result<String, CaErro
                 x509_parser::extensions::GeneralName::URI(uri) => params
                     .subject_alt_names
                     .push(SanType::URI(uri.to_string().try_into().map_err(internal)?)),
-                x509_parser::extensions::GeneralName::DNSName(dns) => params
-                    .subject_alt_names
-                    .push(SanType::DnsName(dns.to_string().try_into().map_err(internal)?)),
+                x509_parser::extensions::GeneralName::DNSName(dns) => {
+                    params.subject_alt_names.push(SanType::DnsName(
+                        dns.to_string().try_into().map_err(internal)?,
+                    ))
+                }
                 _ => {}
             }
         }

@@ -230,9 +230,15 @@ impl CaConfig {
             Value::String(self.private_key_type.clone()),
         );
         m.insert("PrivateKeyBits".into(), Value::from(self.private_key_bits));
+        // Whole rates print as integers (`50`, not `50.0`), as Consul shows them.
+        let rate = self.csr_max_per_second;
         m.insert(
             "CSRMaxPerSecond".into(),
-            serde_json::json!(self.csr_max_per_second),
+            if rate.fract() == 0.0 && rate < u32::MAX as f64 {
+                Value::from(rate as u64)
+            } else {
+                serde_json::json!(rate)
+            },
         );
         m.insert(
             "CSRMaxConcurrent".into(),

@@ -49,8 +49,8 @@ pub fn check_provider(provider: &dyn CaProvider, config: &CaConfig) -> Result<()
     {
         return Err("signed a CSR for db when web was asked".into());
     }
-    let (foreign, _) = make_csr(&SpiffeId::service("other.consul", "dc1", "web"))
-        .map_err(|e| fail("csr", &e))?;
+    let (foreign, _) =
+        make_csr(&SpiffeId::service("other.consul", "dc1", "web")).map_err(|e| fail("csr", &e))?;
     if provider
         .sign_leaf(&root, &foreign, &web, Duration::from_secs(3600))
         .is_ok()
@@ -64,7 +64,14 @@ pub fn check_provider(provider: &dyn CaProvider, config: &CaConfig) -> Result<()
         return Err("signed garbage".into());
     }
     let next = provider
-        .generate_root(td, &CaConfig { private_key: None, root_cert: None, ..config.clone() })
+        .generate_root(
+            td,
+            &CaConfig {
+                private_key: None,
+                root_cert: None,
+                ..config.clone()
+            },
+        )
         .map_err(|e| fail("second root", &e))?;
     if let Some(bridge) = provider
         .cross_sign(&root, &next)

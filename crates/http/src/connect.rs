@@ -69,11 +69,7 @@ pub async fn set_configuration(State(st): State<AppState>, req: Req, body: Bytes
 
 /// `GET /v1/agent/connect/ca/leaf/:service`: blocks with `?index` until a
 /// newer certificate than that index exists.
-pub async fn leaf(
-    State(st): State<AppState>,
-    Path(service): Path<String>,
-    req: Req,
-) -> ApiResult {
+pub async fn leaf(State(st): State<AppState>, Path(service): Path<String>, req: Req) -> ApiResult {
     let opts = req.query_options()?;
     let wait = if opts.min_index > 0 {
         opts.effective_wait()

@@ -13,7 +13,7 @@ use legate_state::{Command, CommandResult, StoredCaRoot, Table, Tables};
 use legate_types::connect::{
     CaConfiguration, CaRoot, CaSignRequest, IndexedCaRoots, IssuedCert, ZERO_TIME,
 };
-use legate_types::{QueryOptions, Queried, RaftIndex, RpcError, WriteOptions};
+use legate_types::{Queried, QueryOptions, RaftIndex, RpcError, WriteOptions};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
@@ -138,7 +138,11 @@ fn config_record(cluster_id: &str, config: &CaConfig, force: bool) -> CaConfigur
 /// Roots to keep at `now`: rotated-out roots go once twice the leaf TTL has
 /// passed since they stopped being active (every leaf they signed has then
 /// expired).
-pub fn prune_roots(roots: &[StoredCaRoot], leaf_ttl: Duration, now: SystemTime) -> Vec<StoredCaRoot> {
+pub fn prune_roots(
+    roots: &[StoredCaRoot],
+    leaf_ttl: Duration,
+    now: SystemTime,
+) -> Vec<StoredCaRoot> {
     let now = OffsetDateTime::from(now);
     let keep_for = time::Duration::seconds((leaf_ttl * 2).as_secs() as i64);
     roots
@@ -199,7 +203,9 @@ impl Server {
         let (cluster_id, has_roots) = {
             let tables = self.store.read();
             (
-                tables.system_metadata(crate::CLUSTER_ID_KEY).map(String::from),
+                tables
+                    .system_metadata(crate::CLUSTER_ID_KEY)
+                    .map(String::from),
                 !tables.ca_roots().1.is_empty(),
             )
         };
@@ -329,7 +335,9 @@ impl Server {
                 index,
                 roots.to_vec(),
                 tables.ca_config().1.cloned(),
-                tables.system_metadata(crate::CLUSTER_ID_KEY).map(String::from),
+                tables
+                    .system_metadata(crate::CLUSTER_ID_KEY)
+                    .map(String::from),
             )
         };
         let (Some(current), Some(cluster_id)) = (current, cluster_id) else {
@@ -347,7 +355,9 @@ impl Server {
                     .find(|(k, _)| k.replace('_', "").eq_ignore_ascii_case("rootcert"))
                     .map(|(_, v)| v.clone())
             };
-            if let (Some(asked), Some(stored)) = (cert_of(&request.config), cert_of(&current.config)) {
+            if let (Some(asked), Some(stored)) =
+                (cert_of(&request.config), cert_of(&current.config))
+            {
                 if asked == stored {
                     if let Some(key) = current.config.get("PrivateKey") {
                         request.config.insert("PrivateKey".into(), key.clone());
@@ -492,8 +502,17 @@ impl Server {
                         request.service
                     )));
                 }
-                self.authorize(&opts.token, Resource::Service(service.clone()), Access::Write)?;
-                (service.clone(), asked.to_string(), String::new(), String::new())
+                self.authorize(
+                    &opts.token,
+                    Resource::Service(service.clone()),
+                    Access::Write,
+                )?;
+                (
+                    service.clone(),
+                    asked.to_string(),
+                    String::new(),
+                    String::new(),
+                )
             }
             SpiffeId::Agent {
                 node,
@@ -506,11 +525,21 @@ impl Server {
                     )));
                 }
                 self.authorize(&opts.token, Resource::Node(node.clone()), Access::Write)?;
-                (String::new(), String::new(), node.clone(), asked.to_string())
+                (
+                    String::new(),
+                    String::new(),
+                    node.clone(),
+                    asked.to_string(),
+                )
             }
             SpiffeId::MeshGateway { .. } | SpiffeId::Server { .. } => {
                 self.authorize(&opts.token, Resource::Operator, Access::Write)?;
-                (String::new(), asked.to_string(), String::new(), String::new())
+                (
+                    String::new(),
+                    asked.to_string(),
+                    String::new(),
+                    String::new(),
+                )
             }
             SpiffeId::Signing { .. } => {
                 return Err(RpcError::BadRequest(

@@ -22,7 +22,12 @@ fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
 }
 
 impl Server {
-    pub(crate) fn authorize(&self, token: &str, resource: Resource, access: Access) -> Result<(), RpcError> {
+    pub(crate) fn authorize(
+        &self,
+        token: &str,
+        resource: Resource,
+        access: Access,
+    ) -> Result<(), RpcError> {
         self.authorizer.authorize(token, &resource, access)
     }
 

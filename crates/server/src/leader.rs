@@ -45,7 +45,10 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if let Err(e) = server.ca_initialize().await {
                 tracing::error!(error = %e, "leader: initialising the connect CA failed");
             }
-            if let Err(e) = server.ca_prune_roots(std::time::SystemTime::now(), false).await {
+            if let Err(e) = server
+                .ca_prune_roots(std::time::SystemTime::now(), false)
+                .await
+            {
                 tracing::warn!(error = %e, "leader: pruning CA roots failed");
             }
             was_leader = true;

@@ -154,15 +154,30 @@ async fn first_leader_initialises_the_ca_and_signs_only_what_it_should() {
     // Bad CSRs get clear errors.
     let cases: Vec<(Result<IssuedCert, RpcError>, &str)> = vec![
         (
-            sign(&server, &SpiffeId::service("other.consul", "dc1", "web"), "web").await,
+            sign(
+                &server,
+                &SpiffeId::service("other.consul", "dc1", "web"),
+                "web",
+            )
+            .await,
             "different trust domain",
         ),
         (
-            sign(&server, &SpiffeId::service(&r.trust_domain, "dc2", "web"), "web").await,
+            sign(
+                &server,
+                &SpiffeId::service(&r.trust_domain, "dc2", "web"),
+                "web",
+            )
+            .await,
             "different datacenter",
         ),
         (
-            sign(&server, &SpiffeId::service(&r.trust_domain, "dc1", "db"), "web").await,
+            sign(
+                &server,
+                &SpiffeId::service(&r.trust_domain, "dc1", "db"),
+                "web",
+            )
+            .await,
             "does not match the requested service web",
         ),
         (
@@ -283,7 +298,10 @@ async fn rotation_cross_signs_so_old_and_new_leaves_verify_until_pruning() {
 async fn configuration_is_validated_and_keys_are_never_shown() {
     let server = start().await;
     for (config, needle) in [
-        (json!({"LeafCertTTL": "10m"}), "greater or equal than 1h0m0s"),
+        (
+            json!({"LeafCertTTL": "10m"}),
+            "greater or equal than 1h0m0s",
+        ),
         (json!({"PrivateKeyType": "dsa"}), "either 'ec' or 'rsa'"),
         (json!({"Bogus": 1}), "invalid CA config key"),
     ] {
@@ -318,7 +336,15 @@ async fn configuration_is_validated_and_keys_are_never_shown() {
     std::fs::write(&key_path, &key).unwrap();
     let cert = String::from_utf8(
         Command::new("openssl")
-            .args(["req", "-x509", "-new", "-days", "30", "-subj", "/CN=Operator Root"])
+            .args([
+                "req",
+                "-x509",
+                "-new",
+                "-days",
+                "30",
+                "-subj",
+                "/CN=Operator Root",
+            ])
             .args(["-addext", "basicConstraints=critical,CA:TRUE"])
             .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
             .arg("-key")
@@ -328,13 +354,9 @@ async fn configuration_is_validated_and_keys_are_never_shown() {
             .stdout,
     )
     .unwrap();
-    set_config(
-        &server,
-        json!({"PrivateKey": key, "RootCert": cert}),
-        false,
-    )
-    .await
-    .unwrap();
+    set_config(&server, json!({"PrivateKey": key, "RootCert": cert}), false)
+        .await
+        .unwrap();
     let r = roots(&server).await;
     assert_eq!(r.roots[0].name, "Operator Root");
     let shown = server
@@ -343,7 +365,9 @@ async fn configuration_is_validated_and_keys_are_never_shown() {
         .unwrap()
         .value;
     assert!(!shown.config.contains_key("PrivateKey"));
-    assert!(!serde_json::to_string(&shown).unwrap().contains("PRIVATE KEY"));
+    assert!(!serde_json::to_string(&shown)
+        .unwrap()
+        .contains("PRIVATE KEY"));
     // Writing back what GET showed keeps the root (the key is kept).
     server
         .ca_config_set(&WriteOptions::default(), shown)
@@ -399,10 +423,7 @@ async fn csr_rate_limit_refuses_the_excess_with_consuls_error_and_loses_nothing(
         "{} refused",
         refused.len()
     );
-    assert_eq!(
-        server.ca_sign_counts().rate_limited as usize,
-        refused.len()
-    );
+    assert_eq!(server.ca_sign_counts().rate_limited as usize, refused.len());
     // Backing off (one retry per window), every refused request succeeds.
     let mut pending = refused;
     let mut rounds = 0;

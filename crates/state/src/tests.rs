@@ -538,7 +538,10 @@ fn ca_roots_check_and_set_keep_create_indexes_and_survive_snapshots() {
     assert_eq!(
         store.apply(
             7,
-            &set(vec![stored_root("a", false), stored_root("b", true)], Some(3))
+            &set(
+                vec![stored_root("a", false), stored_root("b", true)],
+                Some(3)
+            )
         ),
         CommandResult::Applied(true)
     );

@@ -250,8 +250,10 @@ pub trait ServerRpc: Send + Sync + 'static {
     /// The Connect CA roots (blocking).
     async fn ca_roots(&self, opts: &QueryOptions) -> Result<Queried<IndexedCaRoots>, RpcError>;
     /// The CA configuration, without private keys (blocking).
-    async fn ca_config_get(&self, opts: &QueryOptions)
-        -> Result<Queried<CaConfiguration>, RpcError>;
+    async fn ca_config_get(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<CaConfiguration>, RpcError>;
     /// Replaces the CA configuration, rotating the root when the key
     /// material changes.
     async fn ca_config_set(

@@ -145,15 +145,33 @@ fn operator_supplied_roots_from_openssl_are_used_and_checked() {
     let key_path = dir.path().join("ca.key");
     let cert_path = dir.path().join("ca.pem");
     let status = Command::new("openssl")
-        .args(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out"])
+        .args([
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+        ])
         .arg(&key_path)
         .status()
         .unwrap();
     assert!(status.success());
     let status = Command::new("openssl")
-        .args(["req", "-x509", "-new", "-days", "30", "-subj", "/O=Example/CN=Example Root"])
+        .args([
+            "req",
+            "-x509",
+            "-new",
+            "-days",
+            "30",
+            "-subj",
+            "/O=Example/CN=Example Root",
+        ])
         .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"])
+        .args([
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+        ])
         .arg("-key")
         .arg(&key_path)
         .arg("-out")
