@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use legate_agent::leaf::{LeafManager, LeafSettings};
 use legate_ca::verify::verify_leaf;
-use legate_raft::RaftOptions;
 use legate_server::{Server, ServerConfig};
 use legate_types::connect::CaConfiguration;
 use legate_types::rpc::ServerRpc;
@@ -15,26 +14,9 @@ use legate_types::{QueryOptions, WriteOptions};
 use serde_json::json;
 
 async fn start_server() -> Arc<Server> {
-    let server = Server::start(ServerConfig {
-        datacenter: "dc1".into(),
-        node_name: "leaf-test".into(),
-        node_id: "5f2c1a0e-8b7d-4c3e-9a1f-0d2e3b4c5a6f".into(),
-        advertise_address: "127.0.0.1".into(),
-        server_port: 8300,
-        raft: RaftOptions {
-            node_id: 1,
-            address: "127.0.0.1:8300".into(),
-            data_dir: None,
-            bootstrap: true,
-            raft_multiplier: 1,
-            snapshot_threshold: 1024,
-        },
-        tombstone_ttl: Duration::from_secs(60),
-        config_entries_bootstrap: Vec::new(),
-        connect_ca: Default::default(),
-    })
-    .await
-    .unwrap();
+    let server = Server::start(ServerConfig::in_memory("dc1", "leaf-test"))
+        .await
+        .unwrap();
     assert!(server.wait_for_leader(Duration::from_secs(10)).await);
     // The first leader initialises the CA.
     for _ in 0..200 {

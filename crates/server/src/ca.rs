@@ -485,17 +485,22 @@ impl Server {
             )));
         }
         let datacenter = &self.config.datacenter;
+        let same_datacenter = |dc: &str| {
+            if dc == datacenter {
+                Ok(())
+            } else {
+                Err(RpcError::BadRequest(format!(
+                    "SPIFFE ID in CSR from a different datacenter: {dc}, we are {datacenter}"
+                )))
+            }
+        };
         let (service, service_uri, agent, agent_uri) = match &asked {
             SpiffeId::Service {
                 service,
                 datacenter: dc,
                 ..
             } => {
-                if dc != datacenter {
-                    return Err(RpcError::BadRequest(format!(
-                        "SPIFFE ID in CSR from a different datacenter: {dc}, we are {datacenter}"
-                    )));
-                }
+                same_datacenter(dc)?;
                 if !request.service.is_empty() && &request.service != service {
                     return Err(RpcError::BadRequest(format!(
                         "SPIFFE ID in CSR ({asked}) does not match the requested service {}",
@@ -519,11 +524,7 @@ impl Server {
                 datacenter: dc,
                 ..
             } => {
-                if dc != datacenter {
-                    return Err(RpcError::BadRequest(format!(
-                        "SPIFFE ID in CSR from a different datacenter: {dc}, we are {datacenter}"
-                    )));
-                }
+                same_datacenter(dc)?;
                 self.authorize(&opts.token, Resource::Node(node.clone()), Access::Write)?;
                 (
                     String::new(),

@@ -51,6 +51,31 @@ pub struct ServerConfig {
     pub connect_ca: legate_types::connect::CaConfiguration,
 }
 
+impl ServerConfig {
+    /// One bootstrapped server keeping its log and state in memory, as
+    /// `-dev` runs it (Consul's default timings and CA settings).
+    pub fn in_memory(datacenter: &str, node_name: &str) -> ServerConfig {
+        ServerConfig {
+            datacenter: datacenter.to_string(),
+            node_name: node_name.to_string(),
+            node_id: uuid::Uuid::new_v4().to_string(),
+            advertise_address: "127.0.0.1".into(),
+            server_port: 8300,
+            raft: RaftOptions {
+                node_id: 1,
+                address: "127.0.0.1:8300".into(),
+                data_dir: None,
+                bootstrap: true,
+                raft_multiplier: 1,
+                snapshot_threshold: 1024,
+            },
+            tombstone_ttl: DEFAULT_TOMBSTONE_TTL,
+            config_entries_bootstrap: Vec::new(),
+            connect_ca: Default::default(),
+        }
+    }
+}
+
 /// Consul's tombstone TTL.
 pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);
 

@@ -9,36 +9,16 @@ use std::time::{Duration, SystemTime};
 use legate_ca::builtin::make_csr;
 use legate_ca::verify::{verify_leaf, verify_leaf_at};
 use legate_ca::{SpiffeId, RATE_LIMIT_ERROR};
-use legate_raft::RaftOptions;
 use legate_server::{Server, ServerConfig};
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::rpc::ServerRpc;
 use legate_types::{QueryOptions, RpcError, WriteOptions};
 use serde_json::{json, Map, Value};
 
-fn config() -> ServerConfig {
-    ServerConfig {
-        datacenter: "dc1".into(),
-        node_name: "ca-test".into(),
-        node_id: "5f2c1a0e-8b7d-4c3e-9a1f-0d2e3b4c5a6f".into(),
-        advertise_address: "127.0.0.1".into(),
-        server_port: 8300,
-        raft: RaftOptions {
-            node_id: 1,
-            address: "127.0.0.1:8300".into(),
-            data_dir: None,
-            bootstrap: true,
-            raft_multiplier: 1,
-            snapshot_threshold: 1024,
-        },
-        tombstone_ttl: Duration::from_secs(60),
-        config_entries_bootstrap: Vec::new(),
-        connect_ca: Default::default(),
-    }
-}
-
 async fn start() -> Arc<Server> {
-    let server = Server::start(config()).await.unwrap();
+    let server = Server::start(ServerConfig::in_memory("dc1", "ca-test"))
+        .await
+        .unwrap();
     assert!(server.wait_for_leader(Duration::from_secs(10)).await);
     for _ in 0..100 {
         if !roots(&server).await.roots.is_empty() {

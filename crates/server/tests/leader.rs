@@ -2,29 +2,14 @@
 
 use std::time::Duration;
 
-use legate_raft::RaftOptions;
 use legate_server::{Server, ServerConfig};
 use legate_types::rpc::ServerRpc;
 use legate_types::{KvOp, KvVerb, QueryOptions, WriteOptions};
 
 fn config(tombstone_ttl: Duration) -> ServerConfig {
     ServerConfig {
-        datacenter: "dc1".into(),
-        node_name: "leader-test".into(),
-        node_id: "5f2c1a0e-8b7d-4c3e-9a1f-0d2e3b4c5a6f".into(),
-        advertise_address: "127.0.0.1".into(),
-        server_port: 8300,
-        raft: RaftOptions {
-            node_id: 1,
-            address: "127.0.0.1:8300".into(),
-            data_dir: None,
-            bootstrap: true,
-            raft_multiplier: 1,
-            snapshot_threshold: 1024,
-        },
         tombstone_ttl,
-        config_entries_bootstrap: Vec::new(),
-        connect_ca: Default::default(),
+        ..ServerConfig::in_memory("dc1", "leader-test")
     }
 }
 
