@@ -66,4 +66,6 @@ echo -n "watch legate_dev: "; "$BENCH" watch --target legate --url "http://127.0
 echo -n "watch etcd: ";       "$BENCH" watch --target etcd --url "http://127.0.0.1:$etcd_port" --watchers "$WATCHERS"
 echo "rss_after_load_kb legate_dev=$(rss_kb $dev_pid) legate_server=$(rss_kb $disk_pid) etcd=$(rss_kb $etcd_pid)"
 echo -n "csr_sign legate: "; "$BENCH" csr --seconds "${CSR_SECONDS:-5}"
+echo -n "reissue_after_rotation unlimited: "; "$BENCH" reissue --agents "${REISSUE_AGENTS:-10000}"
+echo -n "reissue_after_rotation 250/s: ";    "$BENCH" reissue --agents "${REISSUE_AGENTS:-10000}" --csr-max-per-second 250
 echo -n "ecdsa_p256_sign openssl: "; openssl speed -seconds 3 ecdsap256 2>/dev/null | awk '/nistp256/ {print "sign_per_sec=" $(NF-1)}'

@@ -55,6 +55,16 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
+    /// Simulates N agents each holding a leaf certificate from one
+    /// in-process server, rotates the CA root, and reports when each agent's
+    /// re-issued certificate arrived (the rotation jitter spread).
+    Reissue {
+        #[arg(long, default_value_t = 10_000)]
+        agents: usize,
+        /// The servers' `csr_max_per_second` during the re-issue (0: off).
+        #[arg(long, default_value_t = 0.0)]
+        csr_max_per_second: f64,
+    },
     /// Opens N watchers on one key, writes it once, and reports how long
     /// each watcher took to see the change.
     Watch {
@@ -270,6 +280,117 @@ async fn etcd_watch_round(
     Ok(latencies)
 }
 
+async fn set_ca_config(server: &legate_server::Server, config: serde_json::Value) -> Result<()> {
+    use legate_types::rpc::ServerRpc;
+    server
+        .ca_config_set(
+            &Default::default(),
+            legate_types::connect::CaConfiguration {
+                provider: "consul".into(),
+                config: config.as_object().cloned().unwrap_or_default(),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The re-issue spread after a root rotation, for `agents` leaf managers
+/// with Consul's 30 s rotation and rate-limit windows.
+async fn reissue(agents: usize, csr_max_per_second: f64) -> Result<()> {
+    use legate_agent::leaf::{LeafManager, LeafSettings};
+    use legate_types::rpc::ServerRpc;
+    let server =
+        legate_server::Server::start(legate_server::ServerConfig::in_memory("dc1", "bench"))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !server.wait_for_leader(Duration::from_secs(10)).await {
+        bail!("no leader");
+    }
+    let trust_domain = loop {
+        let roots = server
+            .ca_roots(&Default::default())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .value;
+        if !roots.roots.is_empty() {
+            break roots.trust_domain;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Initial issue without limits.
+    set_ca_config(&server, json!({"CSRMaxPerSecond": 0})).await?;
+    let managers: Vec<Arc<LeafManager>> = (0..agents)
+        .map(|_| LeafManager::start(server.clone(), "dc1".into(), LeafSettings::default()))
+        .collect();
+    let indexes = futures::future::try_join_all(managers.iter().enumerate().map(|(i, m)| {
+        let m = m.clone();
+        async move {
+            m.get(&format!("svc-{i}"), 0, Duration::from_secs(120))
+                .await
+                .map(|c| c.raft.modify_index)
+        }
+    }))
+    .await
+    .map_err(|e| anyhow::anyhow!("initial issue: {e}"))?;
+    let before = server.ca_sign_counts();
+    // Rotate to a new EC root (an operator-supplied one keeps the key type).
+    let next = legate_ca::builtin::generate_root(
+        &trust_domain,
+        &legate_ca::builtin::root_common_name(&trust_domain),
+        Duration::from_secs(87600 * 3600),
+    )?;
+    let rotated_at = Instant::now();
+    set_ca_config(
+        &server,
+        json!({"CSRMaxPerSecond": csr_max_per_second, "PrivateKey": next.key_pem, "RootCert": next.cert_pem}),
+    )
+    .await?;
+    let arrivals = futures::future::try_join_all(managers.iter().zip(indexes).enumerate().map(
+        |(i, (m, index))| {
+            let m = m.clone();
+            async move {
+                m.get(&format!("svc-{i}"), index, Duration::from_secs(600))
+                    .await
+                    .map(|_| rotated_at.elapsed())
+            }
+        },
+    ))
+    .await
+    .map_err(|e| anyhow::anyhow!("re-issue: {e}"))?;
+    let after = server.ca_sign_counts();
+    let mut sorted = arrivals.clone();
+    sorted.sort();
+    let mut per_second = std::collections::BTreeMap::<u64, usize>::new();
+    for a in &arrivals {
+        *per_second.entry(a.as_secs()).or_default() += 1;
+    }
+    let peak = per_second.values().copied().max().unwrap_or(0);
+    let buckets: Vec<String> = (0..=sorted.last().map(|d| d.as_secs() / 5).unwrap_or(0))
+        .map(|b| {
+            per_second
+                .range(b * 5..b * 5 + 5)
+                .map(|(_, n)| *n)
+                .sum::<usize>()
+                .to_string()
+        })
+        .collect();
+    println!(
+        "agents={agents} csr_max_per_second={csr_max_per_second} first={:.1}s p50={:.1}s p99={:.1}s last={:.1}s peak_per_second={peak} rate_limited={} per_5s=[{}]",
+        sorted[0].as_secs_f64(),
+        percentile(&sorted, 50.0).as_secs_f64(),
+        percentile(&sorted, 99.0).as_secs_f64(),
+        sorted.last().map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        after.rate_limited - before.rate_limited,
+        buckets.join(",")
+    );
+    for m in &managers {
+        m.stop();
+    }
+    server.shutdown().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -324,6 +445,10 @@ async fn main() -> Result<()> {
             );
             Ok(())
         }
+        Command::Reissue {
+            agents,
+            csr_max_per_second,
+        } => reissue(agents, csr_max_per_second).await,
         Command::Watch {
             url,
             target,

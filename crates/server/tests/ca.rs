@@ -130,6 +130,18 @@ async fn first_leader_initialises_the_ca_and_signs_only_what_it_should() {
     .unwrap();
     assert!(verify_leaf(&[&stranger.cert_pem], &cert.cert_pem).is_err());
     assert!(!openssl_verifies(&[&stranger.cert_pem], &cert.cert_pem));
+    // And a leaf from another trust domain is rejected by ours.
+    let foreign_id = SpiffeId::service("other.consul", "dc1", "web");
+    let (foreign_csr, _) = make_csr(&foreign_id).unwrap();
+    let foreign_leaf = legate_ca::builtin::sign_leaf(
+        &stranger,
+        &foreign_csr,
+        &foreign_id,
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    assert!(verify_leaf(&[&root.root_cert], &foreign_leaf).is_err());
+    assert!(!openssl_verifies(&[&root.root_cert], &foreign_leaf));
 
     // Bad CSRs get clear errors.
     let cases: Vec<(Result<IssuedCert, RpcError>, &str)> = vec![
