@@ -10,6 +10,7 @@ pub mod compile;
 pub mod entries;
 pub mod entries_more;
 pub mod graph;
+pub mod intentions;
 pub mod normalize;
 
 pub use compile::{compile, CompileRequest, CompiledChain};

@@ -22,15 +22,11 @@ fn uppercase_methods(http: &mut Value) {
     }
 }
 
-/// An intention's precedence in Consul CE: exact source and destination 9,
-/// wildcard source 8, wildcard destination 6, both wildcards 5.
+/// An intention's precedence in the default namespace: exact source and
+/// destination 9, wildcard source 8, wildcard destination 6, both 5 (see
+/// [`crate::intentions::precedence`] for all nine levels).
 pub fn intention_precedence(source: &str, destination: &str) -> i64 {
-    match (source == "*", destination == "*") {
-        (false, false) => 9,
-        (true, false) => 8,
-        (false, true) => 6,
-        (true, true) => 5,
-    }
+    crate::intentions::precedence("default", source, "default", destination)
 }
 
 /// Normalizes an entry in place.
