@@ -208,3 +208,31 @@ def test_connect_ca_roots_leaf_and_configuration(client):
     assert client.connect.ca.configuration()["Config"]["LeafCertTTL"] == "48h0m0s"
     with pytest.raises(consul.ConsulException):
         client.connect.ca.update_configuration("consul", {"LeafCertTTL": "1m"})
+
+
+def test_intentions_exact_api_check_match_and_authorize(client):
+    assert client.connect.intentions.upsert("web", "db", action="deny", description="no") is True
+    assert client.connect.intentions.upsert("*", "db", action="allow") is True
+    got = client.connect.intentions.read("web", "db")
+    assert got["Action"] == "deny"
+    assert got["Precedence"] == 9
+    assert "ID" not in got  # written as a config entry: no legacy id
+
+    listed = client.connect.intentions.list()
+    assert [(i["SourceName"], i["Precedence"]) for i in listed] == [("web", 9), ("*", 8)]
+    matched = client.connect.intentions.match("destination", "db")
+    assert [i["SourceName"] for i in matched["db"]] == ["web", "*"]
+
+    assert client.connect.intentions.check("web", "db") is False
+    assert client.connect.intentions.check("api", "db") is True
+
+    roots = wait_for(lambda: (lambda r: r if r.get("Roots") else None)(client.agent.connect.ca.roots()))
+    uri = f"spiffe://{roots['TrustDomain']}/ns/default/dc/dc1/svc/web"
+    answer = client.agent.connect.authorize("db", uri, "01")
+    assert answer["Authorized"] is False
+    assert answer["Reason"].startswith("Matched L4 intention: default/web => default/db")
+
+    assert client.connect.intentions.delete("web", "db") is True
+    assert wait_for(lambda: client.agent.connect.authorize("db", uri, "01")["Authorized"])
+    entry = client.config.get("service-intentions", "db")
+    assert [s["Name"] for s in entry["Sources"]] == ["*"]

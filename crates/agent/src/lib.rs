@@ -6,8 +6,10 @@
 //!
 //! Depends on types and hcl; never on the server, state store or HTTP.
 
+mod authorize;
 pub mod checks;
 pub mod config;
+pub mod intention_cache;
 pub mod leaf;
 pub mod local;
 mod sync;
@@ -86,6 +88,7 @@ pub struct Agent {
     started: Instant,
     config_loader: Mutex<Option<ConfigLoader>>,
     leaf_certs: Arc<leaf::LeafManager>,
+    intentions: Arc<intention_cache::IntentionCache>,
 }
 
 impl Agent {
@@ -98,7 +101,10 @@ impl Agent {
     ) -> Result<Arc<Agent>, AgentError> {
         let leaf_certs =
             leaf::LeafManager::start(rpc.clone(), config.datacenter.clone(), Default::default());
+        let intentions =
+            intention_cache::IntentionCache::new(rpc.clone(), config.datacenter.clone());
         let agent = Arc::new(Agent {
+            intentions,
             leaf_certs,
             config,
             node_id,
@@ -175,6 +181,17 @@ impl Agent {
     /// The server endpoints.
     pub fn rpc(&self) -> &Arc<dyn ServerRpc> {
         &self.rpc
+    }
+
+    /// The intention cache (`/v1/agent/connect/authorize`).
+    pub fn intentions(&self) -> &Arc<intention_cache::IntentionCache> {
+        &self.intentions
+    }
+
+    /// What intentions decide when none matches: allow unless ACLs are on
+    /// with a `deny` default policy.
+    pub fn default_intention_allow(&self) -> bool {
+        !(self.config.acl_enabled && self.config.acl_default_policy == "deny")
     }
 
     /// The leaf certificate manager (`/v1/agent/connect/ca/leaf/:service`).
@@ -677,6 +694,7 @@ impl Agent {
     pub fn stop(&self) {
         self.shutdown.send_replace(true);
         self.leaf_certs.stop();
+        self.intentions.stop();
         for (_, handle) in self
             .runners
             .lock()

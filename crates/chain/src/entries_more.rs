@@ -125,7 +125,26 @@ fn wildcard_rule(field: &str, value: &str) -> Result<(), String> {
 }
 
 fn validate_intentions(name: &str, e: &ServiceIntentions) -> Result<(), String> {
+    validate_intentions_as(name, e, false)
+}
+
+/// Validates a `service-intentions` entry; `legacy_write` is set for
+/// writes through the legacy (ID-based) intentions API, whose sources all
+/// carry a legacy id and timestamps and whose entry has no `Meta`.
+pub fn validate_intentions_entry(entry: &ConfigEntry, legacy_write: bool) -> Result<(), String> {
+    let e: ServiceIntentions = decode(entry)?;
+    validate_intentions_as(&entry.name, &e, legacy_write)
+}
+
+fn validate_intentions_as(
+    name: &str,
+    e: &ServiceIntentions,
+    legacy_write: bool,
+) -> Result<(), String> {
     wildcard_rule("Name", name)?;
+    if legacy_write && !e.meta.is_empty() {
+        return Err("Meta must be omitted for legacy intention writes".into());
+    }
     if e.sources.is_empty() {
         return Err("At least one source is required".into());
     }
@@ -147,11 +166,25 @@ fn validate_intentions(name: &str, e: &ServiceIntentions) -> Result<(), String> 
         if s.description.chars().count() > 512 {
             return Err(format!("{at}.Description exceeds maximum length 512"));
         }
-        if !s.legacy_meta.is_empty() {
-            return Err(format!("{at}.LegacyMeta must be omitted"));
-        }
-        if !s.legacy_id.is_empty() {
-            return Err(format!("{at}.LegacyID must be omitted"));
+        if legacy_write {
+            if s.legacy_id.is_empty() {
+                return Err(format!("{at}.LegacyID must be set"));
+            }
+            if s.legacy_create_time.is_none() || s.legacy_update_time.is_none() {
+                return Err(format!(
+                    "{at}.LegacyCreateTime and LegacyUpdateTime must be set"
+                ));
+            }
+            if !s.permissions.is_empty() {
+                return Err("Permissions must not be set when using the legacy APIs".into());
+            }
+        } else {
+            if !s.legacy_meta.is_empty() {
+                return Err(format!("{at}.LegacyMeta must be omitted"));
+            }
+            if !s.legacy_id.is_empty() {
+                return Err(format!("{at}.LegacyID must be omitted"));
+            }
         }
         if s.permissions.is_empty() {
             if s.action != "allow" && s.action != "deny" {

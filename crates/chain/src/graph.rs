@@ -176,6 +176,40 @@ pub fn validate_graph(entries: &[ConfigEntry]) -> Result<(), String> {
     Ok(())
 }
 
+/// The kinds whose changes can make an L7 intention meaningless: the
+/// intentions themselves and whatever sets a destination's protocol.
+pub const INTENTION_PROTOCOL_KINDS: &[&str] =
+    &["proxy-defaults", "service-defaults", "service-intentions"];
+
+/// L7 intentions (with `Permissions`) need an HTTP-family protocol at
+/// their destination; refuses entries where one does not have it.
+pub fn validate_l7_intentions(entries: &[ConfigEntry]) -> Result<(), String> {
+    let routing: Vec<ConfigEntry> = entries
+        .iter()
+        .filter(|e| ROUTING_KINDS.contains(&e.kind.as_str()))
+        .cloned()
+        .collect();
+    let graph = RoutingEntries::new(&routing)?;
+    for entry in entries.iter().filter(|e| e.kind == "service-intentions") {
+        let intentions: crate::entries_more::ServiceIntentions = crate::entries::decode(entry)?;
+        let Some(i) = intentions
+            .sources
+            .iter()
+            .position(|s| !s.permissions.is_empty())
+        else {
+            continue;
+        };
+        let protocol = graph.protocol(&entry.name);
+        if !matches!(protocol.as_str(), "http" | "http2" | "grpc") {
+            return Err(format!(
+                "service-intentions {:?}: Sources[{i}] has L7 Permissions, which need an HTTP-family protocol (http, http2 or grpc) for {:?}, whose protocol is {protocol:?}",
+                entry.name, entry.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The entries as they would be after writing `proposed` (or deleting
 /// `kind/name` when `proposed` is `None`).
 pub fn with_change(

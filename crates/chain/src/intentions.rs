@@ -4,6 +4,7 @@
 //! deny where only L4 is known) and L7 permission matching for HTTP
 //! requests. Pure functions over typed views; no IO.
 
+use legate_types::intention::{Intention, IntentionCheck};
 use regex::Regex;
 
 use crate::entries::HeaderMatch;
@@ -159,9 +160,7 @@ pub fn decide(rules: &[Rule], source: &str, destination: &str, default_allow: bo
         best = match best {
             None => Some(rule),
             Some(b) if rule.precedence > b.precedence => Some(rule),
-            Some(b) if rule.precedence == b.precedence && denies(rule) && !denies(b) => {
-                Some(rule)
-            }
+            Some(b) if rule.precedence == b.precedence && denies(rule) && !denies(b) => Some(rule),
             keep => keep,
         };
     }
@@ -278,6 +277,59 @@ pub fn decide_http(
         .find(|p| permission_matches(p, request))
         .map(|p| Action::parse(&p.action) == Some(Action::Allow))
         .unwrap_or(default_allow)
+}
+
+/// The evaluation view of an intention.
+pub fn rule_of(intention: &Intention) -> Rule {
+    Rule {
+        source_ns: intention.source_ns.clone(),
+        source: intention.source_name.clone(),
+        destination_ns: intention.destination_ns.clone(),
+        destination: intention.destination_name.clone(),
+        action: Action::parse(&intention.action),
+        permissions: intention
+            .permissions
+            .iter()
+            .filter_map(|p| serde_json::from_value(p.clone()).ok())
+            .collect(),
+        precedence: intention.precedence,
+    }
+}
+
+/// Decides `source` → `destination` over `intentions` with Consul's
+/// reasons (`Matched L4 intention: ...`, `Matched L7 intention: ...`,
+/// `Default behavior configured by ACLs`).
+pub fn check_intentions(
+    intentions: &[Intention],
+    source: &str,
+    destination: &str,
+    default_allow: bool,
+) -> IntentionCheck {
+    let rules: Vec<Rule> = intentions.iter().map(rule_of).collect();
+    let decision = decide(&rules, source, destination, default_allow);
+    let reason = match &decision.matched {
+        None => "Default behavior configured by ACLs".to_string(),
+        Some(rule) => {
+            let matched = intentions
+                .iter()
+                .find(|i| {
+                    i.source_name == rule.source
+                        && i.destination_name == rule.destination
+                        && i.precedence == rule.precedence
+                })
+                .map(Intention::describe)
+                .unwrap_or_default();
+            if rule.is_l7() {
+                format!("Matched L7 intention: {matched}")
+            } else {
+                format!("Matched L4 intention: {matched}")
+            }
+        }
+    };
+    IntentionCheck {
+        allowed: decision.allowed,
+        reason,
+    }
 }
 
 #[cfg(test)]
@@ -420,11 +472,14 @@ mod tests {
             ),
         ];
         let rules = vec![l7];
-        let req = |method: &'static str, path: &'static str, headers: &'static [(&'static str, &'static str)]| HttpRequest {
-            method,
-            path,
-            headers,
-        };
+        let req =
+            |method: &'static str,
+             path: &'static str,
+             headers: &'static [(&'static str, &'static str)]| HttpRequest {
+                method,
+                path,
+                headers,
+            };
         let check = |r: HttpRequest<'_>| decide_http(&rules, "web", "api", &r, false);
         assert!(!check(req("GET", "/admin/x", &[])));
         assert!(check(req("GET", "/v1/users", &[])));
@@ -437,9 +492,21 @@ mod tests {
         assert!(!check(req("GET", "/public", &[("x-role", "ops")])));
         // Unmatched requests get the default policy.
         assert!(!check(req("GET", "/other", &[])));
-        assert!(decide_http(&rules, "web", "api", &req("GET", "/other", &[]), true));
+        assert!(decide_http(
+            &rules,
+            "web",
+            "api",
+            &req("GET", "/other", &[]),
+            true
+        ));
         // Other sources are not covered by this intention.
-        assert!(decide_http(&rules, "billing", "api", &req("GET", "/admin", &[]), true));
+        assert!(decide_http(
+            &rules,
+            "billing",
+            "api",
+            &req("GET", "/admin", &[]),
+            true
+        ));
         // An L4 rule decides HTTP too.
         let l4 = vec![rule("web", "api", "deny")];
         assert!(!decide_http(&l4, "web", "api", &req("GET", "/", &[]), true));

@@ -15,5 +15,7 @@ pub mod normalize;
 
 pub use compile::{compile, CompileRequest, CompiledChain};
 pub use entries::validate_entry;
-pub use graph::{validate_graph, with_change, ROUTING_KINDS};
-pub use normalize::normalize_entry;
+pub use graph::{
+    validate_graph, validate_l7_intentions, with_change, INTENTION_PROTOCOL_KINDS, ROUTING_KINDS,
+};
+pub use normalize::{normalize_entry, normalize_intentions};

@@ -29,8 +29,62 @@ pub fn intention_precedence(source: &str, destination: &str) -> i64 {
     crate::intentions::precedence("default", source, "default", destination)
 }
 
+/// Normalizes a `service-intentions` entry: sources typed (`consul`),
+/// ranked and ordered by precedence (stable), methods uppercased. A write
+/// through `/v1/config` or the exact intentions API (`legacy_write` false)
+/// clears the legacy ids and timestamps of every source, as Consul does; a
+/// legacy write keeps them and gives each source a `LegacyMeta` map.
+pub fn normalize_intentions(entry: &mut ConfigEntry, legacy_write: bool) {
+    let destination = entry.name.clone();
+    let Some(Value::Array(sources)) = entry.body.get_mut("Sources") else {
+        return;
+    };
+    for source in sources.iter_mut() {
+        let name = source
+            .get("Name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let Value::Object(m) = source else { continue };
+        if legacy_write {
+            if !m.get("LegacyMeta").is_some_and(Value::is_object) {
+                m.insert("LegacyMeta".into(), json!({}));
+            }
+        } else {
+            m.remove("LegacyID");
+            m.remove("LegacyCreateTime");
+            m.remove("LegacyUpdateTime");
+        }
+        m.insert(
+            "Precedence".into(),
+            json!(intention_precedence(&name, &destination)),
+        );
+        let typed = m
+            .get("Type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !t.is_empty());
+        if !typed {
+            m.insert("Type".into(), json!("consul"));
+        }
+        if let Some(Value::Array(perms)) = m.get_mut("Permissions") {
+            for p in perms.iter_mut() {
+                if let Some(http) = p.get_mut("HTTP") {
+                    uppercase_methods(http);
+                }
+            }
+        }
+    }
+    // Highest precedence first; equal precedence keeps its order.
+    sources.sort_by_key(|s| {
+        std::cmp::Reverse(s.get("Precedence").and_then(Value::as_i64).unwrap_or(0))
+    });
+}
+
 /// Normalizes an entry in place.
 pub fn normalize_entry(entry: &mut ConfigEntry) {
+    if entry.kind == "service-intentions" {
+        return normalize_intentions(entry, false);
+    }
     let body = &mut entry.body;
     match entry.kind.as_str() {
         "service-defaults" => {
@@ -68,46 +122,6 @@ pub fn normalize_entry(entry: &mut ConfigEntry) {
                         );
                     }
                 }
-            }
-        }
-        "service-intentions" => {
-            let destination = entry.name.clone();
-            if let Some(Value::Array(sources)) = body.get_mut("Sources") {
-                for source in sources.iter_mut() {
-                    let name = source
-                        .get("Name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    if let Value::Object(m) = source {
-                        // Consul clears these on every write through /v1/config.
-                        m.remove("LegacyID");
-                        m.remove("LegacyCreateTime");
-                        m.remove("LegacyUpdateTime");
-                        m.insert(
-                            "Precedence".into(),
-                            json!(intention_precedence(&name, &destination)),
-                        );
-                        let typed = m
-                            .get("Type")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| !t.is_empty());
-                        if !typed {
-                            m.insert("Type".into(), json!("consul"));
-                        }
-                        if let Some(Value::Array(perms)) = m.get_mut("Permissions") {
-                            for p in perms.iter_mut() {
-                                if let Some(http) = p.get_mut("HTTP") {
-                                    uppercase_methods(http);
-                                }
-                            }
-                        }
-                    }
-                }
-                // Highest precedence first; equal precedence keeps its order.
-                sources.sort_by_key(|s| {
-                    std::cmp::Reverse(s.get("Precedence").and_then(Value::as_i64).unwrap_or(0))
-                });
             }
         }
         _ => {}

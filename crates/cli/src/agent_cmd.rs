@@ -469,6 +469,8 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
         config_entries_bootstrap: bootstrap_entries(&config)?,
         connect_ca: config.connect_ca.clone(),
+        default_intention_allow: !(config.acl_enabled && config.acl_default_policy == "deny"),
+        masked_features: Vec::new(),
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

@@ -37,6 +37,9 @@ enum Command {
     /// Connect (service mesh) commands: the CA.
     #[command(subcommand)]
     Connect(commands::connect::ConnectCommand),
+    /// Creates, reads, checks and deletes intentions.
+    #[command(subcommand)]
+    Intention(commands::intention::IntentionCommand),
     /// Reads and writes the KV store.
     #[command(subcommand)]
     Kv(commands::kv::KvCommand),
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
             Command::Kv(cmd) => commands::kv::run(cmd).await,
             Command::Config(cmd) => commands::config::run(cmd).await,
             Command::Connect(cmd) => commands::connect::run(cmd).await,
+            Command::Intention(cmd) => commands::intention::run(cmd).await,
             Command::Tls(cmd) => commands::tls::run(cmd),
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,

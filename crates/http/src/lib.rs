@@ -7,6 +7,7 @@ mod agent;
 mod catalog;
 mod config;
 mod connect;
+mod intentions;
 mod kv;
 mod misc;
 pub mod util;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, put};
+use axum::routing::{any, get, post, put};
 use axum::Router;
 use legate_agent::Agent;
 
@@ -70,6 +71,28 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/agent/connect/ca/roots", get(connect::agent_roots))
         .route("/v1/agent/connect/ca/leaf/{service}", get(connect::leaf))
+        .route(
+            "/v1/agent/connect/authorize",
+            post(intentions::authorize).put(intentions::authorize),
+        )
+        .route(
+            "/v1/connect/intentions",
+            get(intentions::list).post(intentions::create),
+        )
+        .route(
+            "/v1/connect/intentions/exact",
+            get(intentions::get_exact)
+                .put(intentions::put_exact)
+                .delete(intentions::delete_exact),
+        )
+        .route("/v1/connect/intentions/match", get(intentions::matches))
+        .route("/v1/connect/intentions/check", get(intentions::check))
+        .route(
+            "/v1/connect/intentions/{id}",
+            get(intentions::get_by_id)
+                .put(intentions::update_by_id)
+                .delete(intentions::delete_by_id),
+        )
         .route("/v1/connect/ca/roots", get(connect::roots))
         .route(
             "/v1/connect/ca/configuration",

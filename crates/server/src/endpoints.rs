@@ -14,6 +14,7 @@ use legate_types::*;
 use crate::blocking::{apply_filter, parse_filter};
 use crate::{Access, Resource, Server};
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
+use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 
 fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
     wanted
@@ -104,22 +105,36 @@ impl Server {
 
     /// Refuses a config-entry write or delete that would leave any
     /// discovery chain unable to compile, naming the chain.
-    fn check_chains_after(
+    pub(crate) fn check_chains_after(
         &self,
         kind: &str,
         name: &str,
         proposed: Option<&ConfigEntry>,
     ) -> Result<(), RpcError> {
-        if !legate_chain::ROUTING_KINDS.contains(&kind) {
+        let routing = legate_chain::ROUTING_KINDS.contains(&kind);
+        let l7 = legate_chain::INTENTION_PROTOCOL_KINDS.contains(&kind);
+        if !routing && !l7 {
             return Ok(());
         }
         let kinds: Vec<String> = legate_chain::ROUTING_KINDS
             .iter()
+            .chain(legate_chain::INTENTION_PROTOCOL_KINDS)
             .map(|k| k.to_string())
             .collect();
         let (_, current) = self.store.read().config_entries_of_kinds(&kinds);
         let after = legate_chain::with_change(&current, kind, name, proposed);
-        legate_chain::validate_graph(&after).map_err(RpcError::BadRequest)
+        if routing {
+            let routing_only: Vec<_> = after
+                .iter()
+                .filter(|e| legate_chain::ROUTING_KINDS.contains(&e.kind.as_str()))
+                .cloned()
+                .collect();
+            legate_chain::validate_graph(&routing_only).map_err(RpcError::BadRequest)?;
+        }
+        if l7 {
+            legate_chain::validate_l7_intentions(&after).map_err(RpcError::BadRequest)?;
+        }
+        Ok(())
     }
 
     fn write_index(result: (u64, CommandResult)) -> u64 {
@@ -533,6 +548,9 @@ impl ServerRpc for Server {
         cas: Option<u64>,
     ) -> Result<bool, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
+        if entry.kind == crate::intentions::INTENTIONS_KIND {
+            self.intentions_writable()?;
+        }
         legate_chain::normalize_entry(&mut entry);
         config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
         legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
@@ -597,6 +615,9 @@ impl ServerRpc for Server {
     ) -> Result<bool, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
+        if kind == crate::intentions::INTENTIONS_KIND {
+            self.intentions_writable()?;
+        }
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
         self.check_chains_after(&kind, &name, None)?;
         match self
@@ -705,6 +726,47 @@ impl ServerRpc for Server {
         request: CaSignRequest,
     ) -> Result<IssuedCert, RpcError> {
         self.ca_sign_request(opts, request).await
+    }
+
+    async fn intention_apply(
+        &self,
+        opts: &WriteOptions,
+        op: IntentionOp,
+    ) -> Result<String, RpcError> {
+        self.intention_write(opts, op).await
+    }
+
+    async fn intention_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<Intention>>, RpcError> {
+        self.intention_list_query(opts).await
+    }
+
+    async fn intention_get(
+        &self,
+        opts: &QueryOptions,
+        lookup: IntentionLookup,
+    ) -> Result<Queried<Option<Intention>>, RpcError> {
+        self.intention_get_query(opts, lookup).await
+    }
+
+    async fn intention_match(
+        &self,
+        opts: &QueryOptions,
+        by: MatchBy,
+        names: Vec<String>,
+    ) -> Result<Queried<Vec<(String, Vec<Intention>)>>, RpcError> {
+        self.intention_match_query(opts, by, names).await
+    }
+
+    async fn intention_check(
+        &self,
+        opts: &QueryOptions,
+        source: String,
+        destination: String,
+    ) -> Result<Queried<IntentionCheck>, RpcError> {
+        self.intention_check_query(opts, source, destination).await
     }
 }
 

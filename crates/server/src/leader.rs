@@ -40,6 +40,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if !was_leader {
                 start_session_clocks(&server);
                 ensure_cluster_id(&server).await;
+                enable_features(&server).await;
                 bootstrap_config_entries(&server).await;
             }
             if let Err(e) = server.ca_initialize().await {
@@ -138,10 +139,44 @@ async fn ensure_cluster_id(server: &Server) {
     }
 }
 
+/// Turns on the features every server supports (today: intentions as
+/// config entries, recorded as system metadata `intention-format`).
+pub(crate) async fn enable_features(server: &Server) {
+    use crate::features;
+    use crate::intentions::{INTENTION_FORMAT_CONFIG_ENTRY, INTENTION_FORMAT_KEY};
+    let done = server
+        .store
+        .read()
+        .system_metadata(INTENTION_FORMAT_KEY)
+        .is_some();
+    if done {
+        return;
+    }
+    let servers = server.server_features();
+    if !features::cluster_supports(&servers, features::INTENTIONS_AS_CONFIG_ENTRIES) {
+        tracing::warn!(
+            "not every server supports intentions as config entries yet; intentions stay read only"
+        );
+        return;
+    }
+    let command = Command::SystemMetadataInit {
+        key: INTENTION_FORMAT_KEY.to_string(),
+        value: INTENTION_FORMAT_CONFIG_ENTRY.to_string(),
+    };
+    if let Err(e) = server.write(command).await {
+        tracing::error!(error = %e, "leader: enabling intentions as config entries failed");
+    }
+}
+
 /// Writes the bootstrap config entries that do not exist yet: a newer
 /// entry written through the API is never overwritten by the config file.
 async fn bootstrap_config_entries(server: &Server) {
     for entry in &server.config.config_entries_bootstrap {
+        if entry.kind == crate::intentions::INTENTIONS_KIND && server.intentions_writable().is_err()
+        {
+            tracing::error!(entry = %entry.label(), "Refusing to apply configuration entry \"service-intentions\" because intentions are still being migrated to config entries");
+            continue;
+        }
         let command = Command::ConfigEntrySet {
             entry: Box::new(entry.clone()),
             cas: Some(0),

@@ -9,6 +9,8 @@ mod authorizer;
 mod blocking;
 mod ca;
 mod endpoints;
+pub mod features;
+mod intentions;
 mod leader;
 mod sessions;
 
@@ -21,6 +23,10 @@ use legate_types::RpcError;
 
 pub use authorizer::{Access, AllowAll, Authorizer, Resource};
 pub use ca::{parse_ca_configuration, prune_roots, CaSignCounts};
+pub use intentions::{
+    intentions_of, sort_intentions, INTENTIONS_READ_ONLY, INTENTION_FORMAT_CONFIG_ENTRY,
+    INTENTION_FORMAT_KEY,
+};
 pub use leader::{CLUSTER_ID_KEY, CONSUL_SERVICE, SERF_CHECK_ID};
 use sessions::SessionTimers;
 
@@ -49,6 +55,12 @@ pub struct ServerConfig {
     /// (`connect { ca_provider, ca_config }`); later changes go through
     /// `/v1/connect/ca/configuration`.
     pub connect_ca: legate_types::connect::CaConfiguration,
+    /// What intentions decide when none matches: allow unless ACLs are
+    /// enabled with a `deny` default policy.
+    pub default_intention_allow: bool,
+    /// Features this server claims not to support (to rehearse a
+    /// mixed-version cluster); empty in production.
+    pub masked_features: Vec<String>,
 }
 
 impl ServerConfig {
@@ -72,6 +84,8 @@ impl ServerConfig {
             tombstone_ttl: DEFAULT_TOMBSTONE_TTL,
             config_entries_bootstrap: Vec::new(),
             connect_ca: Default::default(),
+            default_intention_allow: true,
+            masked_features: Vec::new(),
         }
     }
 }
@@ -143,6 +157,12 @@ impl Server {
     /// The state store (for in-process readers such as tests).
     pub fn store(&self) -> &Arc<StateStore> {
         &self.store
+    }
+
+    /// The features each known server advertises (this server only, until
+    /// clustering brings the members' tags).
+    pub fn server_features(&self) -> Vec<std::collections::BTreeSet<String>> {
+        vec![features::advertised(&self.config.masked_features)]
     }
 
     /// Waits until a leader is known.

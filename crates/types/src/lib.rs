@@ -10,6 +10,7 @@ pub mod config_entry;
 pub mod connect;
 pub mod duration;
 pub mod error;
+pub mod intention;
 pub mod keys;
 pub mod kv;
 pub mod query;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config_entry::ConfigEntry;
 use crate::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
+use crate::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 use crate::{
     CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp, Node,
     NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
@@ -268,4 +269,37 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &WriteOptions,
         request: CaSignRequest,
     ) -> Result<IssuedCert, RpcError>;
+
+    /// Writes through the intentions API (legacy or by name); returns the
+    /// legacy id for creates and updates.
+    async fn intention_apply(
+        &self,
+        opts: &WriteOptions,
+        op: IntentionOp,
+    ) -> Result<String, RpcError>;
+    /// Every intention, in Consul's order.
+    async fn intention_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<Intention>>, RpcError>;
+    /// One intention by legacy id or by names.
+    async fn intention_get(
+        &self,
+        opts: &QueryOptions,
+        lookup: IntentionLookup,
+    ) -> Result<Queried<Option<Intention>>, RpcError>;
+    /// For each name, the intentions covering it on one side, in evaluation order.
+    async fn intention_match(
+        &self,
+        opts: &QueryOptions,
+        by: MatchBy,
+        names: Vec<String>,
+    ) -> Result<Queried<Vec<(String, Vec<Intention>)>>, RpcError>;
+    /// Whether `source` may connect to `destination` (L4).
+    async fn intention_check(
+        &self,
+        opts: &QueryOptions,
+        source: String,
+        destination: String,
+    ) -> Result<Queried<IntentionCheck>, RpcError>;
 }

@@ -1,0 +1,66 @@
+//! Feature flags for rolling upgrades. Each server advertises the features
+//! it supports (Consul's `ft_<name>` member tags); the leader turns a
+//! feature on only when every known server supports it, so a
+//! mixed-version cluster never writes data an older server cannot read.
+//! With one server the set is its own; clustering adds the members'.
+
+use std::collections::BTreeSet;
+
+/// Intentions stored as `service-intentions` config entries (`ft_si`).
+pub const INTENTIONS_AS_CONFIG_ENTRIES: &str = "si";
+/// Federation states (`ft_fs`).
+pub const FEDERATION_STATES: &str = "fs";
+
+/// Every feature this build supports.
+pub const SUPPORTED: &[&str] = &[INTENTIONS_AS_CONFIG_ENTRIES, FEDERATION_STATES];
+
+/// The features a server advertises: this build's, minus any masked.
+pub fn advertised(masked: &[String]) -> BTreeSet<String> {
+    SUPPORTED
+        .iter()
+        .filter(|f| !masked.iter().any(|m| m == *f))
+        .map(|f| f.to_string())
+        .collect()
+}
+
+/// The member tags carrying `features` (`ft_si = "1"`).
+pub fn tags(features: &BTreeSet<String>) -> Vec<(String, String)> {
+    features
+        .iter()
+        .map(|f| (format!("ft_{f}"), "1".to_string()))
+        .collect()
+}
+
+/// Whether a feature may be turned on: at least one server is known and
+/// every one advertises it.
+pub fn cluster_supports(servers: &[BTreeSet<String>], feature: &str) -> bool {
+    !servers.is_empty() && servers.iter().all(|s| s.contains(feature))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feature_needs_every_server() {
+        let all = advertised(&[]);
+        let old = advertised(&[INTENTIONS_AS_CONFIG_ENTRIES.to_string()]);
+        assert!(cluster_supports(
+            &[all.clone()],
+            INTENTIONS_AS_CONFIG_ENTRIES
+        ));
+        assert!(!cluster_supports(
+            &[all.clone(), old.clone()],
+            INTENTIONS_AS_CONFIG_ENTRIES
+        ));
+        assert!(cluster_supports(&[all.clone(), old], FEDERATION_STATES));
+        assert!(!cluster_supports(&[], FEDERATION_STATES));
+        assert_eq!(
+            tags(&all),
+            vec![
+                ("ft_fs".to_string(), "1".to_string()),
+                ("ft_si".to_string(), "1".to_string())
+            ]
+        );
+    }
+}
