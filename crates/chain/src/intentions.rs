@@ -264,7 +264,7 @@ pub fn decide_http(
         .iter()
         .filter(|r| r.matches(source, destination))
         .collect();
-    sorted.sort_by(|a, b| b.precedence.cmp(&a.precedence));
+    sorted.sort_by_key(|r| std::cmp::Reverse(r.precedence));
     let Some(rule) = sorted.first() else {
         return default_allow;
     };
