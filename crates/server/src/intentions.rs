@@ -535,7 +535,7 @@ impl Server {
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<Vec<Intention>>, RpcError> {
-        self.filtered_list(opts, &[Table::ConfigEntries], |t| all_intentions(t))
+        self.filtered_list(opts, &[Table::ConfigEntries], all_intentions)
             .await
     }
 
