@@ -46,7 +46,7 @@ mod tests {
         let all = advertised(&[]);
         let old = advertised(&[INTENTIONS_AS_CONFIG_ENTRIES.to_string()]);
         assert!(cluster_supports(
-            &[all.clone()],
+            std::slice::from_ref(&all),
             INTENTIONS_AS_CONFIG_ENTRIES
         ));
         assert!(!cluster_supports(
