@@ -19,14 +19,8 @@ async fn start_server() -> Arc<Server> {
         .unwrap();
     assert!(server.wait_for_leader(Duration::from_secs(10)).await);
     // The first leader initialises the CA.
-    for _ in 0..200 {
-        let roots = server.ca_roots(&QueryOptions::default()).await.unwrap();
-        if !roots.value.roots.is_empty() {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("CA not initialised");
+    assert!(server.wait_for_ca(Duration::from_secs(10)).await);
+    server
 }
 
 async fn set_ca_config(server: &Server, config: serde_json::Value) {

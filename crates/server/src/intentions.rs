@@ -539,27 +539,38 @@ impl Server {
             .await
     }
 
+    /// A blocking read over every intention (in Consul's order).
+    async fn intentions_query<T>(
+        &self,
+        opts: &QueryOptions,
+        view: impl Fn(Vec<Intention>) -> T,
+    ) -> Result<Queried<T>, RpcError> {
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::ConfigEntries]),
+            |t| {
+                let (index, list) = all_intentions(t);
+                Ok((index, view(list)))
+            },
+        )
+        .await
+    }
+
     /// `GET /v1/connect/intentions/:id` and `/exact`.
     pub(crate) async fn intention_get_query(
         &self,
         opts: &QueryOptions,
         lookup: IntentionLookup,
     ) -> Result<Queried<Option<Intention>>, RpcError> {
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::ConfigEntries]),
-            |t| {
-                let (index, list) = all_intentions(t);
-                let found = list.into_iter().find(|i| match &lookup {
-                    IntentionLookup::Id(id) => !id.is_empty() && &i.id == id,
-                    IntentionLookup::Exact {
-                        source,
-                        destination,
-                    } => &i.source_name == source && &i.destination_name == destination,
-                });
-                Ok((index, found))
-            },
-        )
+        self.intentions_query(opts, |list| {
+            list.into_iter().find(|i| match &lookup {
+                IntentionLookup::Id(id) => !id.is_empty() && &i.id == id,
+                IntentionLookup::Exact {
+                    source,
+                    destination,
+                } => &i.source_name == source && &i.destination_name == destination,
+            })
+        })
         .await
     }
 
@@ -571,31 +582,25 @@ impl Server {
         by: MatchBy,
         names: Vec<String>,
     ) -> Result<Queried<Vec<(String, Vec<Intention>)>>, RpcError> {
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::ConfigEntries]),
-            |t| {
-                let (index, list) = all_intentions(t);
-                let out = names
-                    .iter()
-                    .map(|name| {
-                        let matched: Vec<Intention> = list
-                            .iter()
-                            .filter(|i| {
-                                let side = match by {
-                                    MatchBy::Source => &i.source_name,
-                                    MatchBy::Destination => &i.destination_name,
-                                };
-                                side == "*" || side == name
-                            })
-                            .cloned()
-                            .collect();
-                        (name.clone(), matched)
-                    })
-                    .collect();
-                Ok((index, out))
-            },
-        )
+        self.intentions_query(opts, |list| {
+            names
+                .iter()
+                .map(|name| {
+                    let matched: Vec<Intention> = list
+                        .iter()
+                        .filter(|i| {
+                            let side = match by {
+                                MatchBy::Source => &i.source_name,
+                                MatchBy::Destination => &i.destination_name,
+                            };
+                            side == "*" || side == name
+                        })
+                        .cloned()
+                        .collect();
+                    (name.clone(), matched)
+                })
+                .collect()
+        })
         .await
     }
 
@@ -612,17 +617,9 @@ impl Server {
             Access::Read,
         )?;
         let default_allow = self.config.default_intention_allow;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::ConfigEntries]),
-            |t| {
-                let (index, list) = all_intentions(t);
-                Ok((
-                    index,
-                    check_intentions(&list, &source, &destination, default_allow),
-                ))
-            },
-        )
+        self.intentions_query(opts, |list| {
+            check_intentions(&list, &source, &destination, default_allow)
+        })
         .await
     }
 }

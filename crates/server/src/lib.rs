@@ -195,6 +195,23 @@ impl Server {
         }
     }
 
+    /// Waits until the leader has initialised the Connect CA (it does so
+    /// right after taking office), so leaf requests can be served.
+    pub async fn wait_for_ca(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let watch = self.store.watches().tables(&[legate_state::Table::CaRoots]);
+            if !self.store.read().ca_roots().1.is_empty() {
+                return true;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            watch.wait(deadline - now).await;
+        }
+    }
+
     /// Wakes blocking queries and stops the leader loops; Raft keeps running
     /// until [`Server::shutdown`].
     pub fn begin_shutdown(&self) {

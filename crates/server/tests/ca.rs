@@ -20,13 +20,8 @@ async fn start() -> Arc<Server> {
         .await
         .unwrap();
     assert!(server.wait_for_leader(Duration::from_secs(10)).await);
-    for _ in 0..100 {
-        if !roots(&server).await.roots.is_empty() {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the CA was not initialised");
+    assert!(server.wait_for_ca(Duration::from_secs(10)).await);
+    server
 }
 
 async fn roots(server: &Server) -> IndexedCaRoots {

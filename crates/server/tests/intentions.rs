@@ -16,14 +16,8 @@ async fn start(config: ServerConfig) -> Arc<Server> {
     let server = Server::start(config).await.unwrap();
     assert!(server.wait_for_leader(Duration::from_secs(10)).await);
     // The leader enables features, then initialises the CA, when it takes office.
-    for _ in 0..200 {
-        let roots = server.ca_roots(&QueryOptions::default()).await.unwrap();
-        if !roots.value.roots.is_empty() {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the leader did not finish taking office")
+    assert!(server.wait_for_ca(Duration::from_secs(10)).await);
+    server
 }
 
 fn legacy(source: &str, destination: &str, action: &str) -> Intention {
