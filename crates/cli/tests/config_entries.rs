@@ -561,6 +561,14 @@ fn discovery_chain_endpoint_follows_the_issue_walkthrough() {
 #[test]
 fn intentions_entries_are_normalized_on_write() {
     let agent = TestAgent::dev(&[]);
+    // L7 permissions need an HTTP-family protocol at the destination.
+    assert_eq!(
+        agent.put(
+            "/v1/config",
+            r#"{"Kind":"service-defaults","Name":"api","Protocol":"http"}"#
+        ),
+        (200, "true".to_string())
+    );
     let body = r#"{"Kind":"service-intentions","Name":"api","Sources":[
         {"Name":"*","Action":"deny"},
         {"Name":"web","Action":"allow"},
