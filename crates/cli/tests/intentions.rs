@@ -235,6 +235,31 @@ fn intention_endpoints_reject_bad_input_clearly() {
         err.trim(),
         "Error: Must specify two arguments: source and destination"
     );
+    // -file: JSON intentions; L7 ones belong in config entries.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("i.json");
+    std::fs::write(
+        &file,
+        r#"{"SourceName": "billing", "DestinationName": "orders", "Action": "deny"}"#,
+    )
+    .unwrap();
+    let (code, stdout, _) =
+        out(&agent.cli(&["intention", "create", "-file", file.to_str().unwrap()]));
+    assert_eq!(
+        (code, stdout.trim()),
+        (Some(0), "Created: billing => orders (deny)")
+    );
+    std::fs::write(
+        &file,
+        r#"{"SourceName": "a", "DestinationName": "b", "Permissions": [{"Action": "allow", "HTTP": {"PathPrefix": "/"}}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = out(&agent.cli(&["intention", "create", "-file", file.to_str().unwrap()]));
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot create L7 intention from file"),
+        "{err}"
+    );
     let (code, _, err) = out(&agent.cli(&["intention", "check", "a"]));
     assert_eq!(code, Some(2));
     assert!(err.contains("exactly two arguments"));
