@@ -78,7 +78,7 @@ impl Hasher for Fnv64 {
 }
 
 /// One upstream target: a service (subset) in a datacenter.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Target {
     /// `[subset.]service.namespace.partition.datacenter`.
@@ -87,7 +87,7 @@ pub struct Target {
     /// Service.
     pub service: String,
     /// Subset (empty: none).
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_subset: String,
     /// Namespace.
     pub namespace: String,
@@ -109,7 +109,7 @@ pub struct Target {
 }
 
 /// A compiled chain, in Consul's JSON shape.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct CompiledChain {
     /// The service.

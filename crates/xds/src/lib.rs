@@ -1,0 +1,12 @@
+//! xDS: Envoy resources from proxycfg snapshots (a pure function) and the
+//! gRPC Aggregated Discovery Service (state-of-the-world and delta) that
+//! serves them to Envoy and to `legate connect proxy`.
+//!
+//! Depends on types, chain and proxycfg; tonic and the Envoy protos stay here.
+
+pub mod resources;
+pub mod server;
+
+pub use server::{AdsServer, Metrics, SnapshotSource};
+
+pub use envoy_types;

@@ -1,0 +1,534 @@
+//! The Aggregated Discovery Service: state-of-the-world
+//! (`StreamAggregatedResources`) and incremental
+//! (`DeltaAggregatedResources`) streams over the same snapshots.
+//!
+//! Per stream and type: versions are content hashes, every response gets a
+//! fresh nonce, a request echoing an older nonce is stale and ignored, a
+//! NACK (`error_detail`) is logged and the last good config stays (nothing
+//! is resent until the snapshot changes). Delta streams remember what each
+//! subscriber holds (seeded from `initial_resource_versions` on reconnect),
+//! send only changed resources and name the removed ones.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse, Resource,
+};
+use envoy_types::pb::google::protobuf::Any;
+use futures::Stream;
+use legate_proxycfg::ConnectProxySnapshot;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::resources::{self, Resources, CLUSTER_TYPE, LISTENER_TYPE, TYPE_ORDER};
+
+/// Where streams find the snapshots of a proxy.
+pub trait SnapshotSource: Send + Sync + 'static {
+    /// The snapshots of `proxy_id`, or `None` when no such proxy is registered.
+    fn watch(&self, proxy_id: &str) -> Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>>;
+}
+
+impl SnapshotSource for legate_proxycfg::Manager {
+    fn watch(&self, proxy_id: &str) -> Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>> {
+        legate_proxycfg::Manager::watch(self, proxy_id)
+    }
+}
+
+/// Counters of the ADS server.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Responses sent.
+    pub pushes: AtomicU64,
+    /// NACKs received.
+    pub nacks: AtomicU64,
+    /// Streams open now.
+    pub streams: AtomicU64,
+}
+
+/// The ADS service.
+#[derive(Clone)]
+pub struct AdsServer {
+    source: Arc<dyn SnapshotSource>,
+    metrics: Arc<Metrics>,
+}
+
+impl AdsServer {
+    /// A server over `source`.
+    pub fn new(source: Arc<dyn SnapshotSource>) -> AdsServer {
+        AdsServer {
+            source,
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// Its counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The tonic service.
+    pub fn into_service(self) -> AggregatedDiscoveryServiceServer<AdsServer> {
+        AggregatedDiscoveryServiceServer::new(self)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+}
+
+/// FNV-1a over the encoded resources: a version that changes exactly when
+/// the content does.
+fn version_of<'a>(items: impl Iterator<Item = (&'a String, &'a Any)>) -> String {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= *b as u64;
+            hash = hash.wrapping_mul(0x100000001b3);
+        }
+    };
+    for (name, any) in items {
+        feed(name.as_bytes());
+        feed(any.type_url.as_bytes());
+        feed(&any.value);
+    }
+    format!("{hash:016x}")
+}
+
+fn resource_version(name: &String, any: &Any) -> String {
+    version_of(std::iter::once((name, any)))
+}
+
+/// Types whose requests name no resources mean "all of them".
+fn is_wildcard_type(type_url: &str) -> bool {
+    type_url == LISTENER_TYPE || type_url == CLUSTER_TYPE
+}
+
+type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+fn token_of<T>(request: &Request<T>) -> String {
+    request
+        .metadata()
+        .get("x-consul-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsServer {
+    type StreamAggregatedResourcesStream = ResponseStream<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = ResponseStream<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        // Read now; enforced once ACLs exist.
+        let _token = token_of(&request);
+        let (tx, rx) = mpsc::channel(16);
+        let session = SotwSession::new(self.source.clone(), self.metrics.clone(), tx);
+        tokio::spawn(session.run(request.into_inner()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let _token = token_of(&request);
+        let (tx, rx) = mpsc::channel(16);
+        let session = DeltaSession::new(self.source.clone(), self.metrics.clone(), tx);
+        tokio::spawn(session.run(request.into_inner()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Finds the proxy named by the first request's node id.
+fn subscribe(
+    source: &Arc<dyn SnapshotSource>,
+    node_id: &str,
+) -> Result<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>, Status> {
+    if node_id.is_empty() {
+        return Err(Status::invalid_argument(
+            "the first request must carry a node id (the proxy's service id)",
+        ));
+    }
+    source.watch(node_id).ok_or_else(|| {
+        Status::not_found(format!(
+            "no proxy with id {node_id:?} is registered with this agent"
+        ))
+    })
+}
+
+/// Waits for the next snapshot (or forever when there is no watch yet).
+async fn next_snapshot(
+    watch: &mut Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>>,
+) -> Option<Option<Arc<ConnectProxySnapshot>>> {
+    match watch {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(rx.borrow_and_update().clone()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+#[derive(Default)]
+struct SotwType {
+    subscribed: bool,
+    names: BTreeSet<String>,
+    sent_version: Option<String>,
+    nonce: String,
+}
+
+struct SotwSession {
+    source: Arc<dyn SnapshotSource>,
+    metrics: Arc<Metrics>,
+    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    node_id: String,
+    types: HashMap<String, SotwType>,
+    resources: Option<Arc<Resources>>,
+    nonce: u64,
+}
+
+impl SotwSession {
+    fn new(
+        source: Arc<dyn SnapshotSource>,
+        metrics: Arc<Metrics>,
+        tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    ) -> SotwSession {
+        SotwSession {
+            source,
+            metrics,
+            tx,
+            node_id: String::new(),
+            types: HashMap::new(),
+            resources: None,
+            nonce: 0,
+        }
+    }
+
+    async fn run(mut self, mut inbound: Streaming<DiscoveryRequest>) {
+        self.metrics.streams.fetch_add(1, Ordering::Relaxed);
+        let mut watch = None;
+        loop {
+            tokio::select! {
+                message = inbound.message() => {
+                    let request = match message {
+                        Ok(Some(r)) => r,
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::debug!(node = %self.node_id, %status, "xDS stream ended");
+                            break;
+                        }
+                    };
+                    if watch.is_none() {
+                        let id = request.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
+                        match subscribe(&self.source, &id) {
+                            Ok(rx) => {
+                                self.node_id = id;
+                                let current = rx.borrow().clone();
+                                self.resources = current.map(|s| Arc::new(resources::generate(&s)));
+                                watch = Some(rx);
+                            }
+                            Err(status) => {
+                                let _ = self.tx.send(Err(status)).await;
+                                break;
+                            }
+                        }
+                    }
+                    if !self.handle(request).await {
+                        break;
+                    }
+                }
+                snapshot = next_snapshot(&mut watch) => {
+                    match snapshot {
+                        Some(Some(s)) => {
+                            self.resources = Some(Arc::new(resources::generate(&s)));
+                            if !self.push_all().await {
+                                break;
+                            }
+                        }
+                        // Deregistered: end the stream.
+                        Some(None) | None => {
+                            let _ = self.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.metrics.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Handles one request; `false` when the stream is gone.
+    async fn handle(&mut self, request: DiscoveryRequest) -> bool {
+        let type_url = request.type_url.clone();
+        let state = self.types.entry(type_url.clone()).or_default();
+        if !request.response_nonce.is_empty() {
+            if request.response_nonce != state.nonce {
+                // An answer to an older response: ignore it entirely.
+                return true;
+            }
+            if let Some(error) = &request.error_detail {
+                self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(node = %self.node_id, type_url = %type_url, version = %request.version_info, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
+                return true;
+            }
+        }
+        let names: BTreeSet<String> = request.resource_names.iter().cloned().collect();
+        let changed = !state.subscribed || names != state.names;
+        state.subscribed = true;
+        state.names = names;
+        if changed || state.sent_version.is_none() {
+            return self.push(&type_url, true).await;
+        }
+        true
+    }
+
+    async fn push_all(&mut self) -> bool {
+        for type_url in TYPE_ORDER {
+            if self.types.get(type_url).is_some_and(|t| t.subscribed) && !self.push(type_url, false).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends the type's resources when their version changed (or `force`).
+    async fn push(&mut self, type_url: &str, force: bool) -> bool {
+        let Some(resources) = self.resources.clone() else {
+            return true;
+        };
+        let empty = BTreeMap::new();
+        let all = resources.of(type_url).unwrap_or(&empty);
+        let state = self.types.entry(type_url.to_string()).or_default();
+        let selected: Vec<(&String, &Any)> = all
+            .iter()
+            .filter(|(name, _)| {
+                (is_wildcard_type(type_url) && state.names.is_empty()) || state.names.contains(*name)
+            })
+            .collect();
+        let version = version_of(selected.iter().copied());
+        if !force && state.sent_version.as_deref() == Some(version.as_str()) {
+            return true;
+        }
+        self.nonce += 1;
+        let nonce = self.nonce.to_string();
+        state.sent_version = Some(version.clone());
+        state.nonce = nonce.clone();
+        let response = DiscoveryResponse {
+            version_info: version,
+            resources: selected.into_iter().map(|(_, a)| a.clone()).collect(),
+            type_url: type_url.to_string(),
+            nonce,
+            ..Default::default()
+        };
+        self.metrics.pushes.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(Ok(response)).await.is_ok()
+    }
+}
+
+#[derive(Default)]
+struct DeltaType {
+    wildcard: bool,
+    names: BTreeSet<String>,
+    /// What the client holds: name -> version.
+    held: BTreeMap<String, String>,
+    nonce: String,
+    started: bool,
+}
+
+struct DeltaSession {
+    source: Arc<dyn SnapshotSource>,
+    metrics: Arc<Metrics>,
+    tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
+    node_id: String,
+    types: HashMap<String, DeltaType>,
+    resources: Option<Arc<Resources>>,
+    nonce: u64,
+}
+
+impl DeltaSession {
+    fn new(
+        source: Arc<dyn SnapshotSource>,
+        metrics: Arc<Metrics>,
+        tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
+    ) -> DeltaSession {
+        DeltaSession {
+            source,
+            metrics,
+            tx,
+            node_id: String::new(),
+            types: HashMap::new(),
+            resources: None,
+            nonce: 0,
+        }
+    }
+
+    async fn run(mut self, mut inbound: Streaming<DeltaDiscoveryRequest>) {
+        self.metrics.streams.fetch_add(1, Ordering::Relaxed);
+        let mut watch = None;
+        loop {
+            tokio::select! {
+                message = inbound.message() => {
+                    let request = match message {
+                        Ok(Some(r)) => r,
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::debug!(node = %self.node_id, %status, "xDS delta stream ended");
+                            break;
+                        }
+                    };
+                    if watch.is_none() {
+                        let id = request.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
+                        match subscribe(&self.source, &id) {
+                            Ok(rx) => {
+                                self.node_id = id;
+                                let current = rx.borrow().clone();
+                                self.resources = current.map(|s| Arc::new(resources::generate(&s)));
+                                watch = Some(rx);
+                            }
+                            Err(status) => {
+                                let _ = self.tx.send(Err(status)).await;
+                                break;
+                            }
+                        }
+                    }
+                    if !self.handle(request).await {
+                        break;
+                    }
+                }
+                snapshot = next_snapshot(&mut watch) => {
+                    match snapshot {
+                        Some(Some(s)) => {
+                            self.resources = Some(Arc::new(resources::generate(&s)));
+                            if !self.push_all().await {
+                                break;
+                            }
+                        }
+                        Some(None) | None => {
+                            let _ = self.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.metrics.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    async fn handle(&mut self, request: DeltaDiscoveryRequest) -> bool {
+        let type_url = request.type_url.clone();
+        let state = self.types.entry(type_url.clone()).or_default();
+        if !request.response_nonce.is_empty() {
+            if request.response_nonce != state.nonce {
+                return true; // stale
+            }
+            if let Some(error) = &request.error_detail {
+                self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(node = %self.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
+                return true;
+            }
+        }
+        if !state.started {
+            state.started = true;
+            // The first request of a type: wildcard unless it names resources.
+            state.wildcard = is_wildcard_type(&type_url)
+                && (request.resource_names_subscribe.is_empty()
+                    || request.resource_names_subscribe.iter().any(|n| n == "*"));
+            for (name, version) in &request.initial_resource_versions {
+                state.held.insert(name.clone(), version.clone());
+            }
+        }
+        let mut changed = false;
+        for name in &request.resource_names_subscribe {
+            if name == "*" {
+                changed |= !state.wildcard;
+                state.wildcard = true;
+            } else {
+                changed |= state.names.insert(name.clone());
+            }
+        }
+        for name in &request.resource_names_unsubscribe {
+            if name == "*" {
+                changed |= state.wildcard;
+                state.wildcard = false;
+            } else if state.names.remove(name) {
+                state.held.remove(name);
+                changed = true;
+            }
+        }
+        let first = request.response_nonce.is_empty();
+        if changed || first {
+            return self.push(&type_url, first).await;
+        }
+        true
+    }
+
+    async fn push_all(&mut self) -> bool {
+        for type_url in TYPE_ORDER {
+            if self.types.get(type_url).is_some_and(|t| t.started) && !self.push(type_url, false).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends what changed for the type since the client's last view
+    /// (with `always`, even an empty response, so a first request is answered).
+    async fn push(&mut self, type_url: &str, always: bool) -> bool {
+        let Some(resources) = self.resources.clone() else {
+            return true;
+        };
+        let empty = BTreeMap::new();
+        let all = resources.of(type_url).unwrap_or(&empty);
+        let state = self.types.entry(type_url.to_string()).or_default();
+        let wanted = |name: &String| state.wildcard || state.names.contains(name);
+        let mut updated = Vec::new();
+        for (name, any) in all.iter().filter(|(n, _)| wanted(n)) {
+            let version = resource_version(name, any);
+            if state.held.get(name) != Some(&version) {
+                updated.push(Resource {
+                    name: name.clone(),
+                    version: version.clone(),
+                    resource: Some(any.clone()),
+                    ..Default::default()
+                });
+            }
+        }
+        let removed: Vec<String> = state
+            .held
+            .keys()
+            .filter(|name| !all.contains_key(*name) || !wanted(name))
+            .cloned()
+            .collect();
+        if updated.is_empty() && removed.is_empty() && !always {
+            return true;
+        }
+        for r in &updated {
+            state.held.insert(r.name.clone(), r.version.clone());
+        }
+        for name in &removed {
+            state.held.remove(name);
+        }
+        self.nonce += 1;
+        let nonce = self.nonce.to_string();
+        state.nonce = nonce.clone();
+        let response = DeltaDiscoveryResponse {
+            system_version_info: version_of(all.iter()),
+            resources: updated,
+            type_url: type_url.to_string(),
+            removed_resources: removed,
+            nonce,
+            ..Default::default()
+        };
+        self.metrics.pushes.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(Ok(response)).await.is_ok()
+    }
+}
