@@ -12,6 +12,7 @@ pub mod config;
 pub mod intention_cache;
 pub mod leaf;
 pub mod local;
+pub mod proxy_sources;
 mod sync;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -89,6 +90,7 @@ pub struct Agent {
     config_loader: Mutex<Option<ConfigLoader>>,
     leaf_certs: Arc<leaf::LeafManager>,
     intentions: Arc<intention_cache::IntentionCache>,
+    proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
 }
 
 impl Agent {
@@ -104,6 +106,7 @@ impl Agent {
         let intentions =
             intention_cache::IntentionCache::new(rpc.clone(), config.datacenter.clone());
         let agent = Arc::new(Agent {
+            proxycfg: std::sync::OnceLock::new(),
             intentions,
             leaf_certs,
             config,
@@ -131,6 +134,8 @@ impl Agent {
                 .map_err(|e| AgentError::BadRequest(format!("check from config: {e}")))?;
         }
         agent.restore_persisted()?;
+        let manager = agent.start_proxycfg();
+        let _ = agent.proxycfg.set(manager);
         sync::spawn(agent.clone());
         spawn_reaper(agent.clone());
         Ok(agent)
@@ -181,6 +186,11 @@ impl Agent {
     /// The server endpoints.
     pub fn rpc(&self) -> &Arc<dyn ServerRpc> {
         &self.rpc
+    }
+
+    /// The proxy configuration manager (snapshots the xDS server serves).
+    pub fn proxycfg(&self) -> Option<&Arc<legate_proxycfg::Manager>> {
+        self.proxycfg.get()
     }
 
     /// The intention cache (`/v1/agent/connect/authorize`).

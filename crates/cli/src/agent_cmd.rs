@@ -505,6 +505,31 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         }
         None => None,
     };
+    let grpc = match (config.ports.grpc, agent.proxycfg()) {
+        (Some(port), Some(manager)) => {
+            let address = SocketAddr::new(config.client_addr, port);
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| format!("Error starting the gRPC (xDS) server on {address}: {e}"))?;
+            tracing::info!(address = %address, "gRPC (xDS) server listening");
+            let ads = legate_xds::AdsServer::new(manager.clone());
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let task = tokio::spawn(async move {
+                let result = tonic::transport::Server::builder()
+                    .add_service(ads.into_service())
+                    .serve_with_incoming_shutdown(incoming, async move {
+                        let _ = stop_rx.await;
+                    })
+                    .await;
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "gRPC server failed");
+                }
+            });
+            Some((stop_tx, task))
+        }
+        _ => None,
+    };
     println!("==> Legate agent running!");
 
     tokio::select! {
@@ -522,6 +547,10 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         {
             tracing::warn!("HTTP connections did not drain within 5s; closing them");
         }
+    }
+    if let Some((stop, task)) = grpc {
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
     server.shutdown().await;
     if let Some(pid) = &config.pid_file {

@@ -50,7 +50,11 @@ pub trait DataSources: Send + Sync + 'static {
         min_index: u64,
     ) -> Result<Fetched<CompiledChain>, String>;
     /// The mesh endpoints (sidecars or native instances) of one target.
-    async fn endpoints(&self, target: &Target, min_index: u64) -> Result<Fetched<Vec<Endpoint>>, String>;
+    async fn endpoints(
+        &self,
+        target: &Target,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<Endpoint>>, String>;
     /// What intentions decide when none matches.
     fn default_allow(&self) -> bool;
 }
@@ -143,7 +147,10 @@ impl Manager {
 
     /// The snapshots of one proxy (`None` until complete); `None` when the
     /// proxy is not registered here.
-    pub fn watch(&self, proxy_id: &str) -> Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>> {
+    pub fn watch(
+        &self,
+        proxy_id: &str,
+    ) -> Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>> {
         self.proxies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -232,10 +239,7 @@ impl Building {
             let found = self.endpoints.get(&id);
             let mut endpoints = BTreeMap::new();
             for target in chain.targets.keys() {
-                endpoints.insert(
-                    target.clone(),
-                    found.and_then(|m| m.get(target)).cloned()?,
-                );
+                endpoints.insert(target.clone(), found.and_then(|m| m.get(target)).cloned()?);
             }
             upstreams.push(UpstreamSnapshot {
                 upstream: upstream.clone(),
@@ -355,8 +359,11 @@ async fn run_proxy(
                 Update::Intentions(i) => building.intentions = Some(i),
                 Update::Chain(upstream, chain) => {
                     // (Re)start endpoint watchers for the chain's targets.
-                    let wanted: Vec<(String, Target)> =
-                        chain.targets.iter().map(|(id, t)| (id.clone(), t.clone())).collect();
+                    let wanted: Vec<(String, Target)> = chain
+                        .targets
+                        .iter()
+                        .map(|(id, t)| (id.clone(), t.clone()))
+                        .collect();
                     target_watchers.retain(|(u, id), handle| {
                         let keep = u != &upstream || wanted.iter().any(|(w, _)| w == id);
                         if !keep {

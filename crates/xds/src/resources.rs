@@ -55,7 +55,12 @@ pub struct Resources {
 }
 
 impl Resources {
-    fn add<T: prost::Name + prost::Message>(&mut self, type_url: &'static str, name: String, value: T) {
+    fn add<T: prost::Name + prost::Message>(
+        &mut self,
+        type_url: &'static str,
+        name: String,
+        value: T,
+    ) {
         self.by_type
             .entry(type_url)
             .or_default()
@@ -109,7 +114,9 @@ fn typed_filter<T: prost::Name + prost::Message>(name: &str, config: T) -> liste
 fn transport_socket<T: prost::Name + prost::Message>(config: T) -> core::TransportSocket {
     core::TransportSocket {
         name: "tls".into(),
-        config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack_any(config))),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack_any(
+            config,
+        ))),
     }
 }
 
@@ -141,9 +148,9 @@ fn common_tls(snapshot: &ConnectProxySnapshot, san: Option<String>) -> tls::Comm
             private_key: inline(&snapshot.leaf_key),
             ..Default::default()
         }],
-        validation_context_type: Some(tls::common_tls_context::ValidationContextType::ValidationContext(
-            validation,
-        )),
+        validation_context_type: Some(
+            tls::common_tls_context::ValidationContextType::ValidationContext(validation),
+        ),
         ..Default::default()
     }
 }
@@ -221,9 +228,9 @@ pub fn network_rbac(rules: &[Rule], default_allow: bool) -> net_rbac::Rbac {
                     });
                 }
                 principal = rbac::Principal {
-                    identifier: Some(rbac::principal::Identifier::AndIds(
-                        rbac::principal::Set { ids },
-                    )),
+                    identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set {
+                        ids,
+                    })),
                 };
             }
         }
@@ -370,7 +377,10 @@ fn upstream_cluster(
         .upstream
         .config
         .get("connect_timeout_ms")
-        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
         .or_else(|| go_duration_ms(&target.connect_timeout))
         .unwrap_or(5000);
     let spiffe = format!(
@@ -411,7 +421,9 @@ fn upstream_cluster(
 }
 
 fn local_app_cluster(snapshot: &ConnectProxySnapshot) -> cluster::Cluster {
-    let timeout = snapshot.config_u64("local_connect_timeout_ms").unwrap_or(5000);
+    let timeout = snapshot
+        .config_u64("local_connect_timeout_ms")
+        .unwrap_or(5000);
     cluster::Cluster {
         name: LOCAL_APP.into(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
@@ -435,12 +447,19 @@ fn local_app_cluster(snapshot: &ConnectProxySnapshot) -> cluster::Cluster {
     }
 }
 
-fn lb_endpoint(address: &str, port: u16, health: core::HealthStatus, weight: u32) -> endpoint::LbEndpoint {
+fn lb_endpoint(
+    address: &str,
+    port: u16,
+    health: core::HealthStatus,
+    weight: u32,
+) -> endpoint::LbEndpoint {
     endpoint::LbEndpoint {
-        host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(endpoint::Endpoint {
-            address: Some(socket_address(address, port)),
-            ..Default::default()
-        })),
+        host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+            endpoint::Endpoint {
+                address: Some(socket_address(address, port)),
+                ..Default::default()
+            },
+        )),
         health_status: health as i32,
         load_balancing_weight: Some(UInt32Value {
             value: weight.clamp(1, 128),
@@ -449,7 +468,11 @@ fn lb_endpoint(address: &str, port: u16, health: core::HealthStatus, weight: u32
     }
 }
 
-fn load_assignment(cluster_name: &str, upstream: &UpstreamSnapshot, targets: &[&Target]) -> endpoint::ClusterLoadAssignment {
+fn load_assignment(
+    cluster_name: &str,
+    upstream: &UpstreamSnapshot,
+    targets: &[&Target],
+) -> endpoint::ClusterLoadAssignment {
     let mut localities = Vec::new();
     for (priority, target) in targets.iter().enumerate() {
         let only_passing = target
@@ -457,7 +480,11 @@ fn load_assignment(cluster_name: &str, upstream: &UpstreamSnapshot, targets: &[&
             .get("OnlyPassing")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let endpoints = upstream.endpoints.get(&target.id).cloned().unwrap_or_default();
+        let endpoints = upstream
+            .endpoints
+            .get(&target.id)
+            .cloned()
+            .unwrap_or_default();
         let lb_endpoints = endpoints
             .iter()
             .map(|e| {

@@ -293,7 +293,9 @@ impl SotwSession {
 
     async fn push_all(&mut self) -> bool {
         for type_url in TYPE_ORDER {
-            if self.types.get(type_url).is_some_and(|t| t.subscribed) && !self.push(type_url, false).await {
+            if self.types.get(type_url).is_some_and(|t| t.subscribed)
+                && !self.push(type_url, false).await
+            {
                 return false;
             }
         }
@@ -311,7 +313,8 @@ impl SotwSession {
         let selected: Vec<(&String, &Any)> = all
             .iter()
             .filter(|(name, _)| {
-                (is_wildcard_type(type_url) && state.names.is_empty()) || state.names.contains(*name)
+                (is_wildcard_type(type_url) && state.names.is_empty())
+                    || state.names.contains(*name)
             })
             .collect();
         let version = version_of(selected.iter().copied());
@@ -473,7 +476,9 @@ impl DeltaSession {
 
     async fn push_all(&mut self) -> bool {
         for type_url in TYPE_ORDER {
-            if self.types.get(type_url).is_some_and(|t| t.started) && !self.push(type_url, false).await {
+            if self.types.get(type_url).is_some_and(|t| t.started)
+                && !self.push(type_url, false).await
+            {
                 return false;
             }
         }
