@@ -26,11 +26,12 @@ def legate_binary() -> str:
 
 
 class Agent:
-    def __init__(self, extra_args=()):
+    def __init__(self, extra_args=(), grpc_port=-1):
         self.port = free_port()
+        self.grpc_port = grpc_port
         self.log = tempfile.NamedTemporaryFile(prefix="legate-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [legate_binary(), "agent", "-dev", f"-http-port={self.port}", "-dns-port=-1", "-grpc-port=-1", *extra_args],
+            [legate_binary(), "agent", "-dev", f"-http-port={self.port}", "-dns-port=-1", f"-grpc-port={grpc_port}", *extra_args],
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

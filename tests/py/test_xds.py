@@ -1,0 +1,163 @@
+"""Legate's xDS server checked by an independent implementation: grpcio's
+ADS stubs and the Envoy v3 message definitions from `xds-protos`. Every
+resource of every response must decode into its Envoy type with no unknown
+fields, and every nested Any must be an Envoy type the definitions know."""
+
+import queue
+import time
+import urllib.request
+
+import grpc
+from conftest import Agent, free_port
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.network.rbac.v3 import rbac_pb2  # noqa: F401 (registers the type)
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import json_format
+
+DEMO = """
+services {
+  name = "web"
+  port = 8080
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams {
+          destination_name = "db"
+          local_bind_port = 9191
+        }
+      }
+    }
+  }
+}
+services {
+  name = "db"
+  port = 9090
+  connect { sidecar_service {} }
+}
+"""
+
+TYPES = {
+    "type.googleapis.com/envoy.config.listener.v3.Listener": listener_pb2.Listener,
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster": cluster_pb2.Cluster,
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment": endpoint_pb2.ClusterLoadAssignment,
+    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration": route_pb2.RouteConfiguration,
+}
+CDS, EDS, LDS = (
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+    "type.googleapis.com/envoy.config.listener.v3.Listener",
+)
+
+
+def strictly(any_msg):
+    """Decodes an Any into its Envoy type, refusing unknown fields and
+    unknown nested Any types; returns the message and its JSON form."""
+    cls = TYPES[any_msg.type_url]
+    msg = cls()
+    assert any_msg.Unpack(msg), any_msg.type_url
+    wire = msg.SerializeToString(deterministic=True)
+    copy = cls()
+    copy.ParseFromString(wire)
+    copy.DiscardUnknownFields()
+    assert copy.SerializeToString(deterministic=True) == wire, "unknown fields in " + any_msg.type_url
+    # JSON conversion expands every nested Any: it fails on a type the
+    # Envoy definitions do not know.
+    text = json_format.MessageToJson(msg)
+    return msg, text
+
+
+class Stream:
+    def __init__(self, port, node_id, delta=False):
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
+        self.requests = queue.Queue()
+        self.node = base_pb2.Node(id=node_id, cluster="test")
+
+        def gen():
+            while True:
+                item = self.requests.get()
+                if item is None:
+                    return
+                yield item
+
+        call = stub.DeltaAggregatedResources if delta else stub.StreamAggregatedResources
+        self.responses = call(gen())
+
+    def send(self, **fields):
+        cls = discovery_pb2.DeltaDiscoveryRequest if "resource_names_subscribe" in fields or fields.pop("delta", False) else discovery_pb2.DiscoveryRequest
+        self.requests.put(cls(node=self.node, **fields))
+
+    def recv(self):
+        return next(self.responses)
+
+    def close(self):
+        self.requests.put(None)
+        self.channel.close()
+
+
+def test_every_resource_parses_strictly_as_envoy_v3(tmp_path):
+    demo = tmp_path / "demo.hcl"
+    demo.write_text(DEMO)
+    grpc_port = free_port()
+    agent = Agent(["-config-file", str(demo)], grpc_port=grpc_port)
+    try:
+        # Give the public listeners RBAC policies: deny web -> db.
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{agent.port}/v1/connect/intentions/exact?source=web&destination=db",
+            data=b'{"Action": "deny"}',
+            method="PUT",
+        )
+        assert urllib.request.urlopen(req).read() == b"true"
+        seen_types = set()
+        for node_id in ("web-sidecar-proxy", "db-sidecar-proxy"):
+            stream = Stream(grpc_port, node_id)
+            stream.send(type_url=CDS)
+            clusters = stream.recv()
+            assert clusters.type_url == CDS
+            names = []
+            for any_msg in clusters.resources:
+                cluster, text = strictly(any_msg)
+                names.append(cluster.name)
+                seen_types.add(any_msg.type_url)
+                if cluster.name != "local_app":
+                    assert "UpstreamTlsContext" in text and "matchTypedSubjectAltNames" in text
+            eds_names = [n for n in names if n != "local_app"]
+            stream.send(type_url=CDS, version_info=clusters.version_info, response_nonce=clusters.nonce)
+            if eds_names:
+                stream.send(type_url=EDS, resource_names=eds_names)
+                endpoints = stream.recv()
+                assert endpoints.type_url == EDS
+                assert len(endpoints.resources) == len(eds_names)
+                for any_msg in endpoints.resources:
+                    cla, _ = strictly(any_msg)
+                    assert cla.policy.overprovisioning_factor.value == 100000
+                    seen_types.add(any_msg.type_url)
+            stream.send(type_url=LDS)
+            listeners = stream.recv()
+            assert listeners.type_url == LDS
+            for any_msg in listeners.resources:
+                listener, text = strictly(any_msg)
+                seen_types.add(any_msg.type_url)
+                if listener.name.startswith("public_listener:"):
+                    assert "DownstreamTlsContext" in text and '"requireClientCertificate": true' in text
+                    assert "envoy.filters.network.rbac" in text
+            stream.close()
+        assert seen_types == {CDS, EDS, LDS}
+
+        # The delta protocol, through grpcio too.
+        delta = Stream(grpc_port, "web-sidecar-proxy", delta=True)
+        delta.send(type_url=LDS, resource_names_subscribe=[])
+        answer = delta.recv()
+        assert answer.type_url == LDS
+        assert sorted(r.name for r in answer.resources) == ["db:127.0.0.1:9191", "public_listener:0.0.0.0:21000"]
+        for r in answer.resources:
+            strictly(r.resource)
+        delta.close()
+    finally:
+        agent.stop()
