@@ -161,3 +161,48 @@ def test_every_resource_parses_strictly_as_envoy_v3(tmp_path):
         delta.close()
     finally:
         agent.stop()
+
+
+def test_connect_envoy_bootstrap_parses_strictly_as_an_envoy_bootstrap(tmp_path):
+    import json
+    import subprocess
+
+    from conftest import legate_binary
+    from envoy.config.bootstrap.v3 import bootstrap_pb2
+    from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
+    from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
+    from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+    from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
+
+    demo = tmp_path / "demo.hcl"
+    demo.write_text(DEMO.replace(
+        "      proxy {\n",
+        '      proxy {\n        config {\n          envoy_prometheus_bind_addr = "127.0.0.1:9102"\n        }\n',
+        1,
+    ))
+    grpc_port = free_port()
+    agent = Agent(["-config-file", str(demo)], grpc_port=grpc_port)
+    try:
+        out = subprocess.run(
+            [legate_binary(), "connect", "envoy", "-sidecar-for", "web", "-bootstrap",
+             "-http-addr", f"127.0.0.1:{agent.port}", "-admin-bind", "localhost:19005"],
+            capture_output=True, text=True, check=True,
+        )
+        # Strict: unknown fields and unknown Any types are errors.
+        bootstrap = json_format.Parse(out.stdout, bootstrap_pb2.Bootstrap())
+        assert bootstrap.node.id == "web-sidecar-proxy"
+        assert bootstrap.node.cluster == "web-sidecar-proxy"
+        assert bootstrap.admin.address.socket_address.port_value == 19005
+        assert bootstrap.admin.address.socket_address.address == "127.0.0.1"
+        ads = bootstrap.dynamic_resources.ads_config
+        assert ads.api_type == ads.DELTA_GRPC
+        assert ads.grpc_services[0].initial_metadata[0].key == "x-consul-token"
+        agent_cluster = bootstrap.static_resources.clusters[0]
+        assert agent_cluster.name == "local_agent"
+        ep = agent_cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address
+        assert (ep.address, ep.port_value) == ("127.0.0.1", grpc_port)
+        names = [l.name for l in bootstrap.static_resources.listeners]
+        assert names == ["envoy_prometheus_metrics_listener:127.0.0.1:9102"]
+        json.loads(out.stdout)
+    finally:
+        agent.stop()

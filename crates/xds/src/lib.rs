@@ -4,6 +4,7 @@
 //!
 //! Depends on types, chain and proxycfg; tonic and the Envoy protos stay here.
 
+pub mod bootstrap;
 pub mod resources;
 pub mod server;
 

@@ -1,4 +1,4 @@
-//! `legate connect ca get-config|set-config`.
+//! `legate connect ca get-config|set-config` and `legate connect envoy`.
 
 use std::path::PathBuf;
 
@@ -15,6 +15,39 @@ pub enum ConnectCommand {
     /// Reads and changes the Connect CA configuration.
     #[command(subcommand)]
     Ca(CaCommand),
+    /// Writes Envoy's bootstrap for a sidecar and runs Envoy.
+    Envoy(Box<EnvoyArgs>),
+}
+
+/// Flags of `connect envoy`.
+#[derive(Args, Debug)]
+pub struct EnvoyArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The service whose sidecar proxy to run (finds its single sidecar).
+    #[arg(long = "sidecar-for")]
+    sidecar_for: Option<String>,
+    /// The proxy's service id (instead of -sidecar-for).
+    #[arg(long = "proxy-id")]
+    proxy_id: Option<String>,
+    /// Envoy's admin address.
+    #[arg(long = "admin-bind", default_value = "localhost:19000")]
+    admin_bind: String,
+    /// Envoy's admin access log.
+    #[arg(long = "admin-access-log-path", default_value = "/dev/null")]
+    admin_access_log_path: String,
+    /// The agent's gRPC address (env CONSUL_GRPC_ADDR; default: the agent's xDS port on 127.0.0.1).
+    #[arg(long = "grpc-addr")]
+    grpc_addr: Option<String>,
+    /// Print the bootstrap JSON and exit.
+    #[arg(long)]
+    bootstrap: bool,
+    /// The Envoy binary (default: `envoy` on PATH).
+    #[arg(long = "envoy-binary")]
+    envoy_binary: Option<String>,
+    /// Arguments after `--` go to Envoy.
+    #[arg(last = true)]
+    passthrough: Vec<String>,
 }
 
 /// `connect ca` subcommands.
@@ -47,9 +80,180 @@ pub struct SetConfigArgs {
     force_without_cross_signing: bool,
 }
 
+/// Resolves `host:port` to an IP address and port (IPv4 preferred), as
+/// Envoy needs numeric addresses.
+pub fn resolve(flag: &str, value: &str) -> Result<(String, u16), String> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<std::net::SocketAddr> = value
+        .to_socket_addrs()
+        .map_err(|e| format!("Invalid {flag} {value:?}: {e}"))?
+        .collect();
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .ok_or_else(|| format!("Invalid {flag} {value:?}: it resolves to no address"))?;
+    Ok((addr.ip().to_string(), addr.port()))
+}
+
+/// Finds the proxy to run: `-proxy-id`, or the single sidecar of `-sidecar-for`.
+pub async fn find_proxy(
+    client: &Client,
+    sidecar_for: Option<&str>,
+    proxy_id: Option<&str>,
+) -> Result<Value, String> {
+    let services: serde_json::Map<String, Value> = client
+        .get_json("/v1/agent/services", &[])
+        .await
+        .map_err(|e| format!("Error reading the agent's services: {e}"))?;
+    match (sidecar_for, proxy_id) {
+        (_, Some(id)) => services
+            .get(id)
+            .filter(|s| s["Kind"] == "connect-proxy")
+            .cloned()
+            .ok_or_else(|| format!("No proxy with ID {id:?} is registered with the local agent")),
+        (Some(service), None) => {
+            let mut found: Vec<&Value> = services
+                .values()
+                .filter(|s| {
+                    s["Kind"] == "connect-proxy"
+                        && (s["Proxy"]["DestinationServiceID"] == service
+                            || (s["Proxy"]["DestinationServiceID"].is_null()
+                                && s["Proxy"]["DestinationServiceName"] == service))
+                })
+                .collect();
+            found.sort_by_key(|s| s["ID"].as_str().unwrap_or("").to_string());
+            match found.as_slice() {
+                [] => Err(format!("No sidecar proxy registered for {service}")),
+                [one] => Ok((*one).clone()),
+                many => Err(format!(
+                    "More than one sidecar proxy registered for {service}.\n    Start proxy with -proxy-id and one of the following proxy IDs: {}",
+                    many.iter()
+                        .map(|s| s["ID"].as_str().unwrap_or(""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        }
+        (None, None) => {
+            Err("No proxy ID specified. One of -proxy-id or -sidecar-for is required".into())
+        }
+    }
+}
+
+/// The agent's gRPC address: the flag, `CONSUL_GRPC_ADDR`, or the agent's xDS port.
+async fn grpc_address(client: &Client, flag: Option<&str>) -> Result<(String, u16), String> {
+    let given = flag
+        .map(String::from)
+        .or_else(|| std::env::var("CONSUL_GRPC_ADDR").ok())
+        .filter(|s| !s.is_empty());
+    if let Some(addr) = given {
+        let addr = addr
+            .trim_start_matches("http://")
+            .trim_start_matches("https://");
+        return resolve("-grpc-addr", addr);
+    }
+    let me: Value = client
+        .get_json("/v1/agent/self", &[])
+        .await
+        .map_err(|e| format!("Error reading the agent's configuration: {e}"))?;
+    let port = me["xDS"]["Ports"]["Plaintext"]
+        .as_i64()
+        .or_else(|| me["xDS"]["Port"].as_i64())
+        .unwrap_or(-1);
+    if port <= 0 {
+        return Err("The agent's gRPC (xDS) port is disabled: start it with -grpc-port 8502 (or ports { grpc = 8502 }), or pass -grpc-addr".into());
+    }
+    Ok(("127.0.0.1".into(), port as u16))
+}
+
+async fn envoy(args: EnvoyArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let proxy = match find_proxy(
+        &client,
+        args.sidecar_for.as_deref(),
+        args.proxy_id.as_deref(),
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let (admin_address, admin_port) = match resolve("-admin-bind", &args.admin_bind) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let (agent_address, agent_port) = match grpc_address(&client, args.grpc_addr.as_deref()).await {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let prometheus = match proxy["Proxy"]["Config"]["envoy_prometheus_bind_addr"].as_str() {
+        Some(addr) => match resolve("envoy_prometheus_bind_addr", addr) {
+            Ok(a) => Some(a),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let params = legate_xds::bootstrap::BootstrapParams {
+        proxy_id: proxy["ID"].as_str().unwrap_or("").to_string(),
+        cluster: proxy["Service"].as_str().unwrap_or("").to_string(),
+        admin_address,
+        admin_port,
+        admin_access_log_path: args.admin_access_log_path.clone(),
+        agent_address,
+        agent_port,
+        token: args
+            .http
+            .token
+            .clone()
+            .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
+            .unwrap_or_default(),
+        prometheus_bind_addr: prometheus,
+    };
+    let text = serde_json::to_string_pretty(&legate_xds::bootstrap::bootstrap(&params))
+        .unwrap_or_default();
+    if args.bootstrap {
+        println!("{text}");
+        return 0;
+    }
+    let binary = match args.envoy_binary.clone().or_else(|| find_on_path("envoy")) {
+        Some(b) => b,
+        None => {
+            return fail(format!(
+                "Envoy is not installed: no `envoy` on PATH. Install Envoy or pass -envoy-binary, or run Legate's built-in proxy instead: legate connect proxy -sidecar-for {}",
+                proxy["Proxy"]["DestinationServiceName"].as_str().unwrap_or("<service>")
+            ))
+        }
+    };
+    let path = std::env::temp_dir().join(format!("legate-envoy-{}.json", params.proxy_id));
+    if let Err(e) = std::fs::write(&path, &text) {
+        return fail(format!(
+            "Error writing the bootstrap to {}: {e}",
+            path.display()
+        ));
+    }
+    use std::os::unix::process::CommandExt;
+    let error = std::process::Command::new(&binary)
+        .arg("--config-path")
+        .arg(&path)
+        .arg("--disable-hot-restart")
+        .args(&args.passthrough)
+        .exec();
+    fail(format!("Error running {binary}: {error}"))
+}
+
+fn find_on_path(name: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .map(|p| p.display().to_string())
+}
+
 /// Runs a connect subcommand.
 pub async fn run(cmd: ConnectCommand) -> u8 {
     match cmd {
+        ConnectCommand::Envoy(args) => envoy(*args).await,
         ConnectCommand::Ca(CaCommand::GetConfig(args)) => {
             let client = Client::new(&args.http);
             match client
