@@ -396,15 +396,22 @@ fn connect_envoy_finds_the_sidecar_or_says_why_not() {
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
-    let (code, stdout, _) = run(&["connect", "envoy", "-sidecar-for", "web", "-bootstrap"], "/usr/bin:/bin");
+    let (code, stdout, _) = run(
+        &["connect", "envoy", "-sidecar-for", "web", "-bootstrap"],
+        "/usr/bin:/bin",
+    );
     assert_eq!(code, Some(0));
     let bootstrap: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(bootstrap["node"]["id"], "web-sidecar-proxy");
     assert_eq!(
-        bootstrap["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["port_value"],
+        bootstrap["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
+            ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["port_value"],
         grpc
     );
-    let (code, _, err) = run(&["connect", "envoy", "-sidecar-for", "nothing"], "/usr/bin:/bin");
+    let (code, _, err) = run(
+        &["connect", "envoy", "-sidecar-for", "nothing"],
+        "/usr/bin:/bin",
+    );
     assert_eq!(code, Some(1));
     assert_eq!(err.trim(), "No sidecar proxy registered for nothing");
     // A second sidecar for web: ambiguous.
@@ -413,10 +420,19 @@ fn connect_envoy_finds_the_sidecar_or_says_why_not() {
         r#"{"Kind":"connect-proxy","Name":"web-proxy-2","ID":"web-proxy-2","Port":21555,"Proxy":{"DestinationServiceName":"web","DestinationServiceID":"web"}}"#,
     );
     assert_eq!(status, 200, "{body}");
-    let (code, _, err) = run(&["connect", "envoy", "-sidecar-for", "web"], "/usr/bin:/bin");
+    let (code, _, err) = run(
+        &["connect", "envoy", "-sidecar-for", "web"],
+        "/usr/bin:/bin",
+    );
     assert_eq!(code, Some(1));
-    assert!(err.contains("More than one sidecar proxy registered for web"), "{err}");
-    assert!(err.contains("web-proxy-2") && err.contains("web-sidecar-proxy"), "{err}");
+    assert!(
+        err.contains("More than one sidecar proxy registered for web"),
+        "{err}"
+    );
+    assert!(
+        err.contains("web-proxy-2") && err.contains("web-sidecar-proxy"),
+        "{err}"
+    );
     // No envoy on PATH: say so and point to the built-in proxy.
     let empty = dir.path().join("empty-path");
     std::fs::create_dir_all(&empty).unwrap();
@@ -426,9 +442,19 @@ fn connect_envoy_finds_the_sidecar_or_says_why_not() {
     );
     assert_eq!(code, Some(1));
     assert!(err.contains("Envoy is not installed"), "{err}");
-    assert!(err.contains("legate connect proxy -sidecar-for db"), "{err}");
+    assert!(
+        err.contains("legate connect proxy -sidecar-for db"),
+        "{err}"
+    );
     let (code, _, err) = run(
-        &["connect", "envoy", "-proxy-id", "db-sidecar-proxy", "-admin-bind", "nowhere.invalid:1"],
+        &[
+            "connect",
+            "envoy",
+            "-proxy-id",
+            "db-sidecar-proxy",
+            "-admin-bind",
+            "nowhere.invalid:1",
+        ],
         "/usr/bin:/bin",
     );
     assert_eq!(code, Some(1));

@@ -5,6 +5,8 @@
 //! Depends on types, chain and proxycfg; tonic and the Envoy protos stay here.
 
 pub mod bootstrap;
+pub mod json;
+pub mod l7;
 pub mod resources;
 pub mod server;
 

@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
 use envoy_types::pb::envoy::config::listener::v3 as listener;
 use envoy_types::pb::envoy::config::rbac::v3 as rbac;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3 as net_rbac;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3 as tcp_proxy;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
@@ -83,7 +84,8 @@ fn socket_address(address: &str, port: u16) -> core::Address {
     }
 }
 
-fn millis(ms: u64) -> PbDuration {
+/// A protobuf duration of `ms` milliseconds.
+pub(crate) fn millis(ms: u64) -> PbDuration {
     PbDuration {
         seconds: (ms / 1000) as i64,
         nanos: ((ms % 1000) * 1_000_000) as i32,
@@ -91,7 +93,7 @@ fn millis(ms: u64) -> PbDuration {
 }
 
 /// Parses Consul's `"5s"`-style durations from a compiled chain.
-fn go_duration_ms(text: &str) -> Option<u64> {
+pub(crate) fn go_duration_ms(text: &str) -> Option<u64> {
     legate_types::duration::parse_go_duration(text)
         .ok()
         .map(|d| d.as_millis() as u64)
@@ -120,7 +122,7 @@ fn transport_socket<T: prost::Name + prost::Message>(config: T) -> core::Transpo
     }
 }
 
-fn common_tls(snapshot: &ConnectProxySnapshot, san: Option<String>) -> tls::CommonTlsContext {
+fn common_tls(snapshot: &ConnectProxySnapshot, sans: Vec<String>) -> tls::CommonTlsContext {
     let roots: String = snapshot
         .roots
         .iter()
@@ -128,7 +130,7 @@ fn common_tls(snapshot: &ConnectProxySnapshot, san: Option<String>) -> tls::Comm
         .collect();
     let validation = tls::CertificateValidationContext {
         trusted_ca: inline(&roots),
-        match_typed_subject_alt_names: san
+        match_typed_subject_alt_names: sans
             .into_iter()
             .map(|uri| tls::SubjectAltNameMatcher {
                 san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
@@ -156,7 +158,7 @@ fn common_tls(snapshot: &ConnectProxySnapshot, san: Option<String>) -> tls::Comm
 }
 
 /// A principal matching the SPIFFE ids of `source` (`*`: any service).
-fn principal_for(source: &str) -> rbac::Principal {
+pub(crate) fn principal_for(source: &str) -> rbac::Principal {
     let name = if source == "*" {
         "[^/]+".to_string()
     } else {
@@ -177,6 +179,27 @@ fn principal_for(source: &str) -> rbac::Principal {
                 }),
             },
         )),
+    }
+}
+
+/// An exact string matcher.
+pub(crate) fn string_exact(text: &str) -> matcher::StringMatcher {
+    matcher::StringMatcher {
+        match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(text.into())),
+        ..Default::default()
+    }
+}
+
+/// A (RE2) regex string matcher.
+pub(crate) fn string_regex(regex: &str) -> matcher::StringMatcher {
+    matcher::StringMatcher {
+        match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
+            matcher::RegexMatcher {
+                regex: regex.into(),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
     }
 }
 
@@ -256,6 +279,25 @@ pub fn network_rbac(rules: &[Rule], default_allow: bool) -> net_rbac::Rbac {
     }
 }
 
+fn l4_public_filters(rules: &[Rule], default_allow: bool) -> Vec<listener::Filter> {
+    vec![
+        typed_filter(
+            "envoy.filters.network.rbac",
+            network_rbac(rules, default_allow),
+        ),
+        typed_filter(
+            "envoy.filters.network.tcp_proxy",
+            tcp_proxy::TcpProxy {
+                stat_prefix: "public_listener".into(),
+                cluster_specifier: Some(tcp_proxy::tcp_proxy::ClusterSpecifier::Cluster(
+                    LOCAL_APP.into(),
+                )),
+                ..Default::default()
+            },
+        ),
+    ]
+}
+
 fn public_listener(snapshot: &ConnectProxySnapshot) -> listener::Listener {
     let address = snapshot
         .config_str("bind_address")
@@ -277,30 +319,32 @@ fn public_listener(snapshot: &ConnectProxySnapshot) -> listener::Listener {
         .map(legate_chain::intentions::rule_of)
         .filter(|r| r.destination == "*" || r.destination == snapshot.destination_service)
         .collect();
-    let filters = vec![
-        typed_filter(
-            "envoy.filters.network.rbac",
-            network_rbac(&rules, snapshot.default_allow),
-        ),
-        typed_filter(
-            "envoy.filters.network.tcp_proxy",
-            tcp_proxy::TcpProxy {
-                stat_prefix: "public_listener".into(),
-                cluster_specifier: Some(tcp_proxy::tcp_proxy::ClusterSpecifier::Cluster(
-                    LOCAL_APP.into(),
-                )),
-                ..Default::default()
-            },
-        ),
-    ];
+    let filters = if crate::l7::is_http(&snapshot.protocol) {
+        let manager = crate::l7::connection_manager(
+            "public_listener",
+            &snapshot.protocol,
+            hcm::http_connection_manager::RouteSpecifier::RouteConfig(crate::l7::public_routes(
+                snapshot.config_u64("local_request_timeout_ms"),
+            )),
+            vec![crate::l7::rbac_filter(&rules, snapshot.default_allow)],
+            true,
+        );
+        vec![typed_filter(
+            "envoy.filters.network.http_connection_manager",
+            manager,
+        )]
+    } else {
+        l4_public_filters(&rules, snapshot.default_allow)
+    };
     listener::Listener {
         name: format!("public_listener:{address}:{port}"),
+
         address: Some(socket_address(&address, port)),
         traffic_direction: core::TrafficDirection::Inbound as i32,
         filter_chains: vec![listener::FilterChain {
             filters,
             transport_socket: Some(transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(common_tls(snapshot, None)),
+                common_tls_context: Some(common_tls(snapshot, Vec::new())),
                 require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
                     value: true,
                 }),
@@ -312,30 +356,23 @@ fn public_listener(snapshot: &ConnectProxySnapshot) -> listener::Listener {
     }
 }
 
-/// The chain's primary target and its failover targets, in priority order.
-fn chain_targets(upstream: &UpstreamSnapshot) -> Vec<&Target> {
-    let chain = &upstream.chain;
-    let node = chain.nodes.get(&chain.start_node);
-    let resolver = node.and_then(|n| n.get("Resolver"));
-    let primary = resolver
-        .and_then(|r| r.get("Target"))
-        .and_then(Value::as_str)
-        .and_then(|id| chain.targets.get(id));
-    let mut out: Vec<&Target> = primary.into_iter().collect();
-    if let Some(Value::Array(ids)) = resolver.and_then(|r| r.pointer("/Failover/Targets")) {
-        for id in ids.iter().filter_map(Value::as_str) {
-            if let Some(t) = chain.targets.get(id) {
-                out.push(t);
-            }
-        }
-    }
-    if out.is_empty() {
-        out.extend(chain.targets.values());
-    }
-    out
+fn tcp_filter(chain: &legate_chain::CompiledChain, cluster_name: &str) -> listener::Filter {
+    typed_filter(
+        "envoy.filters.network.tcp_proxy",
+        tcp_proxy::TcpProxy {
+            stat_prefix: format!(
+                "upstream.{}.{}.{}.{}",
+                chain.service_name, chain.namespace, chain.partition, chain.datacenter
+            ),
+            cluster_specifier: Some(tcp_proxy::tcp_proxy::ClusterSpecifier::Cluster(
+                cluster_name.to_string(),
+            )),
+            ..Default::default()
+        },
+    )
 }
 
-fn upstream_listener(upstream: &UpstreamSnapshot, cluster_name: &str) -> listener::Listener {
+fn upstream_listener(upstream: &UpstreamSnapshot, filter: listener::Filter) -> listener::Listener {
     let u = &upstream.upstream;
     let address = if u.local_bind_address.is_empty() {
         "127.0.0.1"
@@ -343,36 +380,33 @@ fn upstream_listener(upstream: &UpstreamSnapshot, cluster_name: &str) -> listene
         &u.local_bind_address
     };
     let port = u.local_bind_port;
-    let chain = &upstream.chain;
     listener::Listener {
         name: format!("{}:{address}:{port}", upstream.id()),
         address: Some(socket_address(address, port)),
         traffic_direction: core::TrafficDirection::Outbound as i32,
         filter_chains: vec![listener::FilterChain {
-            filters: vec![typed_filter(
-                "envoy.filters.network.tcp_proxy",
-                tcp_proxy::TcpProxy {
-                    stat_prefix: format!(
-                        "upstream.{}.{}.{}.{}",
-                        chain.service_name, chain.namespace, chain.partition, chain.datacenter
-                    ),
-                    cluster_specifier: Some(tcp_proxy::tcp_proxy::ClusterSpecifier::Cluster(
-                        cluster_name.to_string(),
-                    )),
-                    ..Default::default()
-                },
-            )],
+            filters: vec![filter],
             ..Default::default()
         }],
         ..Default::default()
     }
 }
 
+fn spiffe_of(snapshot: &ConnectProxySnapshot, target: &Target) -> String {
+    format!(
+        "spiffe://{}/ns/{}/dc/{}/svc/{}",
+        snapshot.trust_domain, target.namespace, target.datacenter, target.service
+    )
+}
+
+/// An EDS cluster for a resolver's targets (primary first); its
+/// certificate check accepts the SPIFFE id of every target it may reach.
 fn upstream_cluster(
     snapshot: &ConnectProxySnapshot,
     upstream: &UpstreamSnapshot,
-    target: &Target,
+    targets: &[&Target],
 ) -> cluster::Cluster {
+    let target = targets[0];
     let timeout_ms = upstream
         .upstream
         .config
@@ -383,10 +417,8 @@ fn upstream_cluster(
         })
         .or_else(|| go_duration_ms(&target.connect_timeout))
         .unwrap_or(5000);
-    let spiffe = format!(
-        "spiffe://{}/ns/{}/dc/{}/svc/{}",
-        snapshot.trust_domain, target.namespace, target.datacenter, target.service
-    );
+    let mut sans: Vec<String> = targets.iter().map(|t| spiffe_of(snapshot, t)).collect();
+    sans.dedup();
     cluster::Cluster {
         name: target.name.clone(),
         alt_stat_name: target.name.clone(),
@@ -412,7 +444,7 @@ fn upstream_cluster(
             ..Default::default()
         }),
         transport_socket: Some(transport_socket(tls::UpstreamTlsContext {
-            common_tls_context: Some(common_tls(snapshot, Some(spiffe))),
+            common_tls_context: Some(common_tls(snapshot, sans)),
             sni: target.sni.clone(),
             ..Default::default()
         })),
@@ -520,33 +552,129 @@ fn load_assignment(
     }
 }
 
+/// Resolver node ids of a chain, in node order.
+fn resolver_nodes(chain: &legate_chain::CompiledChain) -> Vec<String> {
+    chain
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.get("Type").and_then(Value::as_str) == Some("resolver"))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// A resolver node's target and failover targets, in priority order.
+fn resolver_targets<'a>(upstream: &'a UpstreamSnapshot, node_id: &str) -> Vec<&'a Target> {
+    let chain = &upstream.chain;
+    let resolver = chain.nodes.get(node_id).and_then(|n| n.get("Resolver"));
+    let mut out: Vec<&Target> = resolver
+        .and_then(|r| r.get("Target"))
+        .and_then(Value::as_str)
+        .and_then(|id| chain.targets.get(id))
+        .into_iter()
+        .collect();
+    if let Some(Value::Array(ids)) = resolver.and_then(|r| r.pointer("/Failover/Targets")) {
+        for id in ids.iter().filter_map(Value::as_str) {
+            if let Some(t) = chain.targets.get(id) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+/// Sets HTTP/2 towards a cluster's endpoints (http2 and grpc).
+fn with_http2(mut c: cluster::Cluster, protocol: &str) -> cluster::Cluster {
+    if matches!(protocol, "http2" | "grpc") {
+        use envoy_types::pb::envoy::extensions::upstreams::http::v3 as http_options;
+        let options = http_options::HttpProtocolOptions {
+            upstream_protocol_options: Some(
+                http_options::http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+                    http_options::http_protocol_options::ExplicitHttpConfig {
+                        protocol_config: Some(
+                            http_options::http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
+                                core::Http2ProtocolOptions::default(),
+                            ),
+                        ),
+                    },
+                ),
+            ),
+            ..Default::default()
+        };
+        c.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack_any(options),
+        );
+    }
+    c
+}
+
 /// Generates every resource of a connect-proxy snapshot.
 pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
     let mut out = Resources::default();
     let public = public_listener(snapshot);
     out.add(LISTENER_TYPE, public.name.clone(), public);
-    out.add(CLUSTER_TYPE, LOCAL_APP.into(), local_app_cluster(snapshot));
+    out.add(
+        CLUSTER_TYPE,
+        LOCAL_APP.into(),
+        with_http2(local_app_cluster(snapshot), &snapshot.protocol),
+    );
     for upstream in &snapshot.upstreams {
         if upstream.upstream.local_bind_port == 0 {
             continue;
         }
-        let targets = chain_targets(upstream);
-        let Some(primary) = targets.first() else {
-            continue;
+        let chain = &upstream.chain;
+        // One cluster (with failover priorities) per resolver the chain reaches.
+        let mut primary_cluster = None;
+        for node_id in resolver_nodes(chain) {
+            let targets = resolver_targets(upstream, &node_id);
+            let Some(primary) = targets.first() else {
+                continue;
+            };
+            let name = primary.name.clone();
+            if node_id == chain.start_node {
+                primary_cluster = Some(name.clone());
+            }
+            if out.of(CLUSTER_TYPE).is_some_and(|c| c.contains_key(&name)) {
+                continue;
+            }
+            out.add(
+                CLUSTER_TYPE,
+                name.clone(),
+                with_http2(
+                    upstream_cluster(snapshot, upstream, &targets),
+                    &chain.protocol,
+                ),
+            );
+            out.add(
+                ENDPOINT_TYPE,
+                name.clone(),
+                load_assignment(&name, upstream, &targets),
+            );
+        }
+        let listener = if crate::l7::is_http(&chain.protocol) {
+            let id = upstream.id();
+            out.add(ROUTE_TYPE, id.clone(), crate::l7::chain_routes(&id, chain));
+            let manager = crate::l7::connection_manager(
+                &format!(
+                    "upstream.{}.{}.{}.{}",
+                    chain.service_name, chain.namespace, chain.partition, chain.datacenter
+                ),
+                &chain.protocol,
+                crate::l7::rds(&id),
+                Vec::new(),
+                false,
+            );
+            upstream_listener(
+                upstream,
+                typed_filter("envoy.filters.network.http_connection_manager", manager),
+            )
+        } else {
+            let Some(cluster_name) = primary_cluster else {
+                continue;
+            };
+            upstream_listener(upstream, tcp_filter(chain, &cluster_name))
         };
-        let cluster_name = primary.name.clone();
-        let listener = upstream_listener(upstream, &cluster_name);
         out.add(LISTENER_TYPE, listener.name.clone(), listener);
-        out.add(
-            CLUSTER_TYPE,
-            cluster_name.clone(),
-            upstream_cluster(snapshot, upstream, primary),
-        );
-        out.add(
-            ENDPOINT_TYPE,
-            cluster_name.clone(),
-            load_assignment(&cluster_name, upstream, &targets),
-        );
     }
     out
 }

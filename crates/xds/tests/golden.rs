@@ -1,0 +1,298 @@
+//! Golden files: every resource generated for a set of snapshot fixtures,
+//! as canonical proto3 JSON, compared with `tests/golden/<fixture>.json`.
+//! Refresh with `LEGATE_UPDATE_GOLDEN=1 cargo test -p legate-xds --test golden`
+//! and review the diff.
+//!
+//! Chains come from the real discovery-chain compiler over config entries.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use legate_chain::{compile, CompileRequest, CompiledChain};
+use legate_proxycfg::{ConnectProxySnapshot, Endpoint, EndpointHealth, UpstreamSnapshot};
+use legate_types::config_entry::{from_json, ConfigEntry};
+use legate_types::intention::Intention;
+use legate_types::Upstream;
+use legate_xds::json::any_to_json;
+use legate_xds::resources::generate;
+use serde_json::{json, Map, Value};
+
+const TD: &str = "11111111-2222-3333-4444-555555555555.consul";
+
+fn entries(values: Vec<Value>) -> Vec<ConfigEntry> {
+    values.into_iter().map(|v| from_json(v).unwrap()).collect()
+}
+
+fn chain(service: &str, config: &[ConfigEntry]) -> CompiledChain {
+    compile(
+        config,
+        &CompileRequest {
+            service: service.into(),
+            datacenter: "dc1".into(),
+            trust_domain: TD.into(),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn endpoint(address: &str, port: u16, health: EndpointHealth, weight: u32) -> Endpoint {
+    Endpoint {
+        node: "node1".into(),
+        service_id: format!("sidecar-{address}-{port}"),
+        address: address.into(),
+        port,
+        health,
+        weight,
+    }
+}
+
+fn intention(source: &str, destination: &str, action: &str, permissions: Vec<Value>) -> Intention {
+    Intention {
+        source_ns: "default".into(),
+        source_name: source.into(),
+        destination_ns: "default".into(),
+        destination_name: destination.into(),
+        action: action.into(),
+        permissions,
+        precedence: legate_chain::intentions::precedence("default", source, "default", destination),
+        ..Default::default()
+    }
+}
+
+fn upstream(
+    name: &str,
+    port: u16,
+    chain: CompiledChain,
+    endpoints: BTreeMap<String, Vec<Endpoint>>,
+) -> UpstreamSnapshot {
+    UpstreamSnapshot {
+        upstream: Upstream {
+            destination_name: name.into(),
+            local_bind_port: port,
+            ..Default::default()
+        },
+        chain,
+        endpoints,
+    }
+}
+
+fn snapshot(
+    service: &str,
+    protocol: &str,
+    intentions: Vec<Intention>,
+    default_allow: bool,
+    upstreams: Vec<UpstreamSnapshot>,
+    config: Map<String, Value>,
+) -> ConnectProxySnapshot {
+    ConnectProxySnapshot {
+        proxy_id: format!("{service}-sidecar-proxy"),
+        proxy_service: format!("{service}-sidecar-proxy"),
+        destination_service: service.into(),
+        address: "10.0.0.1".into(),
+        port: 21000,
+        local_service_address: "127.0.0.1".into(),
+        local_service_port: 8080,
+        config,
+        datacenter: "dc1".into(),
+        trust_domain: TD.into(),
+        roots: vec!["-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----".into()],
+        leaf_cert: "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n".into(),
+        leaf_key: "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n".into(),
+        intentions,
+        default_allow,
+        protocol: protocol.into(),
+        upstreams,
+    }
+}
+
+fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
+    let mut out = Vec::new();
+
+    // L4: web with a tcp upstream db; no intentions, default allow.
+    let db = chain("db", &[]);
+    let db_target = db.targets.keys().next().unwrap().clone();
+    out.push((
+        "l4_default_allow",
+        snapshot(
+            "web",
+            "tcp",
+            vec![],
+            true,
+            vec![upstream(
+                "db",
+                9191,
+                db.clone(),
+                [(
+                    db_target.clone(),
+                    vec![
+                        endpoint("10.0.0.2", 21000, EndpointHealth::Passing, 1),
+                        endpoint("10.0.0.3", 21000, EndpointHealth::Warning, 1),
+                        endpoint("10.0.0.4", 21000, EndpointHealth::Critical, 1),
+                    ],
+                )]
+                .into(),
+            )],
+            Map::new(),
+        ),
+    ));
+
+    // L4 intentions on db: deny web (exact) under allow-all wildcard,
+    // default deny; and the inverse under default allow.
+    out.push((
+        "l4_intentions_default_deny",
+        snapshot(
+            "db",
+            "tcp",
+            vec![
+                intention("web", "db", "deny", vec![]),
+                intention("*", "db", "allow", vec![]),
+            ],
+            false,
+            vec![],
+            Map::new(),
+        ),
+    ));
+    out.push((
+        "l4_intentions_default_allow",
+        snapshot(
+            "db",
+            "tcp",
+            vec![
+                intention("web", "db", "deny", vec![]),
+                intention("api", "*", "deny", vec![]),
+                intention("billing", "db", "allow", vec![]),
+            ],
+            true,
+            vec![],
+            {
+                let mut m = Map::new();
+                m.insert("bind_address".into(), json!("0.0.0.0"));
+                m.insert("bind_port".into(), json!(20000));
+                m.insert("local_connect_timeout_ms".into(), json!(1500));
+                m
+            },
+        ),
+    ));
+
+    // L7: api (http) behind a router, a splitter over resolver subsets,
+    // and a resolver with failover; web calls it; L7 intentions on api.
+    let config = entries(vec![
+        json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
+        json!({"Kind": "service-resolver", "Name": "api",
+               "Subsets": {"v1": {"Filter": "Service.Meta.version == v1"},
+                           "v2": {"Filter": "Service.Meta.version == v2", "OnlyPassing": true}},
+               "Failover": {"*": {"Datacenters": ["dc2"]}}}),
+        json!({"Kind": "service-splitter", "Name": "api",
+               "Splits": [{"Weight": 90, "ServiceSubset": "v1"}, {"Weight": 10, "ServiceSubset": "v2"}]}),
+        json!({"Kind": "service-router", "Name": "api",
+               "Routes": [{"Match": {"HTTP": {"PathPrefix": "/admin", "Methods": ["GET", "POST"],
+                                             "Header": [{"Name": "x-debug", "Present": true}]}},
+                           "Destination": {"Service": "admin", "RequestTimeout": "3s", "NumRetries": 2}}]}),
+    ]);
+    let api = chain("api", &config);
+    let mut api_endpoints = BTreeMap::new();
+    for (id, target) in &api.targets {
+        let list = if target.datacenter == "dc1" {
+            vec![
+                endpoint("10.0.1.1", 21000, EndpointHealth::Passing, 3),
+                endpoint("10.0.1.2", 21000, EndpointHealth::Warning, 1),
+            ]
+        } else {
+            vec![endpoint("10.1.0.1", 21000, EndpointHealth::Passing, 1)]
+        };
+        api_endpoints.insert(id.clone(), list);
+    }
+    let mut http_config = Map::new();
+    http_config.insert("protocol".into(), json!("http"));
+    http_config.insert("local_request_timeout_ms".into(), json!(2000));
+    out.push((
+        "l7_router_splitter_failover",
+        snapshot(
+            "web",
+            "http",
+            vec![
+                intention("billing", "web", "", vec![
+                    json!({"Action": "deny", "HTTP": {"PathPrefix": "/internal"}}),
+                    json!({"Action": "allow", "HTTP": {"PathRegex": "/v[0-9]+/.*", "Methods": ["GET"]}}),
+                ]),
+                intention("*", "web", "deny", vec![]),
+            ],
+            false,
+            vec![upstream("api", 9292, api, api_endpoints)],
+            http_config,
+        ),
+    ));
+    out
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn render(snapshot: &ConnectProxySnapshot) -> Value {
+    let resources = generate(snapshot);
+    let mut out = Map::new();
+    for (type_url, items) in &resources.by_type {
+        let short = type_url.rsplit('.').next().unwrap().to_string();
+        let mut by_name = Map::new();
+        for (name, any) in items {
+            by_name.insert(name.clone(), any_to_json(any).unwrap());
+        }
+        out.insert(short, Value::Object(by_name));
+    }
+    Value::Object(out)
+}
+
+#[test]
+fn generated_resources_match_the_golden_files() {
+    let update = std::env::var("LEGATE_UPDATE_GOLDEN").is_ok();
+    std::fs::create_dir_all(golden_dir()).unwrap();
+    let mut failures = Vec::new();
+    for (name, snapshot) in fixtures() {
+        let rendered = serde_json::to_string_pretty(&render(&snapshot)).unwrap() + "\n";
+        let path = golden_dir().join(format!("{name}.json"));
+        if update {
+            std::fs::write(&path, &rendered).unwrap();
+            continue;
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(expected) if expected == rendered => {}
+            Ok(_) => failures.push(format!(
+                "{name}: differs from {} (LEGATE_UPDATE_GOLDEN=1 to refresh, then review the diff)",
+                path.display()
+            )),
+            Err(_) => failures.push(format!("{name}: {} is missing", path.display())),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn l4_rbac_follows_intention_precedence() {
+    let fixtures = fixtures();
+    let rendered = render(
+        &fixtures
+            .iter()
+            .find(|(n, _)| *n == "l4_intentions_default_deny")
+            .unwrap()
+            .1,
+    );
+    let listener = &rendered["Listener"]["public_listener:10.0.0.1:21000"];
+    let rbac = &listener["filter_chains"][0]["filters"][0]["typed_config"]["rules"];
+    // Default deny: ALLOW policies; the wildcard allow excludes web.
+    assert_eq!(
+        rbac["action"],
+        Value::Null,
+        "ALLOW is the default enum value"
+    );
+    let policies = rbac["policies"].as_object().unwrap();
+    assert_eq!(policies.len(), 1);
+    let principal = &policies.values().next().unwrap()["principals"][0]["and_ids"]["ids"];
+    assert!(
+        principal[1]["not_id"]["authenticated"]["principal_name"]["safe_regex"]["regex"]
+            .as_str()
+            .unwrap()
+            .ends_with("/svc/web$")
+    );
+}
