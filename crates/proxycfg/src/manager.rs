@@ -276,6 +276,7 @@ impl Building {
             default_allow,
             protocol,
             upstreams,
+            changed_at: None,
         })
     }
 }
@@ -347,6 +348,7 @@ async fn run_proxy(
     let mut target_watchers: HashMap<(String, String), JoinHandle<()>> = HashMap::new();
     let default_allow = sources.default_allow();
     while let Some(first) = rx.recv().await {
+        let received = std::time::Instant::now();
         let mut pending = vec![first];
         let deadline = tokio::time::Instant::now() + DEBOUNCE;
         while let Ok(Some(more)) = tokio::time::timeout_at(deadline, rx.recv()).await {
@@ -402,12 +404,13 @@ async fn run_proxy(
                 }
             }
         }
-        if let Some(snapshot) = building.snapshot(&registration, default_allow) {
-            let changed = out
-                .borrow()
-                .as_ref()
-                .is_none_or(|current| **current != snapshot);
+        if let Some(mut snapshot) = building.snapshot(&registration, default_allow) {
+            let changed = out.borrow().as_ref().is_none_or(|current| {
+                snapshot.changed_at = current.changed_at;
+                **current != snapshot
+            });
             if changed {
+                snapshot.changed_at = Some(received);
                 out.send_replace(Some(Arc::new(snapshot)));
             }
         }

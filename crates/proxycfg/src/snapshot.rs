@@ -92,6 +92,10 @@ pub struct ConnectProxySnapshot {
     pub protocol: String,
     /// Upstreams.
     pub upstreams: Vec<UpstreamSnapshot>,
+    /// When the change that produced this snapshot reached proxycfg (for
+    /// push-latency metrics; not part of the configuration).
+    #[serde(skip)]
+    pub changed_at: Option<std::time::Instant>,
 }
 
 impl ConnectProxySnapshot {

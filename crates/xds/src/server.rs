@@ -41,6 +41,9 @@ impl SnapshotSource for legate_proxycfg::Manager {
     }
 }
 
+/// Upper bounds (ms) of the push-latency histogram buckets.
+pub const LATENCY_BUCKETS_MS: [u64; 11] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000];
+
 /// Counters of the ADS server.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -50,6 +53,44 @@ pub struct Metrics {
     pub nacks: AtomicU64,
     /// Streams open now.
     pub streams: AtomicU64,
+    /// Push latency (change reached proxycfg -> response sent): counts per
+    /// bucket of [`LATENCY_BUCKETS_MS`], the last one for anything slower.
+    pub push_latency: [AtomicU64; 12],
+}
+
+impl Metrics {
+    fn observe_push(&self, changed_at: Option<std::time::Instant>) {
+        self.pushes.fetch_add(1, Ordering::Relaxed);
+        if let Some(at) = changed_at {
+            let ms = at.elapsed().as_millis() as u64;
+            let slot = LATENCY_BUCKETS_MS
+                .iter()
+                .position(|b| ms <= *b)
+                .unwrap_or(LATENCY_BUCKETS_MS.len());
+            self.push_latency[slot].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Resources generated once per snapshot and shared by every stream of
+/// that proxy.
+#[derive(Default)]
+struct Memo {
+    by_proxy: std::sync::Mutex<HashMap<String, (Arc<ConnectProxySnapshot>, Arc<Resources>)>>,
+}
+
+impl Memo {
+    fn resources(&self, proxy_id: &str, snapshot: &Arc<ConnectProxySnapshot>) -> Arc<Resources> {
+        let mut map = self.by_proxy.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached, resources)) = map.get(proxy_id) {
+            if Arc::ptr_eq(cached, snapshot) {
+                return resources.clone();
+            }
+        }
+        let resources = Arc::new(resources::generate(snapshot));
+        map.insert(proxy_id.to_string(), (snapshot.clone(), resources.clone()));
+        resources
+    }
 }
 
 /// The ADS service.
@@ -57,6 +98,7 @@ pub struct Metrics {
 pub struct AdsServer {
     source: Arc<dyn SnapshotSource>,
     metrics: Arc<Metrics>,
+    memo: Arc<Memo>,
 }
 
 impl AdsServer {
@@ -65,6 +107,7 @@ impl AdsServer {
         AdsServer {
             source,
             metrics: Arc::new(Metrics::default()),
+            memo: Arc::new(Memo::default()),
         }
     }
 
@@ -131,7 +174,7 @@ impl AggregatedDiscoveryService for AdsServer {
         // Read now; enforced once ACLs exist.
         let _token = token_of(&request);
         let (tx, rx) = mpsc::channel(16);
-        let session = SotwSession::new(self.source.clone(), self.metrics.clone(), tx);
+        let session = SotwSession::new(self.source.clone(), self.metrics.clone(), self.memo.clone(), tx);
         tokio::spawn(session.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -142,7 +185,7 @@ impl AggregatedDiscoveryService for AdsServer {
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let _token = token_of(&request);
         let (tx, rx) = mpsc::channel(16);
-        let session = DeltaSession::new(self.source.clone(), self.metrics.clone(), tx);
+        let session = DeltaSession::new(self.source.clone(), self.metrics.clone(), self.memo.clone(), tx);
         tokio::spawn(session.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -187,8 +230,10 @@ struct SotwType {
 }
 
 struct SotwSession {
+    changed_at: Option<std::time::Instant>,
     source: Arc<dyn SnapshotSource>,
     metrics: Arc<Metrics>,
+    memo: Arc<Memo>,
     tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
     node_id: String,
     types: HashMap<String, SotwType>,
@@ -200,11 +245,14 @@ impl SotwSession {
     fn new(
         source: Arc<dyn SnapshotSource>,
         metrics: Arc<Metrics>,
+        memo: Arc<Memo>,
         tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
     ) -> SotwSession {
         SotwSession {
+            changed_at: None,
             source,
             metrics,
+            memo,
             tx,
             node_id: String::new(),
             types: HashMap::new(),
@@ -233,7 +281,7 @@ impl SotwSession {
                             Ok(rx) => {
                                 self.node_id = id;
                                 let current = rx.borrow().clone();
-                                self.resources = current.map(|s| Arc::new(resources::generate(&s)));
+                                self.resources = current.map(|s| self.memo.resources(&self.node_id, &s));
                                 watch = Some(rx);
                             }
                             Err(status) => {
@@ -249,7 +297,8 @@ impl SotwSession {
                 snapshot = next_snapshot(&mut watch) => {
                     match snapshot {
                         Some(Some(s)) => {
-                            self.resources = Some(Arc::new(resources::generate(&s)));
+                            self.changed_at = s.changed_at;
+                            self.resources = Some(self.memo.resources(&self.node_id, &s));
                             if !self.push_all().await {
                                 break;
                             }
@@ -332,8 +381,9 @@ impl SotwSession {
             nonce,
             ..Default::default()
         };
-        self.metrics.pushes.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(Ok(response)).await.is_ok()
+        let sent = self.tx.send(Ok(response)).await.is_ok();
+        self.metrics.observe_push(self.changed_at);
+        sent
     }
 }
 
@@ -348,8 +398,10 @@ struct DeltaType {
 }
 
 struct DeltaSession {
+    changed_at: Option<std::time::Instant>,
     source: Arc<dyn SnapshotSource>,
     metrics: Arc<Metrics>,
+    memo: Arc<Memo>,
     tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
     node_id: String,
     types: HashMap<String, DeltaType>,
@@ -361,11 +413,14 @@ impl DeltaSession {
     fn new(
         source: Arc<dyn SnapshotSource>,
         metrics: Arc<Metrics>,
+        memo: Arc<Memo>,
         tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
     ) -> DeltaSession {
         DeltaSession {
+            changed_at: None,
             source,
             metrics,
+            memo,
             tx,
             node_id: String::new(),
             types: HashMap::new(),
@@ -394,7 +449,7 @@ impl DeltaSession {
                             Ok(rx) => {
                                 self.node_id = id;
                                 let current = rx.borrow().clone();
-                                self.resources = current.map(|s| Arc::new(resources::generate(&s)));
+                                self.resources = current.map(|s| self.memo.resources(&self.node_id, &s));
                                 watch = Some(rx);
                             }
                             Err(status) => {
@@ -410,7 +465,8 @@ impl DeltaSession {
                 snapshot = next_snapshot(&mut watch) => {
                     match snapshot {
                         Some(Some(s)) => {
-                            self.resources = Some(Arc::new(resources::generate(&s)));
+                            self.changed_at = s.changed_at;
+                            self.resources = Some(self.memo.resources(&self.node_id, &s));
                             if !self.push_all().await {
                                 break;
                             }
@@ -533,7 +589,8 @@ impl DeltaSession {
             nonce,
             ..Default::default()
         };
-        self.metrics.pushes.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(Ok(response)).await.is_ok()
+        let sent = self.tx.send(Ok(response)).await.is_ok();
+        self.metrics.observe_push(self.changed_at);
+        sent
     }
 }

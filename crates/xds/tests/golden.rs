@@ -103,6 +103,7 @@ fn snapshot(
         default_allow,
         protocol: protocol.into(),
         upstreams,
+        changed_at: None,
     }
 }
 
