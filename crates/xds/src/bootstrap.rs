@@ -28,6 +28,21 @@ pub struct BootstrapParams {
     pub token: String,
     /// `envoy_prometheus_bind_addr` (`ip:port`), when set.
     pub prometheus_bind_addr: Option<(String, u16)>,
+    /// `envoy_extra_static_clusters_json`, parsed.
+    pub extra_clusters: Vec<Value>,
+    /// `envoy_extra_static_listeners_json`, parsed.
+    pub extra_listeners: Vec<Value>,
+}
+
+/// Parses an `envoy_extra_static_*_json` value: one JSON object, or several
+/// separated by commas, each checked strictly as an Envoy `type_name`.
+pub fn parse_extra(key: &str, text: &str, type_url: &str) -> Result<Vec<Value>, String> {
+    let list: Vec<Value> = serde_json::from_str(&format!("[{text}]"))
+        .map_err(|e| format!("{key}: invalid JSON: {e}"))?;
+    for item in &list {
+        crate::json::json_to_any(type_url, item).map_err(|e| format!("{key}: {e}"))?;
+    }
+    Ok(list)
 }
 
 fn socket(address: &str, port: u16) -> Value {
@@ -51,7 +66,8 @@ pub fn bootstrap(p: &BootstrapParams) -> Value {
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket(&p.agent_address, p.agent_port)}}]}]
         }
     })];
-    let mut listeners = Vec::new();
+    clusters.extend(p.extra_clusters.iter().cloned());
+    let mut listeners: Vec<Value> = p.extra_listeners.clone();
     if let Some((address, port)) = &p.prometheus_bind_addr {
         clusters.push(json!({
             "name": "self_admin",

@@ -71,3 +71,32 @@ pub fn json_to_any(type_url: &str, json: &Value) -> Result<Any, String> {
         value: message.encode_to_vec(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_parse_and_round_trip() {
+        let cluster = serde_json::json!({"name": "x", "type": "EDS", "connect_timeout": "9s",
+            "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}});
+        let any = json_to_any(
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            &cluster,
+        )
+        .unwrap();
+        let back = any_to_json(&any).unwrap();
+        assert_eq!(back["connect_timeout"], "9s");
+        assert_eq!(
+            back["@type"],
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+        );
+        let err = json_to_any(
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            &serde_json::json!({"name": "x", "no_such_field": 1}),
+        )
+        .unwrap_err();
+        assert!(err.contains("no_such_field"), "{err}");
+        assert!(json_to_any("type.googleapis.com/nope.Nope", &serde_json::json!({})).is_err());
+    }
+}

@@ -288,9 +288,21 @@ pub fn http_rbac(rules: &[Rule], default_allow: bool) -> http_rbac::Rbac {
     }
 }
 
-/// The HTTP RBAC filter for the public listener.
+/// The HTTP RBAC filter for the public listener (policies encoded in name
+/// order, so identical configs keep identical versions).
 pub fn rbac_filter(rules: &[Rule], default_allow: bool) -> hcm::HttpFilter {
-    http_filter("envoy.filters.http.rbac", http_rbac(rules, default_allow))
+    let config = http_rbac(rules, default_allow);
+    hcm::HttpFilter {
+        name: "envoy.filters.http.rbac".into(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(
+            crate::resources::rbac_any(
+                &<http_rbac::Rbac as prost::Name>::type_url(),
+                config.rules,
+                None,
+            ),
+        )),
+        ..Default::default()
+    }
 }
 
 /// What a chain node routes to: one cluster, or weighted clusters.

@@ -214,6 +214,54 @@ fn regex_escape(s: &str) -> String {
     out
 }
 
+/// Encodes RBAC rules with their policies in name order. prost encodes
+/// map fields in hash order, which would change the bytes (and so the
+/// resource version) of identical configs; `stat_prefix_tag` is the outer
+/// message's stat prefix field (3 for the network filter), when set.
+pub(crate) fn rbac_any(
+    type_url: &str,
+    rules: Option<rbac::Rbac>,
+    stat_prefix: Option<(u32, &str)>,
+) -> Any {
+    use prost::encoding::{btree_map, encode_key, encode_varint, int32, message, string, WireType};
+    let mut outer = Vec::new();
+    if let Some(rules) = rules {
+        let mut inner = Vec::new();
+        if rules.action != 0 {
+            int32::encode(1, &rules.action, &mut inner);
+        }
+        let sorted: std::collections::BTreeMap<String, rbac::Policy> =
+            rules.policies.into_iter().collect();
+        btree_map::encode(
+            string::encode,
+            string::encoded_len,
+            message::encode,
+            message::encoded_len,
+            2,
+            &sorted,
+            &mut inner,
+        );
+        encode_key(1, WireType::LengthDelimited, &mut outer);
+        encode_varint(inner.len() as u64, &mut outer);
+        outer.extend(inner);
+    }
+    if let Some((tag, prefix)) = stat_prefix.filter(|(_, p)| !p.is_empty()) {
+        string::encode(tag, &prefix.to_string(), &mut outer);
+    }
+    Any {
+        type_url: type_url.into(),
+        value: outer,
+    }
+}
+
+/// A listener filter from an already packed config.
+pub(crate) fn filter_any(name: &str, config: Any) -> listener::Filter {
+    listener::Filter {
+        name: name.to_string(),
+        config_type: Some(listener::filter::ConfigType::TypedConfig(config)),
+    }
+}
+
 /// The network RBAC filter for L4 traffic, as Consul builds it: with a
 /// default of allow, an action-DENY policy per deny intention (L7
 /// intentions count as deny); with a default of deny, an action-ALLOW
@@ -281,10 +329,17 @@ pub fn network_rbac(rules: &[Rule], default_allow: bool) -> net_rbac::Rbac {
 
 fn l4_public_filters(rules: &[Rule], default_allow: bool) -> Vec<listener::Filter> {
     vec![
-        typed_filter(
-            "envoy.filters.network.rbac",
-            network_rbac(rules, default_allow),
-        ),
+        {
+            let config = network_rbac(rules, default_allow);
+            filter_any(
+                "envoy.filters.network.rbac",
+                rbac_any(
+                    &<net_rbac::Rbac as prost::Name>::type_url(),
+                    config.rules,
+                    Some((3, &config.stat_prefix)),
+                ),
+            )
+        },
         typed_filter(
             "envoy.filters.network.tcp_proxy",
             tcp_proxy::TcpProxy {
@@ -608,16 +663,80 @@ fn with_http2(mut c: cluster::Cluster, protocol: &str) -> cluster::Cluster {
     c
 }
 
+/// An escape hatch (`envoy_*_json`): the operator's own resource, parsed
+/// strictly as Envoy's type. A bad one is logged and the generated
+/// resource is kept, as Consul does.
+fn escape_hatch<T: prost::Message + prost::Name + Default>(
+    config: &serde_json::Map<String, Value>,
+    key: &str,
+    proxy: &str,
+) -> Option<T> {
+    let text = config.get(key)?.as_str()?;
+    let parsed = serde_json::from_str::<Value>(text)
+        .map_err(|e| e.to_string())
+        .and_then(|json| crate::json::json_to_any(&T::type_url(), &json))
+        .and_then(|any| {
+            if any.type_url != T::type_url() {
+                return Err(format!(
+                    "expected a {}, got {}",
+                    T::full_name(),
+                    any.type_url
+                ));
+            }
+            T::decode(any.value.as_slice()).map_err(|e| e.to_string())
+        });
+    match parsed {
+        Ok(value) => Some(value),
+        Err(e) => {
+            tracing::warn!(proxy = %proxy, key = %key, error = %e, "ignoring an invalid escape hatch; using the generated resource");
+            None
+        }
+    }
+}
+
+/// Overrides from `envoy_public_listener_json`: the operator's listener
+/// under our name, with our TLS on every filter chain that has none.
+fn public_listener_override(
+    snapshot: &ConnectProxySnapshot,
+    generated: &listener::Listener,
+) -> Option<listener::Listener> {
+    let mut custom: listener::Listener = escape_hatch(
+        &snapshot.config,
+        "envoy_public_listener_json",
+        &snapshot.proxy_id,
+    )?;
+    custom.name = generated.name.clone();
+    let tls = generated
+        .filter_chains
+        .first()
+        .and_then(|c| c.transport_socket.clone());
+    for chain in &mut custom.filter_chains {
+        if chain.transport_socket.is_none() {
+            chain.transport_socket = tls.clone();
+        }
+    }
+    Some(custom)
+}
+
 /// Generates every resource of a connect-proxy snapshot.
 pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
     let mut out = Resources::default();
-    let public = public_listener(snapshot);
+    let mut public = public_listener(snapshot);
+    if let Some(custom) = public_listener_override(snapshot, &public) {
+        public = custom;
+    }
     out.add(LISTENER_TYPE, public.name.clone(), public);
-    out.add(
-        CLUSTER_TYPE,
-        LOCAL_APP.into(),
-        with_http2(local_app_cluster(snapshot), &snapshot.protocol),
-    );
+    let local_app = escape_hatch::<cluster::Cluster>(
+        &snapshot.config,
+        "envoy_local_cluster_json",
+        &snapshot.proxy_id,
+    )
+    .map(|mut c| {
+        c.name = LOCAL_APP.into();
+        c
+    })
+    .unwrap_or_else(|| with_http2(local_app_cluster(snapshot), &snapshot.protocol));
+    out.add(CLUSTER_TYPE, LOCAL_APP.into(), local_app);
     for upstream in &snapshot.upstreams {
         if upstream.upstream.local_bind_port == 0 {
             continue;
@@ -637,14 +756,25 @@ pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
             if out.of(CLUSTER_TYPE).is_some_and(|c| c.contains_key(&name)) {
                 continue;
             }
-            out.add(
-                CLUSTER_TYPE,
-                name.clone(),
-                with_http2(
-                    upstream_cluster(snapshot, upstream, &targets),
-                    &chain.protocol,
-                ),
+            let generated = with_http2(
+                upstream_cluster(snapshot, upstream, &targets),
+                &chain.protocol,
             );
+            // `envoy_cluster_json` replaces the cluster (keeping our name and mTLS).
+            let cluster = escape_hatch::<cluster::Cluster>(
+                &upstream.upstream.config,
+                "envoy_cluster_json",
+                &snapshot.proxy_id,
+            )
+            .map(|mut c| {
+                c.name = name.clone();
+                if c.transport_socket.is_none() {
+                    c.transport_socket = generated.transport_socket.clone();
+                }
+                c
+            })
+            .unwrap_or(generated);
+            out.add(CLUSTER_TYPE, name.clone(), cluster);
             out.add(
                 ENDPOINT_TYPE,
                 name.clone(),
@@ -674,6 +804,16 @@ pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
             };
             upstream_listener(upstream, tcp_filter(chain, &cluster_name))
         };
+        let listener = escape_hatch::<listener::Listener>(
+            &upstream.upstream.config,
+            "envoy_listener_json",
+            &snapshot.proxy_id,
+        )
+        .map(|mut l| {
+            l.name = listener.name.clone();
+            l
+        })
+        .unwrap_or(listener);
         out.add(LISTENER_TYPE, listener.name.clone(), listener);
     }
     out

@@ -76,8 +76,11 @@ impl Metrics {
 /// that proxy.
 #[derive(Default)]
 struct Memo {
-    by_proxy: std::sync::Mutex<HashMap<String, (Arc<ConnectProxySnapshot>, Arc<Resources>)>>,
+    by_proxy: std::sync::Mutex<HashMap<String, Generated>>,
 }
+
+/// A snapshot with the resources generated from it.
+type Generated = (Arc<ConnectProxySnapshot>, Arc<Resources>);
 
 impl Memo {
     fn resources(&self, proxy_id: &str, snapshot: &Arc<ConnectProxySnapshot>) -> Arc<Resources> {
@@ -174,7 +177,12 @@ impl AggregatedDiscoveryService for AdsServer {
         // Read now; enforced once ACLs exist.
         let _token = token_of(&request);
         let (tx, rx) = mpsc::channel(16);
-        let session = SotwSession::new(self.source.clone(), self.metrics.clone(), self.memo.clone(), tx);
+        let session = SotwSession::new(
+            self.source.clone(),
+            self.metrics.clone(),
+            self.memo.clone(),
+            tx,
+        );
         tokio::spawn(session.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -185,7 +193,12 @@ impl AggregatedDiscoveryService for AdsServer {
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let _token = token_of(&request);
         let (tx, rx) = mpsc::channel(16);
-        let session = DeltaSession::new(self.source.clone(), self.metrics.clone(), self.memo.clone(), tx);
+        let session = DeltaSession::new(
+            self.source.clone(),
+            self.metrics.clone(),
+            self.memo.clone(),
+            tx,
+        );
         tokio::spawn(session.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

@@ -224,11 +224,61 @@ fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
             http_config,
         ),
     ));
+    // Escape hatches: the operator's public listener (our TLS injected),
+    // an upstream cluster override, and an invalid local cluster (ignored).
+    let mut hatches = Map::new();
+    hatches.insert(
+        "envoy_public_listener_json".into(),
+        json!(json!({
+            "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+            "name": "ignored",
+            "address": {"socket_address": {"address": "0.0.0.0", "port_value": 21000}},
+            "filter_chains": [{"filters": [{"name": "envoy.filters.network.tcp_proxy", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                "stat_prefix": "custom", "cluster": "local_app"}}]}]
+        }).to_string()),
+    );
+    hatches.insert(
+        "envoy_local_cluster_json".into(),
+        json!(r#"{"name": "local_app", "no_such_field": 1}"#),
+    );
+    let mut db_up = upstream(
+        "db",
+        9191,
+        db.clone(),
+        [(
+            db_target,
+            vec![endpoint("10.0.0.2", 21000, EndpointHealth::Passing, 1)],
+        )]
+        .into(),
+    );
+    db_up.upstream.config.insert(
+        "envoy_cluster_json".into(),
+        json!(json!({"name": "x", "type": "EDS", "connect_timeout": "9s",
+                     "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}}).to_string()),
+    );
+    out.push((
+        "escape_hatches",
+        snapshot("web", "tcp", vec![], true, vec![db_up], hatches),
+    ));
     out
 }
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// Object keys sorted at every level (maps decode in hash order).
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(m) => {
+            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
 
 fn render(snapshot: &ConnectProxySnapshot) -> Value {
@@ -238,7 +288,7 @@ fn render(snapshot: &ConnectProxySnapshot) -> Value {
         let short = type_url.rsplit('.').next().unwrap().to_string();
         let mut by_name = Map::new();
         for (name, any) in items {
-            by_name.insert(name.clone(), any_to_json(any).unwrap());
+            by_name.insert(name.clone(), sorted(any_to_json(any).unwrap()));
         }
         out.insert(short, Value::Object(by_name));
     }
@@ -267,6 +317,20 @@ fn generated_resources_match_the_golden_files() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn generation_is_deterministic_byte_for_byte() {
+    for (name, snapshot) in fixtures() {
+        let first = generate(&snapshot);
+        for _ in 0..5 {
+            assert_eq!(
+                generate(&snapshot),
+                first,
+                "{name}: resources differ between runs"
+            );
+        }
+    }
 }
 
 #[test]

@@ -194,7 +194,31 @@ async fn envoy(args: EnvoyArgs) -> u8 {
         },
         None => None,
     };
+    let config = &proxy["Proxy"]["Config"];
+    let mut extras = Vec::new();
+    for (key, type_url) in [
+        (
+            "envoy_extra_static_clusters_json",
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+        ),
+        (
+            "envoy_extra_static_listeners_json",
+            "type.googleapis.com/envoy.config.listener.v3.Listener",
+        ),
+    ] {
+        match config[key].as_str() {
+            None => extras.push(Vec::new()),
+            Some(text) => match legate_xds::bootstrap::parse_extra(key, text, type_url) {
+                Ok(list) => extras.push(list),
+                Err(e) => return fail(format!("Error in the proxy's config: {e}")),
+            },
+        }
+    }
+    let extra_listeners = extras.pop().unwrap_or_default();
+    let extra_clusters = extras.pop().unwrap_or_default();
     let params = legate_xds::bootstrap::BootstrapParams {
+        extra_clusters,
+        extra_listeners,
         proxy_id: proxy["ID"].as_str().unwrap_or("").to_string(),
         cluster: proxy["Service"].as_str().unwrap_or("").to_string(),
         admin_address,
