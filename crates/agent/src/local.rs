@@ -243,6 +243,7 @@ fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError>
                 "Port or SocketPath must be set for a connect-proxy".into(),
             ));
         }
+        check_upstreams(proxy.map(|p| p.upstreams.as_slice()).unwrap_or_default())?;
     } else if service
         .proxy
         .as_ref()
@@ -252,6 +253,14 @@ fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError>
             "Proxy may only be set for a service of kind connect-proxy, not {:?}",
             def.kind
         )));
+    }
+    if let Some(sidecar) = def
+        .connect
+        .as_ref()
+        .and_then(|c| c.sidecar_service.as_ref())
+        .and_then(|s| s.proxy.as_ref())
+    {
+        check_upstreams(&sidecar.upstreams)?;
     }
     if def.weights.is_some_and(|w| w.passing < 1) {
         return Err(AgentError::BadRequest(
@@ -718,6 +727,33 @@ pub fn load(data_dir: &Path) -> std::io::Result<Option<PersistedState>> {
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))
+}
+
+/// Refuses upstreams Legate cannot serve yet, naming them.
+fn check_upstreams(upstreams: &[legate_types::Upstream]) -> Result<(), AgentError> {
+    for (i, u) in upstreams.iter().enumerate() {
+        match u.destination_type.as_str() {
+            "" | "service" => {}
+            "prepared_query" => {
+                return Err(AgentError::BadRequest(format!(
+                    "Upstreams[{i}] ({}): destination_type \"prepared_query\" is not supported yet (Legate has no prepared queries); use a service upstream",
+                    u.destination_name
+                )))
+            }
+            other => {
+                return Err(AgentError::BadRequest(format!(
+                    "Upstreams[{i}] ({}): unknown destination_type {other:?} (service or prepared_query)",
+                    u.destination_name
+                )))
+            }
+        }
+        if u.destination_name.is_empty() {
+            return Err(AgentError::BadRequest(format!(
+                "Upstreams[{i}]: DestinationName must be set"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -460,3 +460,15 @@ fn connect_envoy_finds_the_sidecar_or_says_why_not() {
     assert_eq!(code, Some(1));
     assert!(err.contains("-admin-bind"), "{err}");
 }
+
+#[test]
+fn prepared_query_upstreams_are_refused_at_registration() {
+    let agent = TestAgent::dev(&[]);
+    let (status, body) = agent.put(
+        "/v1/agent/service/register",
+        r#"{"Name":"web","Port":8080,"Connect":{"SidecarService":{"Proxy":{"Upstreams":[
+            {"DestinationType":"prepared_query","DestinationName":"nearest-db","LocalBindPort":9191}]}}}}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("prepared_query") && body.contains("not supported yet"), "{body}");
+}
