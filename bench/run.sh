@@ -68,4 +68,30 @@ echo "rss_after_load_kb legate_dev=$(rss_kb $dev_pid) legate_server=$(rss_kb $di
 echo -n "csr_sign legate: "; "$BENCH" csr --seconds "${CSR_SECONDS:-5}"
 echo -n "reissue_after_rotation unlimited: "; "$BENCH" reissue --agents "${REISSUE_AGENTS:-10000}"
 echo -n "reissue_after_rotation 250/s: ";    "$BENCH" reissue --agents "${REISSUE_AGENTS:-10000}" --csr-max-per-second 250
+# xDS fan-out: N delta ADS streams for one proxy, one endpoint change.
+cat >"$work/demo.hcl" <<'HCL'
+services {
+  name = "web"
+  port = 8080
+  connect { sidecar_service { proxy { upstreams { destination_name = "db"
+                                                  local_bind_port = 9191 } } } }
+}
+services {
+  name = "db"
+  port = 9090
+  connect { sidecar_service {} }
+}
+HCL
+xds_http=$(port); xds_grpc=$(port)
+"$LEGATE" agent -dev -http-port="$xds_http" -dns-port=-1 -grpc-port="$xds_grpc" -log-level=warn \
+    -config-file "$work/demo.hcl" >"$work/xds.log" 2>&1 &
+pids+=($!); xds_pid=$!
+wait_http "http://127.0.0.1:$xds_http/v1/status/leader"
+sleep 1
+for n in 1000 10000; do
+    echo -n "xds_fanout $n streams: "
+    "$BENCH" xds-fanout --url "http://127.0.0.1:$xds_http" --grpc "http://127.0.0.1:$xds_grpc" --streams "$n" --pid "$xds_pid"
+    curl -sf -X PUT "http://127.0.0.1:$xds_http/v1/agent/service/deregister/db-bench-2" >/dev/null
+    sleep 1
+done
 echo -n "ecdsa_p256_sign openssl: "; openssl speed -seconds 3 ecdsap256 2>/dev/null | awk '/nistp256/ {print "sign_per_sec=" $(NF-1)}'

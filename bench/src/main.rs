@@ -65,6 +65,25 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         csr_max_per_second: f64,
     },
+    /// Opens N delta ADS streams for one proxy on a running agent, waits for
+    /// their initial config, registers one more endpoint of the upstream,
+    /// and reports how long until every stream received the change.
+    XdsFanout {
+        /// The agent's HTTP address (`http://127.0.0.1:8500`).
+        #[arg(long)]
+        url: String,
+        /// The agent's gRPC address (`http://127.0.0.1:8502`).
+        #[arg(long)]
+        grpc: String,
+        #[arg(long, default_value_t = 1000)]
+        streams: usize,
+        /// Streams per HTTP/2 connection.
+        #[arg(long, default_value_t = 100)]
+        per_connection: usize,
+        /// The agent's pid, to report its memory.
+        #[arg(long)]
+        pid: Option<u32>,
+    },
     /// Opens N watchers on one key, writes it once, and reports how long
     /// each watcher took to see the change.
     Watch {
@@ -391,6 +410,139 @@ async fn reissue(agents: usize, csr_max_per_second: f64) -> Result<()> {
     Ok(())
 }
 
+fn rss_kb(pid: Option<u32>) -> u64 {
+    let Some(pid) = pid else { return 0 };
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// See `Command::XdsFanout`.
+async fn xds_fanout(
+    http: &reqwest::Client,
+    url: &str,
+    grpc: &str,
+    streams: usize,
+    per_connection: usize,
+    pid: Option<u32>,
+) -> Result<()> {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+    let rss_before = rss_kb(pid);
+    let mut channels = Vec::new();
+    for _ in 0..streams.div_ceil(per_connection) {
+        channels.push(
+            tonic::transport::Endpoint::from_shared(grpc.to_string())?
+                .connect()
+                .await?,
+        );
+    }
+    let (updated_tx, mut updated_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut senders = Vec::new();
+    for i in 0..streams {
+        let mut client = AggregatedDiscoveryServiceClient::new(channels[i / per_connection].clone());
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let node = Some(Node {
+            id: "web-sidecar-proxy".into(),
+            ..Default::default()
+        });
+        tx.send(DeltaDiscoveryRequest {
+            node: node.clone(),
+            type_url: CDS.into(),
+            ..Default::default()
+        })
+        .await?;
+        let mut inbound = client
+            .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let (updated_tx, ready_tx) = (updated_tx.clone(), ready_tx.clone());
+        let sender = tx.clone();
+        senders.push(tx);
+        tokio::spawn(async move {
+            let mut eds_seen = 0;
+            while let Ok(Some(response)) = inbound.message().await {
+                let _ = sender
+                    .send(DeltaDiscoveryRequest {
+                        type_url: response.type_url.clone(),
+                        response_nonce: response.nonce.clone(),
+                        ..Default::default()
+                    })
+                    .await;
+                if response.type_url == CDS && eds_seen == 0 {
+                    let names: Vec<String> = response
+                        .resources
+                        .iter()
+                        .map(|r| r.name.clone())
+                        .filter(|n| n != "local_app")
+                        .collect();
+                    let _ = sender
+                        .send(DeltaDiscoveryRequest {
+                            node: node.clone(),
+                            type_url: EDS.into(),
+                            resource_names_subscribe: names,
+                            ..Default::default()
+                        })
+                        .await;
+                }
+                if response.type_url == EDS && !response.resources.is_empty() {
+                    eds_seen += 1;
+                    if eds_seen == 1 {
+                        let _ = ready_tx.send(());
+                    } else {
+                        let _ = updated_tx.send(Instant::now());
+                    }
+                }
+            }
+        });
+    }
+    for _ in 0..streams {
+        tokio::time::timeout(Duration::from_secs(120), ready_rx.recv())
+            .await
+            .context("streams did not all get their initial config")?;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_connected = rss_kb(pid);
+    // One endpoint change: another db instance with its sidecar.
+    let started = Instant::now();
+    let response = http
+        .put(format!("{url}/v1/agent/service/register"))
+        .body(r#"{"Name":"db","ID":"db-bench-2","Port":9092,"Connect":{"SidecarService":{}}}"#)
+        .send()
+        .await?;
+    if !response.status().is_success() {
+        bail!("registering the new endpoint failed: {}", response.status());
+    }
+    let mut latencies = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let at = tokio::time::timeout(Duration::from_secs(60), updated_rx.recv())
+            .await
+            .context("not every stream received the update")?
+            .context("streams ended")?;
+        latencies.push(at.duration_since(started));
+    }
+    latencies.sort();
+    println!(
+        "streams={streams} all_updated_ms={:.1} p50_ms={:.1} p99_ms={:.1} rss_before_kb={rss_before} rss_connected_kb={rss_connected} kb_per_stream={:.1}",
+        latencies.last().unwrap().as_secs_f64() * 1000.0,
+        percentile(&latencies, 50.0).as_secs_f64() * 1000.0,
+        percentile(&latencies, 99.0).as_secs_f64() * 1000.0,
+        (rss_connected.saturating_sub(rss_before)) as f64 / streams as f64,
+    );
+    drop(senders);
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -449,6 +601,13 @@ async fn main() -> Result<()> {
             agents,
             csr_max_per_second,
         } => reissue(agents, csr_max_per_second).await,
+        Command::XdsFanout {
+            url,
+            grpc,
+            streams,
+            per_connection,
+            pid,
+        } => xds_fanout(&client, &url, &grpc, streams, per_connection, pid).await,
         Command::Watch {
             url,
             target,
