@@ -450,7 +450,8 @@ async fn xds_fanout(
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut senders = Vec::new();
     for i in 0..streams {
-        let mut client = AggregatedDiscoveryServiceClient::new(channels[i / per_connection].clone());
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(channels[i / per_connection].clone());
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         let node = Some(Node {
             id: "web-sidecar-proxy".into(),

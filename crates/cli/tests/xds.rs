@@ -470,5 +470,8 @@ fn prepared_query_upstreams_are_refused_at_registration() {
             {"DestinationType":"prepared_query","DestinationName":"nearest-db","LocalBindPort":9191}]}}}}"#,
     );
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("prepared_query") && body.contains("not supported yet"), "{body}");
+    assert!(
+        body.contains("prepared_query") && body.contains("not supported yet"),
+        "{body}"
+    );
 }
