@@ -13,6 +13,7 @@ pub mod intention_cache;
 pub mod leaf;
 pub mod local;
 pub mod proxy_sources;
+pub mod shared_watch;
 mod sync;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

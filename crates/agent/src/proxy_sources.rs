@@ -10,33 +10,91 @@ use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
 use legate_proxycfg::{DataSources, Endpoint, EndpointHealth, Fetched, Manager, ProxyRegistration};
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
-use legate_types::intention::{Intention, MatchBy};
+use legate_types::intention::Intention;
 use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery};
 use legate_types::{Consistency, HealthStatus, QueryOptions};
 use serde_json::Value;
 
 use crate::leaf::LeafManager;
+use crate::shared_watch::SharedWatch;
 use crate::Agent;
 
 /// How long one blocking read of a data source may wait.
 const WAIT: Duration = Duration::from_secs(300);
 
-/// Data sources backed by the agent's RPC client and leaf manager.
+/// How many keys each shared cache holds at most.
+pub const CACHE_CAPACITY: usize = 10_000;
+/// How long a key nobody asks for stays cached.
+pub const CACHE_IDLE_TTL: Duration = Duration::from_secs(120);
+
+/// Data sources backed by the agent's RPC client and leaf manager. Chains,
+/// endpoints, intentions and roots go through shared, bounded caches, so
+/// proxies with the same upstream share one blocking query per key.
 pub struct AgentSources {
-    rpc: Arc<dyn ServerRpc>,
     leaf_certs: Arc<LeafManager>,
-    datacenter: String,
     default_allow: bool,
+    roots: Arc<SharedWatch<(), IndexedCaRoots>>,
+    intentions: Arc<SharedWatch<String, Vec<Intention>>>,
+    chains: Arc<SharedWatch<(String, String), CompiledChain>>,
+    /// Keyed by (service, datacenter, subset filter).
+    endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
+}
+
+fn opts(datacenter: &str, min_index: u64) -> QueryOptions {
+    QueryOptions {
+        datacenter: datacenter.to_string(),
+        min_index,
+        max_wait: Some(WAIT),
+        consistency: Consistency::Stale,
+        ..Default::default()
+    }
 }
 
 impl AgentSources {
-    fn opts(&self, min_index: u64) -> QueryOptions {
-        QueryOptions {
-            datacenter: self.datacenter.clone(),
-            min_index,
-            max_wait: Some(WAIT),
-            consistency: Consistency::Stale,
-            ..Default::default()
+    /// Sources over `rpc` for an agent in `datacenter`.
+    pub fn new(
+        rpc: Arc<dyn ServerRpc>,
+        leaf_certs: Arc<LeafManager>,
+        intentions: Arc<SharedWatch<String, Vec<Intention>>>,
+        datacenter: String,
+        default_allow: bool,
+    ) -> AgentSources {
+        let (r, dc) = (rpc.clone(), datacenter.clone());
+        let roots = SharedWatch::new(
+            Arc::new(move |_: (), min| {
+                let (r, dc) = (r.clone(), dc.clone());
+                Box::pin(async move { fetch_roots(&*r, &dc, min).await })
+            }),
+            1,
+            CACHE_IDLE_TTL,
+        );
+        let (r, dc) = (rpc.clone(), datacenter.clone());
+        let chains = SharedWatch::new(
+            Arc::new(move |(service, compile_dc): (String, String), min| {
+                let (r, dc) = (r.clone(), dc.clone());
+                Box::pin(async move { fetch_chain(&*r, &dc, &service, &compile_dc, min).await })
+            }),
+            CACHE_CAPACITY,
+            CACHE_IDLE_TTL,
+        );
+        let r = rpc.clone();
+        let endpoints = SharedWatch::new(
+            Arc::new(
+                move |(service, dc, filter): (String, String, String), min| {
+                    let r = r.clone();
+                    Box::pin(async move { fetch_endpoints(&*r, &service, &dc, &filter, min).await })
+                },
+            ),
+            CACHE_CAPACITY,
+            CACHE_IDLE_TTL,
+        );
+        AgentSources {
+            leaf_certs,
+            default_allow,
+            roots,
+            intentions,
+            chains,
+            endpoints,
         }
     }
 }
@@ -50,21 +108,105 @@ fn weight(status: HealthStatus, weights: &legate_types::Weights) -> u32 {
     w.clamp(1, 128) as u32
 }
 
+async fn fetch_roots(
+    rpc: &dyn ServerRpc,
+    datacenter: &str,
+    min_index: u64,
+) -> Result<Fetched<IndexedCaRoots>, String> {
+    let q = rpc
+        .ca_roots(&opts(datacenter, min_index))
+        .await
+        .map_err(|e| e.to_string())?;
+    if q.value.roots.is_empty() {
+        return Err("the CA is not initialised yet".into());
+    }
+    Ok(Fetched {
+        index: q.meta.index,
+        value: q.value,
+    })
+}
+
+async fn fetch_chain(
+    rpc: &dyn ServerRpc,
+    datacenter: &str,
+    service: &str,
+    compile_datacenter: &str,
+    min_index: u64,
+) -> Result<Fetched<CompiledChain>, String> {
+    let q = rpc
+        .discovery_chain(
+            &opts(datacenter, min_index),
+            service.to_string(),
+            compile_datacenter.to_string(),
+            ChainOverrides::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    // The RPC answers the chain itself (HTTP wraps it in `Chain`).
+    let chain = match q.value.get("Chain") {
+        Some(inner) => inner.clone(),
+        None => q.value,
+    };
+    let chain: CompiledChain = serde_json::from_value(chain).map_err(|e| e.to_string())?;
+    Ok(Fetched {
+        index: q.meta.index,
+        value: chain,
+    })
+}
+
+async fn fetch_endpoints(
+    rpc: &dyn ServerRpc,
+    service: &str,
+    datacenter: &str,
+    filter: &str,
+    min_index: u64,
+) -> Result<Fetched<Vec<Endpoint>>, String> {
+    let mut opts = opts(datacenter, min_index);
+    opts.filter = filter.to_string();
+    let q = rpc
+        .health_service_nodes(
+            &opts,
+            ServiceQuery {
+                service: service.to_string(),
+                connect: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let endpoints = q
+        .value
+        .iter()
+        .map(|csn| {
+            let status = csn.aggregate_status();
+            Endpoint {
+                node: csn.node.node.clone(),
+                service_id: csn.service.id.clone(),
+                address: if csn.service.address.is_empty() {
+                    csn.node.address.clone()
+                } else {
+                    csn.service.address.clone()
+                },
+                port: csn.service.port,
+                health: match status {
+                    HealthStatus::Passing => EndpointHealth::Passing,
+                    HealthStatus::Warning => EndpointHealth::Warning,
+                    _ => EndpointHealth::Critical,
+                },
+                weight: weight(status, &csn.service.weights),
+            }
+        })
+        .collect();
+    Ok(Fetched {
+        index: q.meta.index,
+        value: endpoints,
+    })
+}
+
 #[async_trait]
 impl DataSources for AgentSources {
     async fn roots(&self, min_index: u64) -> Result<Fetched<IndexedCaRoots>, String> {
-        let q = self
-            .rpc
-            .ca_roots(&self.opts(min_index))
-            .await
-            .map_err(|e| e.to_string())?;
-        if q.value.roots.is_empty() {
-            return Err("the CA is not initialised yet".into());
-        }
-        Ok(Fetched {
-            index: q.meta.index,
-            value: q.value,
-        })
+        self.roots.get((), min_index, WAIT).await
     }
 
     async fn leaf(&self, service: &str, min_index: u64) -> Result<Fetched<IssuedCert>, String> {
@@ -84,24 +226,9 @@ impl DataSources for AgentSources {
         destination: &str,
         min_index: u64,
     ) -> Result<Fetched<Vec<Intention>>, String> {
-        let q = self
-            .rpc
-            .intention_match(
-                &self.opts(min_index),
-                MatchBy::Destination,
-                vec![destination.to_string()],
-            )
+        self.intentions
+            .get(destination.to_string(), min_index, WAIT)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            index: q.meta.index,
-            value: q
-                .value
-                .into_iter()
-                .next()
-                .map(|(_, l)| l)
-                .unwrap_or_default(),
-        })
     }
 
     async fn chain(
@@ -110,26 +237,13 @@ impl DataSources for AgentSources {
         datacenter: &str,
         min_index: u64,
     ) -> Result<Fetched<CompiledChain>, String> {
-        let q = self
-            .rpc
-            .discovery_chain(
-                &self.opts(min_index),
-                service.to_string(),
-                datacenter.to_string(),
-                ChainOverrides::default(),
+        self.chains
+            .get(
+                (service.to_string(), datacenter.to_string()),
+                min_index,
+                WAIT,
             )
             .await
-            .map_err(|e| e.to_string())?;
-        // The RPC answers the chain itself (HTTP wraps it in `Chain`).
-        let chain = match q.value.get("Chain") {
-            Some(inner) => inner.clone(),
-            None => q.value,
-        };
-        let chain: CompiledChain = serde_json::from_value(chain).map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            index: q.meta.index,
-            value: chain,
-        })
     }
 
     async fn endpoints(
@@ -137,50 +251,14 @@ impl DataSources for AgentSources {
         target: &Target,
         min_index: u64,
     ) -> Result<Fetched<Vec<Endpoint>>, String> {
-        let mut opts = self.opts(min_index);
-        opts.datacenter = target.datacenter.clone();
-        if let Some(filter) = target.subset.get("Filter").and_then(Value::as_str) {
-            opts.filter = filter.to_string();
-        }
-        let q = self
-            .rpc
-            .health_service_nodes(
-                &opts,
-                ServiceQuery {
-                    service: target.service.clone(),
-                    connect: true,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        let endpoints = q
-            .value
-            .iter()
-            .map(|csn| {
-                let status = csn.aggregate_status();
-                Endpoint {
-                    node: csn.node.node.clone(),
-                    service_id: csn.service.id.clone(),
-                    address: if csn.service.address.is_empty() {
-                        csn.node.address.clone()
-                    } else {
-                        csn.service.address.clone()
-                    },
-                    port: csn.service.port,
-                    health: match status {
-                        HealthStatus::Passing => EndpointHealth::Passing,
-                        HealthStatus::Warning => EndpointHealth::Warning,
-                        _ => EndpointHealth::Critical,
-                    },
-                    weight: weight(status, &csn.service.weights),
-                }
-            })
-            .collect();
-        Ok(Fetched {
-            index: q.meta.index,
-            value: endpoints,
-        })
+        let filter = target
+            .subset
+            .get("Filter")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let key = (target.service.clone(), target.datacenter.clone(), filter);
+        self.endpoints.get(key, min_index, WAIT).await
     }
 
     fn default_allow(&self) -> bool {
@@ -212,12 +290,13 @@ impl Agent {
     /// Starts the proxy configuration manager, kept in step with local
     /// registrations.
     pub(crate) fn start_proxycfg(self: &Arc<Self>) -> Arc<Manager> {
-        let sources = Arc::new(AgentSources {
-            rpc: self.rpc.clone(),
-            leaf_certs: self.leaf_certs().clone(),
-            datacenter: self.config().datacenter.clone(),
-            default_allow: self.default_intention_allow(),
-        });
+        let sources = Arc::new(AgentSources::new(
+            self.rpc.clone(),
+            self.leaf_certs().clone(),
+            self.intentions().shared(),
+            self.config().datacenter.clone(),
+            self.default_intention_allow(),
+        ));
         let manager = Manager::new(sources);
         let weak = Arc::downgrade(self);
         let mut changes = self.local_changes();

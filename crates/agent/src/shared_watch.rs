@@ -1,0 +1,277 @@
+//! A bounded cache of blocking reads shared by every local proxy: one
+//! background blocking query per key (a chain, a target's endpoints, a
+//! destination's intentions), however many proxies need it. Keys never
+//! include ACL tokens, so a proxy rotating its token does not multiply
+//! entries. Entries nobody has asked for within the idle TTL stop and are
+//! dropped; past the capacity, the least recently used idle entries go
+//! first.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use legate_proxycfg::Fetched;
+use tokio::sync::watch;
+
+/// Reads one key, blocking until its index passes `min_index`.
+pub type Fetch<K, V> = Arc<
+    dyn Fn(K, u64) -> Pin<Box<dyn Future<Output = Result<Fetched<V>, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+type Slot<V> = Option<Result<(u64, V), String>>;
+
+struct Entry<V> {
+    state: watch::Sender<Slot<V>>,
+    last_used: Mutex<Instant>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The cache.
+pub struct SharedWatch<K, V> {
+    fetch: Fetch<K, V>,
+    entries: Mutex<HashMap<K, Arc<Entry<V>>>>,
+    capacity: usize,
+    idle_ttl: Duration,
+}
+
+impl<K, V> SharedWatch<K, V>
+where
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// A cache of at most `capacity` keys; idle keys expire after `idle_ttl`.
+    pub fn new(fetch: Fetch<K, V>, capacity: usize, idle_ttl: Duration) -> Arc<Self> {
+        Arc::new(SharedWatch {
+            fetch,
+            entries: Mutex::new(HashMap::new()),
+            capacity,
+            idle_ttl,
+        })
+    }
+
+    /// Number of keys held.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn entry(self: &Arc<Self>, key: &K) -> Arc<Entry<V>> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = entries.get(key) {
+            *e.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            return e.clone();
+        }
+        self.evict(&mut entries);
+        let state = watch::channel(None).0;
+        let fetch = self.fetch.clone();
+        let k = key.clone();
+        let tx = state.clone();
+        let task = tokio::spawn(async move {
+            let mut index = 0;
+            let mut failures = 0u32;
+            loop {
+                match fetch(k.clone(), index).await {
+                    Ok(f) => {
+                        failures = 0;
+                        if f.index != index || index == 0 {
+                            index = f.index;
+                            tx.send_replace(Some(Ok((f.index, f.value))));
+                        }
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        if tx.borrow().as_ref().is_none_or(|s| s.is_err()) {
+                            tx.send_replace(Some(Err(e)));
+                        }
+                        tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(failures.min(6))))
+                            .await;
+                    }
+                }
+            }
+        });
+        let entry = Arc::new(Entry {
+            state,
+            last_used: Mutex::new(Instant::now()),
+            task,
+        });
+        entries.insert(key.clone(), entry.clone());
+        entry
+    }
+
+    /// Drops idle entries past their TTL, then the least recently used
+    /// idle ones while over capacity (entries someone waits on stay).
+    fn evict(&self, entries: &mut HashMap<K, Arc<Entry<V>>>) {
+        let idle = |e: &Entry<V>| e.state.receiver_count() == 0;
+        entries.retain(|_, e| {
+            let expired = idle(e)
+                && e.last_used
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .elapsed()
+                    > self.idle_ttl;
+            if expired {
+                e.task.abort();
+            }
+            !expired
+        });
+        while entries.len() >= self.capacity {
+            let oldest = entries
+                .iter()
+                .filter(|(_, e)| idle(e))
+                .min_by_key(|(_, e)| *e.last_used.lock().unwrap_or_else(|e| e.into_inner()))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    if let Some(e) = entries.remove(&k) {
+                        e.task.abort();
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The value of `key` once its index passes `min_index` (or after
+    /// `wait`, the current value).
+    pub async fn get(
+        self: &Arc<Self>,
+        key: K,
+        min_index: u64,
+        wait: Duration,
+    ) -> Result<Fetched<V>, String> {
+        let entry = self.entry(&key);
+        let mut rx = entry.state.subscribe();
+        let newer = |s: &Slot<V>| match s {
+            Some(Ok((index, _))) => *index > min_index,
+            Some(Err(_)) => min_index == 0,
+            None => false,
+        };
+        let _ = tokio::time::timeout(wait, rx.wait_for(newer)).await;
+        let slot = rx.borrow().clone();
+        *entry.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        match slot {
+            Some(Ok((index, value))) => Ok(Fetched { index, value }),
+            Some(Err(e)) => Err(e),
+            None => Err("no value yet".into()),
+        }
+    }
+}
+
+impl<K, V> SharedWatch<K, V> {
+    /// Stops every background read and forgets every key.
+    pub fn clear(&self) {
+        for (_, e) in self
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            e.task.abort();
+        }
+    }
+}
+
+impl<K, V> Drop for SharedWatch<K, V> {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn counting_fetch(calls: Arc<AtomicU64>) -> Fetch<String, String> {
+        Arc::new(move |key: String, min_index: u64| {
+            let calls = calls.clone();
+            Box::pin(async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                if min_index > 0 {
+                    // Nothing changes: a blocking read that waits.
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Ok(Fetched {
+                    index: 7,
+                    value: format!("value of {key}"),
+                })
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn one_background_read_per_key_however_many_readers() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let cache = SharedWatch::new(counting_fetch(calls.clone()), 100, Duration::from_secs(60));
+        let mut waits = Vec::new();
+        for _ in 0..50 {
+            let cache = cache.clone();
+            waits.push(tokio::spawn(async move {
+                cache.get("db".into(), 0, Duration::from_secs(5)).await
+            }));
+        }
+        for w in waits {
+            assert_eq!(w.await.unwrap().unwrap().value, "value of db");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The first read and one blocking read in flight.
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(cache.len(), 1);
+        // A blocking get past the index times out with the same value.
+        let same = cache
+            .get("db".into(), 7, Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert_eq!(same.index, 7);
+    }
+
+    #[tokio::test]
+    async fn capacity_evicts_the_least_recently_used_idle_key() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let cache = SharedWatch::new(counting_fetch(calls), 3, Duration::from_secs(60));
+        for key in ["a", "b", "c"] {
+            cache
+                .get(key.into(), 0, Duration::from_secs(5))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cache
+            .get("a".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        cache
+            .get("d".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(cache.len(), 3);
+        let keys: Vec<String> = cache.entries.lock().unwrap().keys().cloned().collect();
+        assert!(!keys.contains(&"b".to_string()), "{keys:?}");
+        assert!(keys.contains(&"a".to_string()));
+    }
+
+    #[tokio::test]
+    async fn idle_keys_expire() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let cache = SharedWatch::new(counting_fetch(calls), 100, Duration::from_millis(20));
+        cache
+            .get("old".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        cache
+            .get("new".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(cache.len(), 1);
+    }
+}
