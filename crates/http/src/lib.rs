@@ -9,6 +9,7 @@ mod config;
 mod connect;
 mod intentions;
 mod kv;
+mod metrics;
 mod misc;
 pub mod util;
 
@@ -98,6 +99,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/connect/ca/configuration",
             get(connect::get_configuration).put(connect::set_configuration),
         )
+        .route("/v1/agent/metrics", get(metrics::agent_metrics))
         .route("/v1/agent/reload", put(agent::reload))
         .route("/v1/agent/leave", put(agent::leave))
         .route("/v1/agent/force-leave/{node}", put(agent::force_leave))

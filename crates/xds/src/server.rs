@@ -59,10 +59,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    fn observe_push(&self, changed_at: Option<std::time::Instant>) {
+    fn observe_push(&self, proxy: &str, changed_at: Option<std::time::Instant>) {
         self.pushes.fetch_add(1, Ordering::Relaxed);
+        legate_types::metrics::counter_add("consul.xds.server.pushes", &[("proxy", proxy)], 1);
         if let Some(at) = changed_at {
-            let ms = at.elapsed().as_millis() as u64;
+            let elapsed = at.elapsed();
+            legate_types::metrics::sample(
+                "consul.xds.server.push_latency",
+                &[("proxy", proxy)],
+                elapsed.as_secs_f64() * 1000.0,
+            );
+            let ms = elapsed.as_millis() as u64;
             let slot = LATENCY_BUCKETS_MS
                 .iter()
                 .position(|b| ms <= *b)
@@ -275,7 +282,8 @@ impl SotwSession {
     }
 
     async fn run(mut self, mut inbound: Streaming<DiscoveryRequest>) {
-        self.metrics.streams.fetch_add(1, Ordering::Relaxed);
+        let open = self.metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
         let mut watch = None;
         loop {
             tokio::select! {
@@ -325,7 +333,8 @@ impl SotwSession {
                 }
             }
         }
-        self.metrics.streams.fetch_sub(1, Ordering::Relaxed);
+        let open = self.metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
+        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
     }
 
     /// Handles one request; `false` when the stream is gone.
@@ -339,6 +348,11 @@ impl SotwSession {
             }
             if let Some(error) = &request.error_detail {
                 self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
+                legate_types::metrics::counter_add(
+                    "consul.xds.server.nacks",
+                    &[("proxy", &self.node_id)],
+                    1,
+                );
                 tracing::warn!(node = %self.node_id, type_url = %type_url, version = %request.version_info, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
                 return true;
             }
@@ -395,7 +409,7 @@ impl SotwSession {
             ..Default::default()
         };
         let sent = self.tx.send(Ok(response)).await.is_ok();
-        self.metrics.observe_push(self.changed_at);
+        self.metrics.observe_push(&self.node_id, self.changed_at);
         sent
     }
 }
@@ -443,7 +457,8 @@ impl DeltaSession {
     }
 
     async fn run(mut self, mut inbound: Streaming<DeltaDiscoveryRequest>) {
-        self.metrics.streams.fetch_add(1, Ordering::Relaxed);
+        let open = self.metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
         let mut watch = None;
         loop {
             tokio::select! {
@@ -492,7 +507,8 @@ impl DeltaSession {
                 }
             }
         }
-        self.metrics.streams.fetch_sub(1, Ordering::Relaxed);
+        let open = self.metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
+        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
     }
 
     async fn handle(&mut self, request: DeltaDiscoveryRequest) -> bool {
@@ -504,6 +520,11 @@ impl DeltaSession {
             }
             if let Some(error) = &request.error_detail {
                 self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
+                legate_types::metrics::counter_add(
+                    "consul.xds.server.nacks",
+                    &[("proxy", &self.node_id)],
+                    1,
+                );
                 tracing::warn!(node = %self.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
                 return true;
             }
@@ -603,7 +624,7 @@ impl DeltaSession {
             ..Default::default()
         };
         let sent = self.tx.send(Ok(response)).await.is_ok();
-        self.metrics.observe_push(self.changed_at);
+        self.metrics.observe_push(&self.node_id, self.changed_at);
         sent
     }
 }

@@ -1,0 +1,106 @@
+//! `GET /v1/agent/metrics`: the process metrics as Consul's JSON (Gauges,
+//! Counters, Samples), or Prometheus text with `?format=prometheus`.
+
+use axum::http::HeaderValue;
+use axum::response::IntoResponse;
+use legate_types::metrics::{snapshot, Labels};
+use serde_json::{json, Map, Value};
+
+use crate::util::{json, ApiResult};
+use crate::Req;
+
+fn labels_json(labels: &Labels) -> Value {
+    Value::Object(
+        labels
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect::<Map<String, Value>>(),
+    )
+}
+
+fn prometheus_name(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+fn prometheus_labels(labels: &Labels) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let inner: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}=\"{}\"",
+                prometheus_name(k),
+                v.replace('\\', "\\\\").replace('"', "\\\"")
+            )
+        })
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// The handler.
+pub async fn agent_metrics(req: Req) -> ApiResult {
+    let r = snapshot();
+    if req.params.get("format") == Some("prometheus") {
+        let mut out = String::new();
+        for ((name, labels), v) in &r.gauges {
+            out.push_str(&format!(
+                "{}{} {v}\n",
+                prometheus_name(name),
+                prometheus_labels(labels)
+            ));
+        }
+        for ((name, labels), v) in &r.counters {
+            out.push_str(&format!(
+                "{}{} {v}\n",
+                prometheus_name(name),
+                prometheus_labels(labels)
+            ));
+        }
+        for ((name, labels), s) in &r.samples {
+            let n = prometheus_name(name);
+            let l = prometheus_labels(labels);
+            out.push_str(&format!("{n}_count{l} {}\n{n}_sum{l} {}\n", s.count, s.sum));
+        }
+        let mut response = out.into_response();
+        response.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        return Ok(response);
+    }
+    let timestamp = legate_types::metrics_timestamp();
+    let gauges: Vec<Value> = r
+        .gauges
+        .iter()
+        .map(|((name, labels), v)| json!({"Name": name, "Value": v, "Labels": labels_json(labels)}))
+        .collect();
+    let counters: Vec<Value> = r
+        .counters
+        .iter()
+        .map(|((name, labels), v)| {
+            json!({"Name": name, "Count": v, "Rate": 0.0, "Sum": v, "Min": 1, "Max": 1, "Mean": 1,
+                   "Stddev": 0, "Labels": labels_json(labels)})
+        })
+        .collect();
+    let samples: Vec<Value> = r
+        .samples
+        .iter()
+        .map(|((name, labels), s)| {
+            let mean = if s.count == 0 {
+                0.0
+            } else {
+                s.sum / s.count as f64
+            };
+            json!({"Name": name, "Count": s.count, "Rate": 0.0, "Sum": s.sum, "Min": s.min,
+                   "Max": s.max, "Mean": mean, "Stddev": 0.0, "Labels": labels_json(labels)})
+        })
+        .collect();
+    Ok(json(
+        &req.params,
+        &json!({"Timestamp": timestamp, "Gauges": gauges, "Points": [], "Counters": counters, "Samples": samples}),
+    ))
+}
