@@ -220,6 +220,12 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     let update = recv(&mut stream).await;
     assert_eq!(update.type_url, ENDPOINT, "only endpoints changed");
     assert_eq!(endpoint_count(&update.resources[0].value), 2);
+    // ...and goes away again.
+    let (status, _) = agent.put("/v1/agent/service/deregister/db2", "");
+    assert_eq!(status, 200);
+    let update = recv(&mut stream).await;
+    assert_eq!(update.type_url, ENDPOINT);
+    assert_eq!(endpoint_count(&update.resources[0].value), 1);
 
     // An intention flips web -> db... which changes db's proxy, not web's:
     // web's stream sees nothing. The NACK log line is in the agent's log.
@@ -473,5 +479,53 @@ fn prepared_query_upstreams_are_refused_at_registration() {
     assert!(
         body.contains("prepared_query") && body.contains("not supported yet"),
         "{body}"
+    );
+}
+
+#[test]
+fn connect_envoy_execs_envoy_with_the_bootstrap_and_passthrough_arguments() {
+    let grpc = free_port();
+    let (agent, dir) = start_demo(grpc);
+    // A stand-in for Envoy (a process we do not own): records its arguments
+    // and the bootstrap it was given.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let record = dir.path().join("envoy-args.txt");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" > {rec}\ncat \"$2\" > {rec}.json\n",
+        rec = record.display()
+    );
+    let envoy = bin.join("envoy");
+    std::fs::write(&envoy, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&envoy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(common::binary())
+        .args([
+            "connect",
+            "envoy",
+            "-sidecar-for",
+            "db",
+            "-admin-bind",
+            "localhost:19001",
+            "--",
+            "-l",
+            "debug",
+        ])
+        .env("CONSUL_HTTP_ADDR", agent.addr())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let args = std::fs::read_to_string(&record).unwrap();
+    assert!(args.starts_with("--config-path "), "{args}");
+    assert!(args.contains("--disable-hot-restart -l debug"), "{args}");
+    let bootstrap: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}.json", record.display())).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(bootstrap["node"]["id"], "db-sidecar-proxy");
+    assert_eq!(
+        bootstrap["admin"]["address"]["socket_address"]["port_value"],
+        19001
     );
 }

@@ -361,3 +361,45 @@ fn l4_rbac_follows_intention_precedence() {
             .ends_with("/svc/web$")
     );
 }
+
+#[test]
+fn bootstrap_matches_its_golden_file() {
+    use legate_xds::bootstrap::{bootstrap, parse_extra, BootstrapParams};
+    let mut params = BootstrapParams {
+        proxy_id: "web-sidecar-proxy".into(),
+        cluster: "web-sidecar-proxy".into(),
+        admin_address: "127.0.0.1".into(),
+        admin_port: 19000,
+        admin_access_log_path: "/dev/null".into(),
+        agent_address: "127.0.0.1".into(),
+        agent_port: 8502,
+        token: "secret".into(),
+        prometheus_bind_addr: Some(("0.0.0.0".into(), 9102)),
+        extra_clusters: Vec::new(),
+        extra_listeners: Vec::new(),
+    };
+    params.extra_clusters = parse_extra(
+        "envoy_extra_static_clusters_json",
+        r#"{"name": "tracing", "type": "STRICT_DNS", "connect_timeout": "1s"}"#,
+        "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    )
+    .unwrap();
+    assert!(parse_extra(
+        "envoy_extra_static_clusters_json",
+        r#"{"name": "x", "bogus": true}"#,
+        "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    )
+    .unwrap_err()
+    .contains("bogus"));
+    let rendered = serde_json::to_string_pretty(&bootstrap(&params)).unwrap() + "\n";
+    let path = golden_dir().join("bootstrap.json");
+    if std::env::var("LEGATE_UPDATE_GOLDEN").is_ok() {
+        std::fs::write(&path, &rendered).unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        rendered,
+        "bootstrap differs from {} (LEGATE_UPDATE_GOLDEN=1 to refresh)",
+        path.display()
+    );
+}
