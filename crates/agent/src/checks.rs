@@ -116,6 +116,11 @@ async fn run_ttl(agent: Arc<Agent>, id: String, ttl: Duration) {
     }
 }
 
+/// The name of the TCP check the agent adds to sidecar proxies. While it
+/// fails it is retried every second (not every interval), so a proxy that
+/// starts listening is healthy within a second rather than ten.
+pub const SIDECAR_LISTENING_CHECK: &str = "Connect Sidecar Listening";
+
 async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_type: &'static str) {
     let interval = def
         .interval
@@ -150,11 +155,17 @@ async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_ty
             "grpc" => probe_grpc(client.as_ref(), &def).await,
             _ => probe_script(&def.script_args, timeout).await,
         };
+        let failing = observed != HealthStatus::Passing;
         match gate.observe(observed) {
             Some(status) => agent.set_check_status(&id, status, &truncate(output)),
             None => agent.set_check_output(&id, &truncate(output)),
         }
-        tokio::time::sleep(interval).await;
+        let next = if failing && def.name == SIDECAR_LISTENING_CHECK {
+            interval.min(Duration::from_secs(1))
+        } else {
+            interval
+        };
+        tokio::time::sleep(next).await;
     }
 }
 

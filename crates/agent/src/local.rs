@@ -355,7 +355,7 @@ impl LocalState {
             };
             def.checks = vec![
                 CheckDefinition {
-                    name: "Connect Sidecar Listening".into(),
+                    name: crate::checks::SIDECAR_LISTENING_CHECK.into(),
                     tcp: format!("{address}:{}", def.port.unwrap_or(0)),
                     interval: Some(std::time::Duration::from_secs(10)),
                     ..Default::default()

@@ -77,6 +77,8 @@ pub struct ProxyRegistration {
 }
 
 enum Update {
+    /// The protocol of the proxy's own service (from its chain).
+    OwnProtocol(String),
     Roots(IndexedCaRoots),
     Leaf(IssuedCert),
     Intentions(Vec<Intention>),
@@ -220,6 +222,7 @@ async fn follow<T, F, Fut>(
 }
 
 struct Building {
+    own_protocol: Option<String>,
     roots: Option<IndexedCaRoots>,
     leaf: Option<IssuedCert>,
     intentions: Option<Vec<Intention>>,
@@ -247,12 +250,15 @@ impl Building {
                 endpoints,
             });
         }
+        // The registration's `protocol` wins; else the service's resolved
+        // protocol (service-defaults, proxy-defaults).
+        let own = self.own_protocol.as_ref()?;
         let protocol = r
             .proxy
             .config
             .get("protocol")
             .and_then(|v| v.as_str())
-            .unwrap_or("tcp")
+            .unwrap_or(own)
             .to_ascii_lowercase();
         Some(ConnectProxySnapshot {
             proxy_id: r.proxy_id.clone(),
@@ -338,7 +344,21 @@ async fn run_proxy(
             move |c| Update::Chain(tag.clone(), c),
         )));
     }
+    {
+        let s = sources.clone();
+        let d = destination.clone();
+        let dc = registration.datacenter.clone();
+        tasks.push(tokio::spawn(follow(
+            tx.clone(),
+            move |i| {
+                let (s, d, dc) = (s.clone(), d.clone(), dc.clone());
+                async move { s.chain(&d, &dc, i).await }
+            },
+            |c: CompiledChain| Update::OwnProtocol(c.protocol),
+        )));
+    }
     let mut building = Building {
+        own_protocol: None,
         roots: None,
         leaf: None,
         intentions: None,
@@ -356,6 +376,7 @@ async fn run_proxy(
         }
         for update in pending {
             match update {
+                Update::OwnProtocol(p) => building.own_protocol = Some(p),
                 Update::Roots(r) => building.roots = Some(r),
                 Update::Leaf(l) => building.leaf = Some(l),
                 Update::Intentions(i) => building.intentions = Some(i),

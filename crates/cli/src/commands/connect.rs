@@ -17,6 +17,33 @@ pub enum ConnectCommand {
     Ca(CaCommand),
     /// Writes Envoy's bootstrap for a sidecar and runs Envoy.
     Envoy(Box<EnvoyArgs>),
+    /// Runs Legate's built-in sidecar proxy, configured over xDS.
+    Proxy(Box<ProxyArgs>),
+}
+
+/// Flags of `connect proxy`.
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The service whose sidecar proxy to run (finds its single sidecar).
+    #[arg(long = "sidecar-for")]
+    sidecar_for: Option<String>,
+    /// The proxy's service id (instead of -sidecar-for).
+    #[arg(long = "proxy-id")]
+    proxy_id: Option<String>,
+    /// The agent's gRPC address (env CONSUL_GRPC_ADDR; default: the agent's xDS port on 127.0.0.1).
+    #[arg(long = "grpc-addr")]
+    grpc_addr: Option<String>,
+    /// The proxy's admin/metrics address (default: an ephemeral port on 127.0.0.1).
+    #[arg(long = "admin-bind", default_value = "127.0.0.1:0")]
+    admin_bind: String,
+    /// Log level (trace, debug, info, warn, err).
+    #[arg(long = "log-level", default_value = "info")]
+    log_level: String,
+    /// Arguments after `--` (accepted for symmetry with `connect envoy`; unused).
+    #[arg(last = true)]
+    passthrough: Vec<String>,
 }
 
 /// Flags of `connect envoy`.
@@ -274,9 +301,75 @@ fn find_on_path(name: &str) -> Option<String> {
         .map(|p| p.display().to_string())
 }
 
+async fn proxy(args: ProxyArgs) -> u8 {
+    let level = match args.log_level.to_ascii_lowercase().as_str() {
+        "err" => "error".to_string(),
+        l @ ("trace" | "debug" | "info" | "warn" | "error") => l.to_string(),
+        other => {
+            return fail(format!(
+                "Invalid -log-level {other:?} (trace, debug, info, warn, err)"
+            ))
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEGATE_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},h2=warn,hyper=warn,tower=warn"))
+    });
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    let client = Client::new(&args.http);
+    let proxy = match find_proxy(
+        &client,
+        args.sidecar_for.as_deref(),
+        args.proxy_id.as_deref(),
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let (agent_address, agent_port) = match grpc_address(&client, args.grpc_addr.as_deref()).await {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let admin = match resolve("-admin-bind", &args.admin_bind) {
+        Ok((ip, port)) => match format!("{ip}:{port}").parse() {
+            Ok(a) => Some(a),
+            Err(e) => return fail(format!("Invalid -admin-bind {:?}: {e}", args.admin_bind)),
+        },
+        Err(e) => return fail(e),
+    };
+    if !args.passthrough.is_empty() {
+        tracing::warn!(args = ?args.passthrough, "arguments after -- are for Envoy; the built-in proxy ignores them");
+    }
+    let options = legate_proxy::ProxyOptions {
+        proxy_id: proxy["ID"].as_str().unwrap_or("").to_string(),
+        grpc_addr: format!("http://{agent_address}:{agent_port}"),
+        token: args
+            .http
+            .token
+            .clone()
+            .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
+            .unwrap_or_default(),
+        admin_bind: admin,
+    };
+    println!("==> Legate proxy {} starting", options.proxy_id);
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    match legate_proxy::run(options, shutdown).await {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
 /// Runs a connect subcommand.
 pub async fn run(cmd: ConnectCommand) -> u8 {
     match cmd {
+        ConnectCommand::Proxy(args) => proxy(*args).await,
         ConnectCommand::Envoy(args) => envoy(*args).await,
         ConnectCommand::Ca(CaCommand::GetConfig(args)) => {
             let client = Client::new(&args.http);

@@ -1,0 +1,249 @@
+//! The seed demo end to end with Legate's built-in proxy: an agent, two
+//! `legate connect proxy` sidecars, an echo server and a TCP client. Echo
+//! works; a deny intention stops new connections before a byte reaches
+//! the application; deleting it restores echo; an L7 intention the TCP
+//! proxy cannot enforce denies its source.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{binary, free_port, TestAgent};
+
+struct Proxy(Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> Proxy {
+    let file = std::fs::File::create(log).unwrap();
+    Proxy(
+        Command::new(binary())
+            .args([
+                "connect",
+                "proxy",
+                "-sidecar-for",
+                service,
+                "-admin-bind",
+                "127.0.0.1:0",
+            ])
+            .env("CONSUL_HTTP_ADDR", agent.addr())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// An echo server counting the bytes it ever received.
+fn echo_server(port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let counter = received.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    counter.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+                    if conn.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    received
+}
+
+/// Sends a line through the upstream listener; the echoed reply, if any within 1 s.
+fn echo(port: u16, line: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(line.as_bytes()).ok()?;
+    let mut buf = vec![0u8; line.len()];
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got += n,
+        }
+    }
+    Some(String::from_utf8_lossy(&buf).to_string())
+}
+
+fn eventually(
+    what: &str,
+    timeout: Duration,
+    logs: &dyn Fn() -> String,
+    mut f: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for: {what}\n{}", logs());
+}
+
+#[test]
+fn seed_demo_through_the_built_in_proxy() {
+    let (echo_port, web_sidecar, db_sidecar, upstream, grpc) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let received = echo_server(echo_port);
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo.hcl");
+    std::fs::write(
+        &demo,
+        format!(
+            r#"
+services {{
+  name = "web"
+  port = 8080
+  connect {{
+    sidecar_service {{
+      port = {web_sidecar}
+      proxy {{
+        upstreams {{
+          destination_name = "db"
+          local_bind_port = {upstream}
+        }}
+      }}
+    }}
+  }}
+}}
+services {{
+  name = "db"
+  port = {echo_port}
+  connect {{ sidecar_service {{ port = {db_sidecar} }} }}
+}}
+"#
+        ),
+    )
+    .unwrap();
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-dns-port=-1",
+            &format!("-grpc-port={grpc}"),
+            "-config-file",
+            demo.to_str().unwrap(),
+        ],
+        false,
+    );
+    let _web = start_proxy(&agent, "web", &dir.path().join("web.log"));
+    let _db = start_proxy(&agent, "db", &dir.path().join("db.log"));
+    let logs = || {
+        format!(
+            "web:\n{}\ndb:\n{}\nagent:\n{}",
+            std::fs::read_to_string(dir.path().join("web.log")).unwrap_or_default(),
+            std::fs::read_to_string(dir.path().join("db.log")).unwrap_or_default(),
+            agent.log_text()
+        )
+    };
+    // The sidecar's listening check passes within seconds of the proxy listening.
+    let started = Instant::now();
+    eventually(
+        "db's sidecar passing",
+        Duration::from_secs(15),
+        &logs,
+        || {
+            agent
+                .get("/v1/health/connect/db?passing")
+                .map(|v| v.as_array().is_some_and(|a| a.len() == 1))
+                .unwrap_or(false)
+        },
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "health took {:?}",
+        started.elapsed()
+    );
+    eventually(
+        "echo through web -> db",
+        Duration::from_secs(15),
+        &logs,
+        || echo(upstream, "hello world\n").as_deref() == Some("hello world\n"),
+    );
+
+    // legate intention create -deny web db: new connections get no echo,
+    // and nothing reaches the application.
+    let out = agent.cli(&["intention", "create", "-deny", "web", "db"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Created: web => db (deny)"
+    );
+    eventually(
+        "the deny to take effect",
+        Duration::from_secs(5),
+        &logs,
+        || echo(upstream, "probe\n").is_none(),
+    );
+    let before = received.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(echo(upstream, "secret\n").is_none());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        received.load(std::sync::atomic::Ordering::SeqCst),
+        before,
+        "a denied connection must not reach the application"
+    );
+
+    // legate intention delete web db: echo again.
+    let out = agent.cli(&["intention", "delete", "web", "db"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Intention deleted."
+    );
+    eventually(
+        "echo after the delete",
+        Duration::from_secs(5),
+        &logs,
+        || echo(upstream, "again\n").as_deref() == Some("again\n"),
+    );
+
+    // An L7 intention the TCP proxy cannot enforce denies its source.
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-defaults","Name":"db","Protocol":"http"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-intentions","Name":"db","Sources":[{"Name":"web","Permissions":[{"Action":"deny","HTTP":{"PathPrefix":"/admin"}},{"Action":"allow","HTTP":{"PathPrefix":"/"}}]}]}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    eventually(
+        "the L7 intention to deny web at L4",
+        Duration::from_secs(5),
+        &logs,
+        || echo(upstream, "l7\n").is_none(),
+    );
+    let (status, _, _) = agent.request("DELETE", "/v1/config/service-intentions/db", None);
+    assert_eq!(status, 200);
+    eventually(
+        "echo once the L7 intention is gone",
+        Duration::from_secs(5),
+        &logs,
+        || echo(upstream, "back\n").as_deref() == Some("back\n"),
+    );
+}

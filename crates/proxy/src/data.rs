@@ -1,0 +1,460 @@
+//! The data path: one accept loop per listener; inbound connections are
+//! TLS-terminated (client certificate required, our trust domain only),
+//! authorized against the intentions' RBAC before a byte reaches the
+//! application, then proxied to `local_app`; outbound connections are
+//! proxied to a healthy endpoint of the upstream cluster over mTLS with the
+//! expected SPIFFE id checked. Config changes apply to new connections;
+//! established ones keep running; a removed listener stops accepting.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::config::{ClusterConfig, Destination, ListenerConfig, Runtime, TlsMaterial};
+
+/// Counters served on the admin port.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Bytes from downstream to upstream.
+    pub bytes_up: AtomicU64,
+    /// Bytes from upstream to downstream.
+    pub bytes_down: AtomicU64,
+    /// Failed TLS handshakes (either side).
+    pub handshake_failures: AtomicU64,
+    /// Connections refused by intentions.
+    pub rbac_denials: AtomicU64,
+    /// Upstream connections that could not be made.
+    pub upstream_failures: AtomicU64,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certs(pem: &str) -> Vec<CertificateDer<'static>> {
+    legate_ca::info::pem_certificates(pem)
+        .unwrap_or_default()
+        .into_iter()
+        .map(CertificateDer::from)
+        .collect()
+}
+
+fn key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
+    use rustls::pki_types::pem::PemObject;
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("private key: {e}"))
+}
+
+fn roots(pem: &str) -> Arc<RootCertStore> {
+    let mut store = RootCertStore::empty();
+    for c in certs(pem) {
+        let _ = store.add(c);
+    }
+    Arc::new(store)
+}
+
+/// TLS configs built once per distinct material.
+#[derive(Default)]
+pub struct TlsCache {
+    servers: Mutex<HashMap<u64, Arc<ServerConfig>>>,
+    clients: Mutex<HashMap<u64, Arc<ClientConfig>>>,
+}
+
+fn fingerprint(m: &TlsMaterial) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    m.cert_chain.hash(&mut h);
+    m.private_key.hash(&mut h);
+    m.roots.hash(&mut h);
+    m.expected_sans.hash(&mut h);
+    h.finish()
+}
+
+impl TlsCache {
+    fn server(&self, m: &TlsMaterial) -> Result<Arc<ServerConfig>, String> {
+        let k = fingerprint(m);
+        if let Some(c) = self
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&k)
+        {
+            return Ok(c.clone());
+        }
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots(&m.roots), provider())
+            .build()
+            .map_err(|e| format!("client verifier: {e}"))?;
+        let config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs(&m.cert_chain), key(&m.private_key)?)
+            .map_err(|e| format!("server certificate: {e}"))?;
+        let config = Arc::new(config);
+        let mut map = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() > 64 {
+            map.clear();
+        }
+        map.insert(k, config.clone());
+        Ok(config)
+    }
+
+    fn client(&self, m: &TlsMaterial) -> Result<Arc<ClientConfig>, String> {
+        let k = fingerprint(m);
+        if let Some(c) = self
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&k)
+        {
+            return Ok(c.clone());
+        }
+        let verifier = Arc::new(SpiffeServerVerifier {
+            roots: m.roots.clone(),
+            expected: m.expected_sans.clone(),
+            algorithms: provider().signature_verification_algorithms,
+        });
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_client_auth_cert(certs(&m.cert_chain), key(&m.private_key)?)
+            .map_err(|e| format!("client certificate: {e}"))?;
+        let config = Arc::new(config);
+        let mut map = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() > 256 {
+            map.clear();
+        }
+        map.insert(k, config.clone());
+        Ok(config)
+    }
+}
+
+/// Verifies an upstream's certificate chain against our roots and its
+/// SPIFFE id against the ids the cluster expects (mesh certificates carry
+/// no DNS names, so the usual host-name check does not apply).
+#[derive(Debug)]
+struct SpiffeServerVerifier {
+    roots: String,
+    expected: Vec<String>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::client::danger::ServerCertVerifier for SpiffeServerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let mut chain = String::new();
+        for der in std::iter::once(end_entity).chain(intermediates.iter()) {
+            chain.push_str(&pem_of(der));
+        }
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(now.as_secs());
+        let id = legate_ca::verify::verify_leaf_at(&[&self.roots], &chain, when)
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
+        let uri = id.to_string();
+        if !self.expected.is_empty() && !self.expected.contains(&uri) {
+            return Err(rustls::Error::General(format!(
+                "upstream presented {uri}, expected one of {:?}",
+                self.expected
+            )));
+        }
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+fn pem_of(der: &CertificateDer<'_>) -> String {
+    use std::fmt::Write;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = der.as_ref();
+    let mut b64 = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | *b as u32) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        let _ = writeln!(out, "{}", std::str::from_utf8(line).unwrap_or_default());
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
+/// The trust domain of our own certificate (peers must share it).
+fn trust_domain_of(cert_chain: &str) -> Option<String> {
+    let info = legate_ca::info::describe(cert_chain).ok()?;
+    let id = legate_ca::SpiffeId::parse(info.uris.first()?).ok()?;
+    Some(id.trust_domain().to_string())
+}
+
+/// The shared pieces every connection uses.
+pub struct DataPlane {
+    runtime: watch::Receiver<Arc<Runtime>>,
+    tls: TlsCache,
+    /// Counters.
+    pub stats: Stats,
+    round_robin: AtomicUsize,
+}
+
+impl DataPlane {
+    /// A data plane following `runtime`.
+    pub fn new(runtime: watch::Receiver<Arc<Runtime>>) -> Arc<DataPlane> {
+        Arc::new(DataPlane {
+            runtime,
+            tls: TlsCache::default(),
+            stats: Stats::default(),
+            round_robin: AtomicUsize::new(0),
+        })
+    }
+
+    /// Keeps one accept loop per listener in step with the runtime.
+    pub async fn serve(self: Arc<Self>) {
+        let mut rx = self.runtime.clone();
+        let mut running: HashMap<String, (SocketAddr, tokio::task::JoinHandle<()>)> =
+            HashMap::new();
+        loop {
+            let rt = rx.borrow_and_update().clone();
+            running.retain(|name, (addr, task)| {
+                let keep = rt.listeners.get(name).is_some_and(|l| l.address == *addr);
+                if !keep {
+                    tracing::info!(listener = %name, "listener removed; no longer accepting");
+                    task.abort();
+                }
+                keep
+            });
+            for (name, l) in &rt.listeners {
+                if running.contains_key(name) {
+                    continue;
+                }
+                match TcpListener::bind(l.address).await {
+                    Ok(socket) => {
+                        tracing::info!(listener = %name, address = %l.address, "listening");
+                        let plane = self.clone();
+                        let n = name.clone();
+                        running.insert(
+                            name.clone(),
+                            (l.address, tokio::spawn(plane.accept(n, socket))),
+                        );
+                    }
+                    Err(e) => {
+                        tracing::error!(listener = %name, address = %l.address, error = %e, "cannot bind listener")
+                    }
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn accept(self: Arc<Self>, name: String, socket: TcpListener) {
+        loop {
+            let Ok((conn, peer)) = socket.accept().await else {
+                continue;
+            };
+            self.stats.connections.fetch_add(1, Ordering::Relaxed);
+            let Some(l) = self.runtime.borrow().listeners.get(&name).cloned() else {
+                continue;
+            };
+            let plane = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = plane.handle(&l, conn, peer).await {
+                    tracing::debug!(listener = %l.name, %peer, error = %e, "connection ended");
+                }
+            });
+        }
+    }
+
+    async fn handle(
+        &self,
+        l: &ListenerConfig,
+        conn: TcpStream,
+        peer: SocketAddr,
+    ) -> Result<(), String> {
+        let _ = conn.set_nodelay(true);
+        match &l.tls {
+            Some(material) => {
+                let acceptor = TlsAcceptor::from(self.tls.server(material)?);
+                let mut tls = match acceptor.accept(conn).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.stats
+                            .handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(listener = %l.name, %peer, error = %e, "inbound TLS handshake failed");
+                        return Err(e.to_string());
+                    }
+                };
+                let uri = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|der| legate_ca::info::describe_der(der).ok())
+                    .and_then(|info| info.uris.first().cloned())
+                    .unwrap_or_default();
+                let ours = trust_domain_of(&material.cert_chain).unwrap_or_default();
+                let same_domain = legate_ca::SpiffeId::parse(&uri)
+                    .map(|id| id.trust_domain().eq_ignore_ascii_case(&ours))
+                    .unwrap_or(false);
+                let allowed =
+                    same_domain && l.authorization.as_ref().is_none_or(|a| a.allows(&uri));
+                if !allowed {
+                    self.stats.rbac_denials.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(listener = %l.name, peer = %uri, "connection denied by intentions");
+                    let _ = tls.shutdown().await;
+                    return Err(format!("{uri} is not allowed"));
+                }
+                let upstream = self.connect(l).await?;
+                self.pipe(tls, upstream).await
+            }
+            None => {
+                let upstream = self.connect(l).await?;
+                self.pipe(conn, upstream).await
+            }
+        }
+    }
+
+    fn pick_cluster(&self, rt: &Runtime, l: &ListenerConfig) -> Option<String> {
+        let destination = match &l.route_name {
+            Some(route) => rt.routes.get(route)?.clone(),
+            None => l.destination.clone(),
+        };
+        match destination {
+            Destination::Cluster(c) => Some(c),
+            Destination::Weighted(list) => {
+                let total: u32 = list.iter().map(|(_, w)| *w).sum();
+                if total == 0 {
+                    return list.first().map(|(c, _)| c.clone());
+                }
+                let mut pick = rand::random::<u32>() % total;
+                for (c, w) in list {
+                    if pick < w {
+                        return Some(c);
+                    }
+                    pick -= w;
+                }
+                None
+            }
+        }
+    }
+
+    async fn connect(&self, l: &ListenerConfig) -> Result<Upstream, String> {
+        let rt = self.runtime.borrow().clone();
+        let cluster_name = self
+            .pick_cluster(&rt, l)
+            .ok_or_else(|| format!("no cluster for listener {}", l.name))?;
+        let cluster: Arc<ClusterConfig> = rt
+            .clusters
+            .get(&cluster_name)
+            .cloned()
+            .ok_or_else(|| format!("unknown cluster {cluster_name}"))?;
+        // The first priority with a healthy endpoint (failover), round robin within it.
+        let endpoints = rt
+            .endpoints_of(&cluster_name)
+            .into_iter()
+            .find(|p| !p.is_empty())
+            .ok_or_else(|| {
+                self.stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
+                format!("no healthy endpoint in {cluster_name}")
+            })?;
+        let n = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        let (addr, _) = endpoints[n % endpoints.len()];
+        let tcp = tokio::time::timeout(cluster.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| format!("connecting to {addr} timed out"))
+            .and_then(|r| r.map_err(|e| format!("connecting to {addr}: {e}")))
+            .inspect_err(|_| {
+                self.stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
+            })?;
+        let _ = tcp.set_nodelay(true);
+        match &cluster.tls {
+            None => Ok(Upstream::Plain(tcp)),
+            Some(material) => {
+                let connector = TlsConnector::from(self.tls.client(material)?);
+                let name = ServerName::try_from(if material.sni.is_empty() {
+                    "upstream.invalid".to_string()
+                } else {
+                    material.sni.clone()
+                })
+                .map_err(|e| e.to_string())?;
+                match connector.connect(name, tcp).await {
+                    Ok(tls) => Ok(Upstream::Tls(Box::new(tls))),
+                    Err(e) => {
+                        self.stats
+                            .handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(cluster = %cluster_name, %addr, error = %e, "outbound TLS handshake failed");
+                        Err(e.to_string())
+                    }
+                }
+            }
+        }
+    }
+
+    async fn pipe<D>(&self, mut down: D, up: Upstream) -> Result<(), String>
+    where
+        D: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let result = match up {
+            Upstream::Plain(mut s) => tokio::io::copy_bidirectional(&mut down, &mut s).await,
+            Upstream::Tls(mut s) => tokio::io::copy_bidirectional(&mut down, &mut *s).await,
+        };
+        match result {
+            Ok((to_up, to_down)) => {
+                self.stats.bytes_up.fetch_add(to_up, Ordering::Relaxed);
+                self.stats.bytes_down.fetch_add(to_down, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+enum Upstream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}

@@ -1,0 +1,288 @@
+//! The proxy's xDS client: one delta ADS stream to the agent as the proxy's
+//! node id. Resources it holds survive a broken stream: it keeps serving
+//! them, reconnects with backoff, and resumes by telling the server which
+//! versions it has (`initial_resource_versions`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3 as cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
+use envoy_types::pb::envoy::config::listener::v3 as listener;
+use envoy_types::pb::envoy::config::route::v3 as route;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use prost::Message;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{self, Runtime};
+
+/// Listener type URL.
+pub const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+/// Cluster type URL.
+pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+/// Load assignment type URL.
+pub const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+/// Route configuration type URL.
+pub const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+/// What the client holds: type -> name -> (version, resource).
+#[derive(Debug, Default, Clone)]
+pub struct Held {
+    by_type: BTreeMap<&'static str, BTreeMap<String, (String, Any)>>,
+}
+
+impl Held {
+    fn of<'a>(
+        &'a self,
+        type_url: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a (String, Any))> + 'a {
+        self.by_type
+            .get(type_url)
+            .into_iter()
+            .flat_map(|m| m.iter())
+    }
+
+    fn versions(&self, type_url: &str) -> std::collections::HashMap<String, String> {
+        self.of(type_url)
+            .map(|(name, (version, _))| (name.clone(), version.clone()))
+            .collect()
+    }
+
+    /// Builds the runtime; resources that do not decode are skipped (and
+    /// reported through the NACK of the response that carried them).
+    pub fn runtime(&self) -> Runtime {
+        let mut rt = Runtime::default();
+        for (name, (_, any)) in self.of(CDS) {
+            if let Ok(c) = cluster::Cluster::decode(any.value.as_slice()) {
+                rt.clusters
+                    .insert(name.clone(), Arc::new(config::cluster_config(&c)));
+            }
+        }
+        for (name, (_, any)) in self.of(EDS) {
+            if let Ok(cla) = endpoint::ClusterLoadAssignment::decode(any.value.as_slice()) {
+                rt.endpoints
+                    .insert(name.clone(), config::endpoints_by_priority(&cla));
+            }
+        }
+        for (name, (_, any)) in self.of(RDS) {
+            if let Ok(rc) = route::RouteConfiguration::decode(any.value.as_slice()) {
+                if let Some(d) = config::route_destination(&rc) {
+                    rt.routes.insert(name.clone(), d);
+                }
+            }
+        }
+        for (name, (_, any)) in self.of(LDS) {
+            if let Ok(l) = listener::Listener::decode(any.value.as_slice()) {
+                if let Some(cfg) = config::listener_config(&l) {
+                    rt.listeners.insert(name.clone(), Arc::new(cfg));
+                }
+            }
+        }
+        rt
+    }
+}
+
+fn static_type(type_url: &str) -> Option<&'static str> {
+    [LDS, CDS, EDS, RDS].into_iter().find(|t| *t == type_url)
+}
+
+/// Checks that every resource of a response decodes as its type.
+fn validate(response: &DeltaDiscoveryResponse) -> Result<(), String> {
+    for r in &response.resources {
+        let Some(any) = &r.resource else { continue };
+        let ok = match response.type_url.as_str() {
+            LDS => listener::Listener::decode(any.value.as_slice())
+                .map_err(|e| e.to_string())
+                .and_then(|l| {
+                    config::listener_config(&l).map(|_| ()).ok_or_else(|| {
+                        format!("listener {} has a shape this proxy cannot serve", l.name)
+                    })
+                }),
+            CDS => cluster::Cluster::decode(any.value.as_slice())
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            EDS => endpoint::ClusterLoadAssignment::decode(any.value.as_slice())
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            RDS => route::RouteConfiguration::decode(any.value.as_slice())
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            other => Err(format!("unexpected type {other}")),
+        };
+        ok.map_err(|e| format!("{}: {e}", r.name))?;
+    }
+    Ok(())
+}
+
+/// Resource names a runtime needs from EDS and RDS.
+fn wanted(held: &Held) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut eds = BTreeSet::new();
+    for (name, (_, any)) in held.of(CDS) {
+        if let Ok(c) = cluster::Cluster::decode(any.value.as_slice()) {
+            if matches!(
+                c.cluster_discovery_type,
+                Some(cluster::cluster::ClusterDiscoveryType::Type(t)) if t == cluster::cluster::DiscoveryType::Eds as i32
+            ) {
+                eds.insert(name.clone());
+            }
+        }
+    }
+    let mut rds = BTreeSet::new();
+    for (_, (_, any)) in held.of(LDS) {
+        if let Ok(l) = listener::Listener::decode(any.value.as_slice()) {
+            if let Some(cfg) = config::listener_config(&l) {
+                if let Some(r) = cfg.route_name {
+                    rds.insert(r);
+                }
+            }
+        }
+    }
+    (eds, rds)
+}
+
+/// Follows the agent's xDS for `proxy_id`, publishing a new runtime after
+/// every accepted change. Never returns (reconnects forever).
+pub async fn follow(
+    grpc_addr: String,
+    proxy_id: String,
+    token: String,
+    out: watch::Sender<Arc<Runtime>>,
+) {
+    let mut held = Held::default();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match session(&grpc_addr, &proxy_id, &token, &mut held, &out).await {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(e) => {
+                tracing::warn!(error = %e, "xDS stream to the agent failed; keeping the last config and reconnecting")
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn session(
+    grpc_addr: &str,
+    proxy_id: &str,
+    token: &str,
+    held: &mut Held,
+    out: &watch::Sender<Arc<Runtime>>,
+) -> Result<(), String> {
+    let channel = tonic::transport::Endpoint::from_shared(grpc_addr.to_string())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("connecting to {grpc_addr}: {e}"))?;
+    let mut client = AggregatedDiscoveryServiceClient::new(channel);
+    let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(16);
+    let node = Some(Node {
+        id: proxy_id.to_string(),
+        cluster: proxy_id.to_string(),
+        user_agent_name: "legate-proxy".into(),
+        ..Default::default()
+    });
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    if let Ok(value) = token.parse() {
+        request.metadata_mut().insert("x-consul-token", value);
+    }
+    // Subscribe to listeners and clusters (wildcard), resuming what we hold.
+    for type_url in [CDS, LDS] {
+        tx.send(DeltaDiscoveryRequest {
+            node: node.clone(),
+            type_url: type_url.into(),
+            initial_resource_versions: held.versions(type_url),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    let mut stream = client
+        .delta_aggregated_resources(request)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    let mut subscribed: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    loop {
+        let response = match stream.message().await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err("the agent closed the stream".into()),
+            Err(status) => return Err(format!("{}: {}", status.code(), status.message())),
+        };
+        let Some(type_url) = static_type(&response.type_url) else {
+            continue;
+        };
+        if let Err(error) = validate(&response) {
+            tracing::warn!(type_url, error = %error, "rejecting xDS update (NACK); keeping the last config");
+            tx.send(DeltaDiscoveryRequest {
+                type_url: type_url.into(),
+                response_nonce: response.nonce.clone(),
+                error_detail: Some(RpcStatus {
+                    code: 3,
+                    message: error,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            continue;
+        }
+        let map = held.by_type.entry(type_url).or_default();
+        for r in &response.resources {
+            if let Some(any) = &r.resource {
+                map.insert(r.name.clone(), (r.version.clone(), any.clone()));
+            }
+        }
+        for name in &response.removed_resources {
+            map.remove(name);
+        }
+        tx.send(DeltaDiscoveryRequest {
+            type_url: type_url.into(),
+            response_nonce: response.nonce.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        // Follow the EDS and RDS names the clusters and listeners need.
+        let (eds, rds) = wanted(held);
+        for (t, names) in [(EDS, eds), (RDS, rds)] {
+            let current = subscribed.entry(t).or_default();
+            let add: Vec<String> = names.difference(current).cloned().collect();
+            let drop: Vec<String> = current.difference(&names).cloned().collect();
+            if add.is_empty() && drop.is_empty() {
+                continue;
+            }
+            let versions = held.versions(t);
+            tx.send(DeltaDiscoveryRequest {
+                node: node.clone(),
+                type_url: t.into(),
+                resource_names_subscribe: add.clone(),
+                resource_names_unsubscribe: drop.clone(),
+                initial_resource_versions: versions
+                    .into_iter()
+                    .filter(|(n, _)| add.contains(n))
+                    .collect(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            for n in drop {
+                current.remove(&n);
+                if let Some(m) = held.by_type.get_mut(t) {
+                    m.remove(&n);
+                }
+            }
+            current.extend(add);
+        }
+        out.send_replace(Arc::new(held.runtime()));
+    }
+}
