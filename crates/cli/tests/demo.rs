@@ -247,3 +247,238 @@ services {{
         || echo(upstream, "back\n").as_deref() == Some("back\n"),
     );
 }
+
+/// A long-lived connection through the upstream listener.
+struct Conn(TcpStream);
+
+impl Conn {
+    fn open(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        Conn(s)
+    }
+
+    fn echo(&mut self, line: &str) -> bool {
+        if self.0.write_all(line.as_bytes()).is_err() {
+            return false;
+        }
+        let mut buf = vec![0u8; line.len()];
+        self.0.read_exact(&mut buf).is_ok() && buf == line.as_bytes()
+    }
+}
+
+#[test]
+fn connections_survive_rotation_and_agent_restart_traffic_leaves_unhealthy_endpoints_and_strangers_are_refused(
+) {
+    let (echo1, echo2, web_sidecar, db1_sidecar, db2_sidecar, upstream, grpc) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let got1 = echo_server(echo1);
+    let got2 = echo_server(echo2);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("services.hcl");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+services {{
+  name = "web"
+  port = 8080
+  connect {{ sidecar_service {{ port = {web_sidecar}
+    proxy {{ upstreams {{ destination_name = "db"
+                         local_bind_port = {upstream} }} }} }} }}
+}}
+services {{
+  id = "db1"
+  name = "db"
+  port = {echo1}
+  connect {{ sidecar_service {{ port = {db1_sidecar} }} }}
+}}
+services {{
+  id = "db2"
+  name = "db"
+  port = {echo2}
+  connect {{ sidecar_service {{ port = {db2_sidecar} }} }}
+}}
+"#
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let flags = [
+        "-server".to_string(),
+        "-bootstrap".to_string(),
+        "-bind=127.0.0.1".to_string(),
+        format!("-data-dir={}", data.display()),
+        "-dns-port=-1".to_string(),
+        format!("-grpc-port={grpc}"),
+        "-config-file".to_string(),
+        config.display().to_string(),
+    ];
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut agent = TestAgent::start_with(&args, false);
+    let _web = start_proxy(&agent, "web", &dir.path().join("web.log"));
+    let proxy_for = |agent: &TestAgent, id: &str, log: &str| {
+        let file = std::fs::File::create(dir.path().join(log)).unwrap();
+        Proxy(
+            Command::new(binary())
+                .args([
+                    "connect",
+                    "proxy",
+                    "-proxy-id",
+                    id,
+                    "-admin-bind",
+                    "127.0.0.1:0",
+                ])
+                .env("CONSUL_HTTP_ADDR", agent.addr())
+                .stdout(file.try_clone().unwrap())
+                .stderr(file)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let _db1 = proxy_for(&agent, "db1-sidecar-proxy", "db1.log");
+    let _db2 = proxy_for(&agent, "db2-sidecar-proxy", "db2.log");
+    let logs = || {
+        ["web.log", "db1.log", "db2.log"]
+            .iter()
+            .map(|f| {
+                format!(
+                    "{f}:\n{}",
+                    std::fs::read_to_string(dir.path().join(f)).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    eventually(
+        "both db sidecars passing",
+        Duration::from_secs(15),
+        &logs,
+        || {
+            agent
+                .get("/v1/health/connect/db?passing")
+                .map(|v| v.as_array().is_some_and(|a| a.len() == 2))
+                .unwrap_or(false)
+        },
+    );
+    eventually("echo", Duration::from_secs(15), &logs, || {
+        echo(upstream, "hello\n").as_deref() == Some("hello\n")
+    });
+    let mut open = Conn::open(upstream);
+    assert!(open.echo("first\n"));
+
+    // Traffic leaves an unhealthy instance: db1 in maintenance.
+    let (status, _) = agent.put(
+        "/v1/agent/service/maintenance/db1?enable=true&reason=test",
+        "",
+    );
+    assert_eq!(status, 200);
+    eventually("db1 out of rotation", Duration::from_secs(5), &logs, || {
+        let before = got1.load(std::sync::atomic::Ordering::SeqCst);
+        let all_ok = (0..6).all(|i| echo(upstream, &format!("m{i}\n")).is_some());
+        all_ok && got1.load(std::sync::atomic::Ordering::SeqCst) == before
+    });
+    let before2 = got2.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(echo(upstream, "to-db2\n").is_some());
+    assert!(got2.load(std::sync::atomic::Ordering::SeqCst) > before2);
+    agent.put("/v1/agent/service/maintenance/db1?enable=false", "");
+
+    // Root rotation: the open connection keeps working; new ones too
+    // (new leaves are cross-signed, old ones stay trusted).
+    let (status, body) = agent.put(
+        "/v1/connect/ca/configuration",
+        r#"{"Provider":"consul","Config":{"PrivateKeyType":"rsa"}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(open.echo("after rotation\n"));
+    eventually(
+        "new connections after rotation",
+        Duration::from_secs(5),
+        &logs,
+        || echo(upstream, "rotated\n").is_some(),
+    );
+
+    // Agent restart under traffic: proxies keep their config meanwhile,
+    // then reconnect and resume.
+    agent.kill9();
+    assert!(open.echo("agent down\n"));
+    assert_eq!(
+        echo(upstream, "while down\n").as_deref(),
+        Some("while down\n")
+    );
+    let agent = TestAgent::start_with(&args, false);
+    assert!(open.echo("agent back\n"));
+    eventually(
+        "echo after the restart",
+        Duration::from_secs(10),
+        &logs,
+        || echo(upstream, "after\n").as_deref() == Some("after\n"),
+    );
+    eventually(
+        "the proxies resumed their streams",
+        Duration::from_secs(10),
+        &logs,
+        || {
+            let m = agent.get("/v1/agent/metrics").unwrap_or_default();
+            m["Gauges"]
+                .as_array()
+                .and_then(|g| g.iter().find(|x| x["Name"] == "consul.xds.server.streams"))
+                .and_then(|x| x["Value"].as_f64())
+                .is_some_and(|v| v >= 3.0)
+        },
+    );
+
+    // A client with a certificate from another trust domain is refused by
+    // db's sidecar before anything reaches the application.
+    let stranger = legate_ca::builtin::generate_root(
+        "elsewhere.consul",
+        "stranger",
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let id = legate_ca::SpiffeId::service("elsewhere.consul", "dc1", "web");
+    let (csr, key) = legate_ca::builtin::make_csr(&id).unwrap();
+    let leaf =
+        legate_ca::builtin::sign_leaf(&stranger, &csr, &id, Duration::from_secs(3600)).unwrap();
+    std::fs::write(dir.path().join("leaf.pem"), &leaf).unwrap();
+    std::fs::write(dir.path().join("key.pem"), &key).unwrap();
+    let before1 = got1.load(std::sync::atomic::Ordering::SeqCst);
+    let mut client = Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.1:{db1_sidecar}"),
+        ])
+        .arg("-cert")
+        .arg(dir.path().join("leaf.pem"))
+        .arg("-key")
+        .arg(dir.path().join("key.pem"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _ = client.stdin.take().unwrap().write_all(b"stranger data\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = client.kill();
+    let output = client.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("stranger data"));
+    assert_eq!(
+        got1.load(std::sync::atomic::Ordering::SeqCst),
+        before1,
+        "nothing reached the app"
+    );
+    let db1_log = std::fs::read_to_string(dir.path().join("db1.log")).unwrap();
+    assert!(
+        db1_log.contains("inbound TLS handshake failed") || db1_log.contains("denied"),
+        "{db1_log}"
+    );
+}
