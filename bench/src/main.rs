@@ -84,6 +84,24 @@ enum Command {
         #[arg(long)]
         pid: Option<u32>,
     },
+    /// A TCP echo server (the application behind the proxies).
+    Echo {
+        #[arg(long)]
+        port: u16,
+    },
+    /// Drives a TCP echo path: `throughput` (N connections streaming
+    /// 16 KiB writes, echoed back) or `latency` (one connection, 64-byte
+    /// request-response round trips).
+    Tcp {
+        #[arg(long)]
+        addr: String,
+        #[arg(long, default_value = "throughput")]
+        mode: String,
+        #[arg(long, default_value_t = 1)]
+        connections: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// Opens N watchers on one key, writes it once, and reports how long
     /// each watcher took to see the change.
     Watch {
@@ -410,6 +428,112 @@ async fn reissue(agents: usize, csr_max_per_second: f64) -> Result<()> {
     Ok(())
 }
 
+async fn echo_server(port: u16) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    loop {
+        let (mut conn, _) = listener.accept().await?;
+        let _ = conn.set_nodelay(true);
+        tokio::spawn(async move {
+            let (mut r, mut w) = conn.split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        });
+    }
+}
+
+async fn tcp_load(addr: &str, mode: &str, connections: usize, seconds: u64) -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    // Wait for the path to answer (proxies may still be starting).
+    let ready_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
+            let mut b = [0u8; 1];
+            if s.write_all(b"x").await.is_ok()
+                && tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut b))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            {
+                break;
+            }
+        }
+        if Instant::now() > ready_by {
+            bail!("{addr} does not echo");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    match mode {
+        "latency" => {
+            let mut s = tokio::net::TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            let msg = [7u8; 64];
+            let mut back = [0u8; 64];
+            let mut times = Vec::new();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                s.write_all(&msg).await?;
+                s.read_exact(&mut back).await?;
+                times.push(t.elapsed());
+            }
+            times.sort();
+            println!(
+                "round_trips={} p50_us={:.0} p99_us={:.0}",
+                times.len(),
+                percentile(&times, 50.0).as_secs_f64() * 1e6,
+                percentile(&times, 99.0).as_secs_f64() * 1e6
+            );
+        }
+        _ => {
+            let total = Arc::new(AtomicU64::new(0));
+            let started = Instant::now();
+            let mut tasks = Vec::new();
+            for _ in 0..connections {
+                let total = total.clone();
+                let addr = addr.to_string();
+                tasks.push(tokio::spawn(async move {
+                    let s = tokio::net::TcpStream::connect(&addr).await?;
+                    s.set_nodelay(true)?;
+                    let (mut r, mut w) = s.into_split();
+                    let writer = tokio::spawn(async move {
+                        let chunk = vec![1u8; 16 * 1024];
+                        while Instant::now() < deadline {
+                            if w.write_all(&chunk).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = w.shutdown().await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        match r.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if Instant::now() < deadline {
+                                    total.fetch_add(n as u64, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                    let _ = writer.await;
+                    anyhow::Ok(())
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            let secs = started
+                .elapsed()
+                .as_secs_f64()
+                .min(seconds as f64)
+                .max(0.001);
+            println!(
+                "connections={connections} echoed_mb_per_s={:.1}",
+                total.load(Ordering::Relaxed) as f64 / secs / 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
 fn rss_kb(pid: Option<u32>) -> u64 {
     let Some(pid) = pid else { return 0 };
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -602,6 +726,13 @@ async fn main() -> Result<()> {
             agents,
             csr_max_per_second,
         } => reissue(agents, csr_max_per_second).await,
+        Command::Echo { port } => echo_server(port).await,
+        Command::Tcp {
+            addr,
+            mode,
+            connections,
+            seconds,
+        } => tcp_load(&addr, &mode, connections, seconds).await,
         Command::XdsFanout {
             url,
             grpc,

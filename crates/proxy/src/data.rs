@@ -440,8 +440,24 @@ impl DataPlane {
         D: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
         let result = match up {
-            Upstream::Plain(mut s) => tokio::io::copy_bidirectional(&mut down, &mut s).await,
-            Upstream::Tls(mut s) => tokio::io::copy_bidirectional(&mut down, &mut *s).await,
+            Upstream::Plain(mut s) => {
+                tokio::io::copy_bidirectional_with_sizes(
+                    &mut down,
+                    &mut s,
+                    COPY_BUFFER,
+                    COPY_BUFFER,
+                )
+                .await
+            }
+            Upstream::Tls(mut s) => {
+                tokio::io::copy_bidirectional_with_sizes(
+                    &mut down,
+                    &mut *s,
+                    COPY_BUFFER,
+                    COPY_BUFFER,
+                )
+                .await
+            }
         };
         match result {
             Ok((to_up, to_down)) => {
@@ -453,6 +469,10 @@ impl DataPlane {
         }
     }
 }
+
+/// Copy buffer per direction: large enough for a full TLS record, so bulk
+/// transfers make few, full records and few system calls.
+const COPY_BUFFER: usize = 64 * 1024;
 
 enum Upstream {
     Plain(TcpStream),
