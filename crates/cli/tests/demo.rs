@@ -482,3 +482,101 @@ services {{
         "{db1_log}"
     );
 }
+
+#[test]
+fn dev_form_registers_proxies_while_they_run() {
+    let (echo_port, db_listen, web_listen, upstream) =
+        (free_port(), free_port(), free_port(), free_port());
+    echo_server(echo_port);
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-dns-port=-1",
+            &format!("-grpc-port={}", free_port()),
+        ],
+        false,
+    );
+    let (status, body) = agent.put(
+        "/v1/agent/service/register",
+        &format!(r#"{{"Name":"db","Port":{echo_port}}}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let dir = tempfile::tempdir().unwrap();
+    let spawn = |args: Vec<String>, log: &str| {
+        let file = std::fs::File::create(dir.path().join(log)).unwrap();
+        Proxy(
+            Command::new(binary())
+                .arg("connect")
+                .arg("proxy")
+                .args(args)
+                .env("CONSUL_HTTP_ADDR", agent.addr())
+                .stdout(file.try_clone().unwrap())
+                .stderr(file)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let db = spawn(
+        vec![
+            "-service".into(),
+            "db".into(),
+            "-listen".into(),
+            format!("127.0.0.1:{db_listen}"),
+        ],
+        "db.log",
+    );
+    let web = spawn(
+        vec![
+            "-service".into(),
+            "web".into(),
+            "-service-addr".into(),
+            "127.0.0.1:1".into(),
+            "-upstream".into(),
+            format!("db:{upstream}"),
+            "-listen".into(),
+            format!("127.0.0.1:{web_listen}"),
+        ],
+        "web.log",
+    );
+    let logs = || {
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(dir.path().join("db.log")).unwrap_or_default(),
+            std::fs::read_to_string(dir.path().join("web.log")).unwrap_or_default()
+        )
+    };
+    eventually(
+        "echo through dev-form proxies",
+        Duration::from_secs(15),
+        &logs,
+        || echo(upstream, "dev\n").as_deref() == Some("dev\n"),
+    );
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert_eq!(services["db-proxy"]["Kind"], "connect-proxy");
+    assert_eq!(
+        services["web-proxy"]["Proxy"]["Upstreams"][0]["DestinationName"],
+        "db"
+    );
+    // Stopping a proxy deregisters it.
+    terminate(db);
+    terminate(web);
+    eventually(
+        "the proxies deregistered",
+        Duration::from_secs(10),
+        &logs,
+        || {
+            let s = agent.get("/v1/agent/services").unwrap();
+            s.get("db-proxy").is_none() && s.get("web-proxy").is_none()
+        },
+    );
+}
+
+/// Stops a proxy with SIGTERM (a clean shutdown), then reaps it.
+fn terminate(mut proxy: Proxy) {
+    let pid = proxy.0.id();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    let _ = proxy.0.wait();
+}

@@ -41,6 +41,18 @@ pub struct ProxyArgs {
     /// Log level (trace, debug, info, warn, err).
     #[arg(long = "log-level", default_value = "info")]
     log_level: String,
+    /// Dev form: register a proxy for this service while the proxy runs.
+    #[arg(long)]
+    service: Option<String>,
+    /// Dev form: an upstream `name:local_port` (repeatable).
+    #[arg(long = "upstream")]
+    upstreams: Vec<String>,
+    /// Dev form: the public listener `[host]:port`.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Dev form: the local application's `host:port` (default 127.0.0.1 and the -service's registered port).
+    #[arg(long = "service-addr")]
+    service_addr: Option<String>,
     /// Arguments after `--` (accepted for symmetry with `connect envoy`; unused).
     #[arg(last = true)]
     passthrough: Vec<String>,
@@ -316,15 +328,26 @@ async fn proxy(args: ProxyArgs) -> u8 {
     });
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
     let client = Client::new(&args.http);
-    let proxy = match find_proxy(
-        &client,
-        args.sidecar_for.as_deref(),
-        args.proxy_id.as_deref(),
-    )
-    .await
-    {
-        Ok(p) => p,
-        Err(e) => return fail(e),
+    let mut registered: Option<String> = None;
+    let proxy = if let Some(service) = &args.service {
+        match register_dev_proxy(&client, service, &args).await {
+            Ok(p) => {
+                registered = p["ID"].as_str().map(String::from);
+                p
+            }
+            Err(e) => return fail(e),
+        }
+    } else {
+        match find_proxy(
+            &client,
+            args.sidecar_for.as_deref(),
+            args.proxy_id.as_deref(),
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        }
     };
     let (agent_address, agent_port) = match grpc_address(&client, args.grpc_addr.as_deref()).await {
         Ok(a) => a,
@@ -360,10 +383,103 @@ async fn proxy(args: ProxyArgs) -> u8 {
             _ = term.recv() => {}
         }
     };
-    match legate_proxy::run(options, shutdown).await {
+    let result = legate_proxy::run(options, shutdown).await;
+    if let Some(id) = registered {
+        let _ = client
+            .ok(
+                Method::PUT,
+                &format!("/v1/agent/service/deregister/{id}"),
+                &[],
+                None,
+            )
+            .await;
+    }
+    match result {
         Ok(()) => 0,
         Err(e) => fail(e),
     }
+}
+
+/// `-service NAME -upstream db:9191 -listen :21000`: registers a proxy for
+/// the service (deregistered when the proxy stops), as Consul's `-register`.
+async fn register_dev_proxy(
+    client: &Client,
+    service: &str,
+    args: &ProxyArgs,
+) -> Result<Value, String> {
+    let listen = args
+        .listen
+        .as_deref()
+        .ok_or("-listen is required with -service (the proxy's public address, e.g. :21000)")?;
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| format!("Invalid -listen {listen:?}: expected [host]:port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("Invalid -listen {listen:?}: bad port"))?;
+    let mut upstreams = Vec::new();
+    for u in &args.upstreams {
+        let (name, local) = u
+            .rsplit_once(':')
+            .ok_or_else(|| format!("Invalid -upstream {u:?}: expected name:port"))?;
+        let local: u16 = local
+            .parse()
+            .map_err(|_| format!("Invalid -upstream {u:?}: bad port"))?;
+        upstreams.push(serde_json::json!({"DestinationName": name, "LocalBindPort": local}));
+    }
+    let mut proxy = serde_json::json!({"DestinationServiceName": service, "Upstreams": upstreams});
+    let service_addr = match &args.service_addr {
+        Some(a) => Some(a.clone()),
+        None => {
+            // The local service of that name, if the agent has one.
+            let services: serde_json::Map<String, Value> = client
+                .get_json("/v1/agent/services", &[])
+                .await
+                .map_err(|e| format!("Error reading the agent's services: {e}"))?;
+            services
+                .values()
+                .find(|s| s["Service"] == service && s["Kind"].as_str().unwrap_or("").is_empty())
+                .and_then(|s| s["Port"].as_u64())
+                .filter(|p| *p > 0)
+                .map(|p| format!("127.0.0.1:{p}"))
+        }
+    };
+    if service_addr.is_none() && args.listen.is_some() {
+        return Err(format!(
+            "-service-addr is required: the local agent has no service named {service:?} to take the application's port from"
+        ));
+    }
+    if let Some(addr) = &service_addr {
+        let (h, p) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| format!("Invalid -service-addr {addr:?}: expected host:port"))?;
+        let p: u16 = p
+            .parse()
+            .map_err(|_| format!("Invalid -service-addr {addr:?}: bad port"))?;
+        proxy["LocalServiceAddress"] = Value::String(h.to_string());
+        proxy["LocalServicePort"] = Value::from(p);
+    }
+    let id = format!("{service}-proxy");
+    let body = serde_json::json!({
+        "Kind": "connect-proxy",
+        "ID": id,
+        "Name": id,
+        "Address": if host.is_empty() { "" } else { host },
+        "Port": port,
+        "Proxy": proxy,
+    });
+    client
+        .ok(
+            Method::PUT,
+            "/v1/agent/service/register",
+            &[],
+            Some(serde_json::to_vec(&body).unwrap_or_default()),
+        )
+        .await
+        .map_err(|e| format!("Error registering the proxy: {e}"))?;
+    let mut registered = body;
+    registered["Proxy"]["DestinationServiceName"] = Value::String(service.to_string());
+    Ok(registered)
 }
 
 /// Runs a connect subcommand.
