@@ -46,12 +46,24 @@ where
 {
     /// A cache of at most `capacity` keys; idle keys expire after `idle_ttl`.
     pub fn new(fetch: Fetch<K, V>, capacity: usize, idle_ttl: Duration) -> Arc<Self> {
-        Arc::new(SharedWatch {
+        let cache = Arc::new(SharedWatch {
             fetch,
             entries: Mutex::new(HashMap::new()),
             capacity,
             idle_ttl,
-        })
+        });
+        // Expire idle keys even when no new key arrives.
+        let weak = Arc::downgrade(&cache);
+        let period = (idle_ttl / 2).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(cache) = weak.upgrade() else { return };
+                let mut entries = cache.entries.lock().unwrap_or_else(|e| e.into_inner());
+                cache.evict(&mut entries);
+            }
+        });
+        cache
     }
 
     /// Number of keys held.
@@ -64,11 +76,13 @@ where
         self.len() == 0
     }
 
-    fn entry(self: &Arc<Self>, key: &K) -> Arc<Entry<V>> {
+    /// The entry for `key` and a subscription to it, taken under the lock
+    /// so eviction can never remove an entry between the two.
+    fn entry(self: &Arc<Self>, key: &K) -> (Arc<Entry<V>>, watch::Receiver<Slot<V>>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = entries.get(key) {
             *e.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-            return e.clone();
+            return (e.clone(), e.state.subscribe());
         }
         self.evict(&mut entries);
         let state = watch::channel(None).0;
@@ -103,8 +117,9 @@ where
             last_used: Mutex::new(Instant::now()),
             task,
         });
+        let rx = entry.state.subscribe();
         entries.insert(key.clone(), entry.clone());
-        entry
+        (entry, rx)
     }
 
     /// Drops idle entries past their TTL, then the least recently used
@@ -148,8 +163,7 @@ where
         min_index: u64,
         wait: Duration,
     ) -> Result<Fetched<V>, String> {
-        let entry = self.entry(&key);
-        let mut rx = entry.state.subscribe();
+        let (entry, mut rx) = self.entry(&key);
         let newer = |s: &Slot<V>| match s {
             Some(Ok((index, _))) => *index > min_index,
             Some(Err(_)) => min_index == 0,

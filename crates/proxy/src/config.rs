@@ -35,6 +35,8 @@ pub struct TlsMaterial {
     pub expected_sans: Vec<String>,
     /// SNI to send (outbound).
     pub sni: String,
+    /// The peer check uses a matcher this proxy cannot evaluate (fail closed).
+    pub unsupported_san_matcher: bool,
 }
 
 /// One principal of an RBAC policy.
@@ -52,18 +54,50 @@ pub enum Principal {
     Or(Vec<Principal>),
     /// Must not match.
     Not(Box<Principal>),
+    /// Something this proxy cannot evaluate (resolved conservatively).
+    Unknown,
 }
 
 impl Principal {
-    /// Whether `uri` matches.
-    pub fn matches(&self, uri: &str) -> bool {
+    /// Whether `uri` matches; `None` when it depends on something this
+    /// proxy cannot evaluate.
+    pub fn matches(&self, uri: &str) -> Option<bool> {
         match self {
-            Principal::Any => true,
-            Principal::Regex(r) => r.is_match(uri),
-            Principal::Exact(e) => e == uri,
-            Principal::And(all) => all.iter().all(|p| p.matches(uri)),
-            Principal::Or(any) => any.iter().any(|p| p.matches(uri)),
-            Principal::Not(p) => !p.matches(uri),
+            Principal::Any => Some(true),
+            Principal::Regex(r) => Some(r.is_match(uri)),
+            Principal::Exact(e) => Some(e == uri),
+            Principal::And(all) => {
+                let mut unknown = false;
+                for p in all {
+                    match p.matches(uri) {
+                        Some(false) => return Some(false),
+                        None => unknown = true,
+                        Some(true) => {}
+                    }
+                }
+                if unknown {
+                    None
+                } else {
+                    Some(true)
+                }
+            }
+            Principal::Or(any) => {
+                let mut unknown = false;
+                for p in any {
+                    match p.matches(uri) {
+                        Some(true) => return Some(true),
+                        None => unknown = true,
+                        Some(false) => {}
+                    }
+                }
+                if unknown {
+                    None
+                } else {
+                    Some(false)
+                }
+            }
+            Principal::Not(p) => p.matches(uri).map(|m| !m),
+            Principal::Unknown => None,
         }
     }
 }
@@ -82,12 +116,18 @@ pub struct Authorization {
 
 impl Authorization {
     /// Whether a peer with SPIFFE id `uri` may connect.
+    /// Unknowns resolve toward denial: an ALLOW policy that cannot be
+    /// evaluated does not match, a DENY policy that cannot does.
     pub fn allows(&self, uri: &str) -> bool {
-        let matched = self.principals.iter().any(|p| p.matches(uri));
         if self.allow_list {
-            matched && !self.l7_denied.iter().any(|p| p.matches(uri))
+            let allowed = self.principals.iter().any(|p| p.matches(uri) == Some(true));
+            let l7 = self.l7_denied.iter().any(|p| p.matches(uri) != Some(false));
+            allowed && !l7
         } else {
-            !matched
+            !self
+                .principals
+                .iter()
+                .any(|p| p.matches(uri) != Some(false))
         }
     }
 }
@@ -147,14 +187,25 @@ fn material(common: &tls::CommonTlsContext, sni: &str) -> TlsMaterial {
         .first()
         .map(|c| (inline(&c.certificate_chain), inline(&c.private_key)))
         .unwrap_or_default();
+    let mut unsupported_san_matcher = false;
     let (roots, expected_sans) = match &common.validation_context_type {
         Some(tls::common_tls_context::ValidationContextType::ValidationContext(v)) => (
             inline(&v.trusted_ca),
             v.match_typed_subject_alt_names
                 .iter()
-                .filter_map(|m| match m.matcher.as_ref()?.match_pattern.as_ref()? {
-                    matcher::string_matcher::MatchPattern::Exact(s) => Some(s.clone()),
-                    _ => None,
+                .filter_map(|m| {
+                    let exact = match m.matcher.as_ref().and_then(|x| x.match_pattern.as_ref()) {
+                        Some(matcher::string_matcher::MatchPattern::Exact(s))
+                            if m.san_type == tls::subject_alt_name_matcher::SanType::Uri as i32 =>
+                        {
+                            Some(s.clone())
+                        }
+                        _ => None,
+                    };
+                    if exact.is_none() {
+                        unsupported_san_matcher = true;
+                    }
+                    exact
                 })
                 .collect(),
         ),
@@ -166,6 +217,7 @@ fn material(common: &tls::CommonTlsContext, sni: &str) -> TlsMaterial {
         roots,
         expected_sans,
         sni: sni.to_string(),
+        unsupported_san_matcher,
     }
 }
 
@@ -173,7 +225,7 @@ fn socket(address: &Option<core::Address>) -> Option<SocketAddr> {
     match address.as_ref()?.address.as_ref()? {
         core::address::Address::SocketAddress(sa) => {
             let port = match sa.port_specifier.as_ref()? {
-                core::socket_address::PortSpecifier::PortValue(p) => *p as u16,
+                core::socket_address::PortSpecifier::PortValue(p) => u16::try_from(*p).ok()?,
                 _ => return None,
             };
             let ip: std::net::IpAddr = sa.address.parse().ok()?;
@@ -204,22 +256,24 @@ fn principal_of(p: &rbac::Principal) -> Principal {
                 .as_ref()
                 .and_then(|m| m.match_pattern.as_ref())
             {
-                Some(matcher::string_matcher::MatchPattern::SafeRegex(r)) => Regex::new(&r.regex)
-                    .map(Principal::Regex)
-                    // An unusable pattern matches nobody.
-                    .unwrap_or_else(|_| Principal::Not(Box::new(Principal::Any))),
+                // Envoy's safe_regex matches the whole string.
+                Some(matcher::string_matcher::MatchPattern::SafeRegex(r)) => {
+                    Regex::new(&format!("^(?:{})$", r.regex))
+                        .map(Principal::Regex)
+                        .unwrap_or(Principal::Unknown)
+                }
                 Some(matcher::string_matcher::MatchPattern::Exact(e)) => {
                     Principal::Exact(e.clone())
                 }
                 None => Principal::Any,
-                _ => Principal::Not(Box::new(Principal::Any)),
+                _ => Principal::Unknown,
             }
         }
         Some(Identifier::AndIds(set)) => Principal::And(set.ids.iter().map(principal_of).collect()),
         Some(Identifier::OrIds(set)) => Principal::Or(set.ids.iter().map(principal_of).collect()),
         Some(Identifier::NotId(inner)) => Principal::Not(Box::new(principal_of(inner))),
-        // Anything we cannot evaluate matches nobody (an ALLOW then denies it).
-        _ => Principal::Not(Box::new(Principal::Any)),
+        // Anything we cannot evaluate is resolved conservatively.
+        _ => Principal::Unknown,
     }
 }
 
@@ -256,16 +310,30 @@ pub fn authorization(rules: &rbac::Rbac, l4_only: bool) -> Authorization {
 /// Translates one listener; `None` for shapes the built-in proxy does not serve.
 pub fn listener_config(l: &listener::Listener) -> Option<ListenerConfig> {
     let address = socket(&l.address)?;
-    let chain = l.filter_chains.first()?;
-    let tls = chain
-        .transport_socket
-        .as_ref()
-        .and_then(|ts| match ts.config_type.as_ref()? {
-            core::transport_socket::ConfigType::TypedConfig(any) => {
-                let ctx: tls::DownstreamTlsContext = decode(any)?;
-                Some(material(ctx.common_tls_context.as_ref()?, ""))
+    // One filter chain only: more would need filter-chain matching.
+    let [chain] = l.filter_chains.as_slice() else {
+        return None;
+    };
+    // A transport socket we cannot use makes the listener unservable
+    // (never plaintext in its place).
+    let tls = match chain.transport_socket.as_ref() {
+        None => None,
+        Some(ts) => {
+            let core::transport_socket::ConfigType::TypedConfig(any) = ts.config_type.as_ref()?;
+            if !any
+                .type_url
+                .ends_with("envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext")
+            {
+                return None;
             }
-        });
+            let ctx: tls::DownstreamTlsContext = decode(any)?;
+            let m = material(ctx.common_tls_context.as_ref()?, "");
+            if m.cert_chain.is_empty() || m.private_key.is_empty() || m.roots.is_empty() {
+                return None;
+            }
+            Some(m)
+        }
+    };
     let mut authorization = None;
     let mut destination = None;
     let mut route_name = None;
@@ -274,6 +342,9 @@ pub fn listener_config(l: &listener::Listener) -> Option<ListenerConfig> {
         match any.type_url.rsplit('/').next().unwrap_or("") {
             "envoy.extensions.filters.network.rbac.v3.RBAC" => {
                 let r: net_rbac::Rbac = decode(any)?;
+                if r.matcher.is_some() {
+                    return None; // the matcher API is not evaluated here
+                }
                 authorization = r.rules.as_ref().map(|rules| authorization_of(rules, false));
             }
             "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy" => {
@@ -315,8 +386,12 @@ pub fn listener_config(l: &listener::Listener) -> Option<ListenerConfig> {
                     _ => return None,
                 }
             }
-            _ => {}
+            // A filter we cannot apply (ext_authz, ...): refuse the listener.
+            _ => return None,
         }
+    }
+    if authorization.is_some() && tls.is_none() {
+        return None; // identities need mTLS
     }
     Some(ListenerConfig {
         name: l.name.clone(),
@@ -539,5 +614,119 @@ mod tests {
         };
         assert!(!authorization(&rules, false).allows(&uri("web")));
         assert!(authorization(&rules, false).allows(&uri("api")));
+    }
+
+    #[test]
+    fn unknown_principals_resolve_toward_denial_and_regexes_match_whole_ids() {
+        let unknown = rbac::Principal {
+            identifier: Some(rbac::principal::Identifier::Header(Default::default())),
+        };
+        let not_unknown = rbac::Principal {
+            identifier: Some(rbac::principal::Identifier::NotId(Box::new(
+                unknown.clone(),
+            ))),
+        };
+        let mut p = policy("web", false);
+        p.principals = vec![not_unknown];
+        // ALLOW: a principal that cannot be evaluated allows nobody.
+        let rules = rbac::Rbac {
+            action: rbac::rbac::Action::Allow as i32,
+            policies: [("a".to_string(), p.clone())].into(),
+            ..Default::default()
+        };
+        assert!(!authorization(&rules, false).allows(&uri("web")));
+        // DENY: it denies everybody.
+        let rules = rbac::Rbac {
+            action: rbac::rbac::Action::Deny as i32,
+            policies: [("a".to_string(), p)].into(),
+            ..Default::default()
+        };
+        assert!(!authorization(&rules, false).allows(&uri("api")));
+        // A pattern matches the whole id, as Envoy's safe_regex does.
+        let mut unanchored = policy("web", false);
+        if let Some(rbac::principal::Identifier::Authenticated(a)) =
+            &mut unanchored.principals[0].identifier
+        {
+            a.principal_name = Some(matcher::StringMatcher {
+                match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
+                    matcher::RegexMatcher {
+                        regex: "spiffe://[^/]+/ns/default/dc/[^/]+/svc/web".into(),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            });
+        }
+        let rules = rbac::Rbac {
+            action: rbac::rbac::Action::Allow as i32,
+            policies: [("a".to_string(), unanchored)].into(),
+            ..Default::default()
+        };
+        let auth = authorization(&rules, false);
+        assert!(auth.allows(&uri("web")));
+        assert!(!auth.allows(&uri("web-admin")));
+    }
+
+    #[test]
+    fn listeners_the_proxy_cannot_fully_apply_are_refused() {
+        use envoy_types::util::pack_any;
+        let address = Some(core::Address {
+            address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                address: "127.0.0.1".into(),
+                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(9000)),
+                ..Default::default()
+            })),
+        });
+        let tcp = listener::Filter {
+            name: "envoy.filters.network.tcp_proxy".into(),
+            config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(
+                tcp_proxy::TcpProxy {
+                    stat_prefix: "x".into(),
+                    cluster_specifier: Some(tcp_proxy::tcp_proxy::ClusterSpecifier::Cluster(
+                        "c".into(),
+                    )),
+                    ..Default::default()
+                },
+            ))),
+        };
+        let ok = listener::Listener {
+            name: "ok".into(),
+            address: address.clone(),
+            filter_chains: vec![listener::FilterChain {
+                filters: vec![tcp.clone()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(listener_config(&ok).is_some());
+        // An unknown filter (it might have been an authorization filter).
+        let mut unknown = ok.clone();
+        unknown.filter_chains[0].filters.insert(
+            0,
+            listener::Filter {
+                name: "envoy.filters.network.ext_authz".into(),
+                config_type: Some(listener::filter::ConfigType::TypedConfig(Any {
+                    type_url:
+                        "type.googleapis.com/envoy.extensions.filters.network.ext_authz.v3.ExtAuthz"
+                            .into(),
+                    value: Vec::new(),
+                })),
+            },
+        );
+        assert!(listener_config(&unknown).is_none());
+        // A transport socket we cannot use is never replaced by plaintext.
+        let mut bad_tls = ok.clone();
+        bad_tls.filter_chains[0].transport_socket = Some(core::TransportSocket {
+            name: "tls".into(),
+            config_type: Some(core::transport_socket::ConfigType::TypedConfig(Any {
+                type_url: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext".into(),
+                value: vec![0xff, 0xff],
+            })),
+        });
+        assert!(listener_config(&bad_tls).is_none());
+        // Two filter chains would need chain matching.
+        let mut two = ok.clone();
+        two.filter_chains.push(two.filter_chains[0].clone());
+        assert!(listener_config(&two).is_none());
     }
 }

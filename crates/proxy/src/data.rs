@@ -122,6 +122,7 @@ impl TlsCache {
         let verifier = Arc::new(SpiffeServerVerifier {
             roots: m.roots.clone(),
             expected: m.expected_sans.clone(),
+            unsupported: m.unsupported_san_matcher,
             algorithms: provider().signature_verification_algorithms,
         });
         let config = ClientConfig::builder_with_provider(provider())
@@ -148,6 +149,7 @@ impl TlsCache {
 struct SpiffeServerVerifier {
     roots: String,
     expected: Vec<String>,
+    unsupported: bool,
     algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
 }
 
@@ -168,7 +170,12 @@ impl rustls::client::danger::ServerCertVerifier for SpiffeServerVerifier {
         let id = legate_ca::verify::verify_leaf_at(&[&self.roots], &chain, when)
             .map_err(|e| rustls::Error::General(e.to_string()))?;
         let uri = id.to_string();
-        if !self.expected.is_empty() && !self.expected.contains(&uri) {
+        if self.unsupported || self.expected.is_empty() {
+            return Err(rustls::Error::General(
+                "the cluster names no SPIFFE id this proxy can check; refusing the upstream".into(),
+            ));
+        }
+        if !self.expected.contains(&uri) {
             return Err(rustls::Error::General(format!(
                 "upstream presented {uri}, expected one of {:?}",
                 self.expected
@@ -318,7 +325,15 @@ impl DataPlane {
         match &l.tls {
             Some(material) => {
                 let acceptor = TlsAcceptor::from(self.tls.server(material)?);
-                let mut tls = match acceptor.accept(conn).await {
+                let handshake =
+                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await;
+                let handshake = handshake.unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "TLS handshake timed out",
+                    ))
+                });
+                let mut tls = match handshake {
                     Ok(t) => t,
                     Err(e) => {
                         self.stats
@@ -336,10 +351,13 @@ impl DataPlane {
                     .and_then(|der| legate_ca::info::describe_der(der).ok())
                     .and_then(|info| info.uris.first().cloned())
                     .unwrap_or_default();
+                // Only services of our trust domain (default namespace) may connect.
                 let ours = trust_domain_of(&material.cert_chain).unwrap_or_default();
-                let same_domain = legate_ca::SpiffeId::parse(&uri)
-                    .map(|id| id.trust_domain().eq_ignore_ascii_case(&ours))
-                    .unwrap_or(false);
+                let same_domain = matches!(
+                    legate_ca::SpiffeId::parse(&uri),
+                    Ok(legate_ca::SpiffeId::Service { ref trust_domain, ref namespace, .. })
+                        if trust_domain.eq_ignore_ascii_case(&ours) && namespace == "default"
+                );
                 let allowed =
                     same_domain && l.authorization.as_ref().is_none_or(|a| a.allows(&uri));
                 if !allowed {
@@ -366,16 +384,16 @@ impl DataPlane {
         match destination {
             Destination::Cluster(c) => Some(c),
             Destination::Weighted(list) => {
-                let total: u32 = list.iter().map(|(_, w)| *w).sum();
+                let total: u64 = list.iter().map(|(_, w)| *w as u64).sum();
                 if total == 0 {
                     return list.first().map(|(c, _)| c.clone());
                 }
-                let mut pick = rand::random::<u32>() % total;
+                let mut pick = rand::random::<u64>() % total;
                 for (c, w) in list {
-                    if pick < w {
+                    if pick < w as u64 {
                         return Some(c);
                     }
-                    pick -= w;
+                    pick -= w as u64;
                 }
                 None
             }
@@ -469,6 +487,9 @@ impl DataPlane {
         }
     }
 }
+
+/// How long a peer has to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Copy buffer per direction: large enough for a full TLS record, so bulk
 /// transfers make few, full records and few system calls.

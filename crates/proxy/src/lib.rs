@@ -77,7 +77,8 @@ async fn admin(socket: tokio::net::TcpListener, plane: Arc<data::DataPlane>) {
         let plane = plane.clone();
         tokio::spawn(async move {
             let mut buf = [0u8; 1024];
-            let _ = conn.read(&mut buf).await;
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf)).await;
             let s = &plane.stats;
             let body = format!(
                 "legate_proxy_connections_total {}\nlegate_proxy_bytes_upstream_total {}\nlegate_proxy_bytes_downstream_total {}\nlegate_proxy_tls_handshake_failures_total {}\nlegate_proxy_rbac_denials_total {}\nlegate_proxy_upstream_connect_failures_total {}\n",

@@ -93,8 +93,9 @@ fn static_type(type_url: &str) -> Option<&'static str> {
     [LDS, CDS, EDS, RDS].into_iter().find(|t| *t == type_url)
 }
 
-/// Checks that every resource of a response decodes as its type.
-fn validate(response: &DeltaDiscoveryResponse) -> Result<(), String> {
+/// The resources of a response this proxy cannot use, with why.
+fn invalid(response: &DeltaDiscoveryResponse) -> Vec<(String, String)> {
+    let mut bad = Vec::new();
     for r in &response.resources {
         let Some(any) = &r.resource else { continue };
         let ok = match response.type_url.as_str() {
@@ -116,9 +117,11 @@ fn validate(response: &DeltaDiscoveryResponse) -> Result<(), String> {
                 .map_err(|e| e.to_string()),
             other => Err(format!("unexpected type {other}")),
         };
-        ok.map_err(|e| format!("{}: {e}", r.name))?;
+        if let Err(e) = ok {
+            bad.push((r.name.clone(), e));
+        }
     }
-    Ok(())
+    bad
 }
 
 /// Resource names a runtime needs from EDS and RDS.
@@ -158,11 +161,22 @@ pub async fn follow(
     let mut held = Held::default();
     let mut backoff = Duration::from_millis(100);
     loop {
-        match session(&grpc_addr, &proxy_id, &token, &mut held, &out).await {
-            Ok(()) => backoff = Duration::from_millis(100),
-            Err(e) => {
-                tracing::warn!(error = %e, "xDS stream to the agent failed; keeping the last config and reconnecting")
-            }
+        let mut connected = false;
+        if let Err(e) = session(
+            &grpc_addr,
+            &proxy_id,
+            &token,
+            &mut held,
+            &out,
+            &mut connected,
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "xDS stream to the agent failed; keeping the last config and reconnecting");
+        }
+        if connected {
+            // The stream worked for a while: start the backoff over.
+            backoff = Duration::from_millis(100);
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -175,6 +189,7 @@ async fn session(
     token: &str,
     held: &mut Held,
     out: &watch::Sender<Arc<Runtime>>,
+    connected: &mut bool,
 ) -> Result<(), String> {
     let channel = tonic::transport::Endpoint::from_shared(grpc_addr.to_string())
         .map_err(|e| e.to_string())?
@@ -220,24 +235,15 @@ async fn session(
         let Some(type_url) = static_type(&response.type_url) else {
             continue;
         };
-        if let Err(error) = validate(&response) {
-            tracing::warn!(type_url, error = %error, "rejecting xDS update (NACK); keeping the last config");
-            tx.send(DeltaDiscoveryRequest {
-                type_url: type_url.into(),
-                response_nonce: response.nonce.clone(),
-                error_detail: Some(RpcStatus {
-                    code: 3,
-                    message: error,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-            continue;
-        }
+        *connected = true;
+        // Apply every usable resource; a bad one keeps its last good
+        // version (a listener we cannot serve is not served) and is NACKed.
+        let bad = invalid(&response);
         let map = held.by_type.entry(type_url).or_default();
         for r in &response.resources {
+            if bad.iter().any(|(n, _)| n == &r.name) {
+                continue;
+            }
             if let Some(any) = &r.resource {
                 map.insert(r.name.clone(), (r.version.clone(), any.clone()));
             }
@@ -245,9 +251,23 @@ async fn session(
         for name in &response.removed_resources {
             map.remove(name);
         }
+        let error_detail = (!bad.is_empty()).then(|| {
+            let message = bad
+                .iter()
+                .map(|(n, e)| format!("{n}: {e}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            tracing::warn!(type_url, error = %message, "rejecting xDS resources (NACK); keeping their last good versions");
+            RpcStatus {
+                code: 3,
+                message,
+                ..Default::default()
+            }
+        });
         tx.send(DeltaDiscoveryRequest {
             type_url: type_url.into(),
             response_nonce: response.nonce.clone(),
+            error_detail,
             ..Default::default()
         })
         .await

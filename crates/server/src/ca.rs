@@ -498,9 +498,15 @@ impl Server {
             SpiffeId::Service {
                 service,
                 datacenter: dc,
+                namespace,
                 ..
             } => {
                 same_datacenter(dc)?;
+                if namespace != "default" {
+                    return Err(RpcError::BadRequest(format!(
+                        "SPIFFE ID in CSR for namespace {namespace:?}: only the \"default\" namespace exists"
+                    )));
+                }
                 if !request.service.is_empty() && &request.service != service {
                     return Err(RpcError::BadRequest(format!(
                         "SPIFFE ID in CSR ({asked}) does not match the requested service {}",

@@ -90,6 +90,13 @@ struct Memo {
 type Generated = (Arc<ConnectProxySnapshot>, Arc<Resources>);
 
 impl Memo {
+    fn forget(&self, proxy_id: &str) {
+        self.by_proxy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(proxy_id);
+    }
+
     fn resources(&self, proxy_id: &str, snapshot: &Arc<ConnectProxySnapshot>) -> Arc<Resources> {
         let mut map = self.by_proxy.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((cached, resources)) = map.get(proxy_id) {
@@ -326,6 +333,7 @@ impl SotwSession {
                         }
                         // Deregistered: end the stream.
                         Some(None) | None => {
+                            self.memo.forget(&self.node_id);
                             let _ = self.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
                             break;
                         }
@@ -500,6 +508,7 @@ impl DeltaSession {
                             }
                         }
                         Some(None) | None => {
+                            self.memo.forget(&self.node_id);
                             let _ = self.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
                             break;
                         }
@@ -514,10 +523,9 @@ impl DeltaSession {
     async fn handle(&mut self, request: DeltaDiscoveryRequest) -> bool {
         let type_url = request.type_url.clone();
         let state = self.types.entry(type_url.clone()).or_default();
-        if !request.response_nonce.is_empty() {
-            if request.response_nonce != state.nonce {
-                return true; // stale
-            }
+        // The nonce only classifies ACK/NACK; subscription changes always apply
+        // (Envoy attaches them to ACKs, possibly of an older response).
+        if !request.response_nonce.is_empty() && request.response_nonce == state.nonce {
             if let Some(error) = &request.error_detail {
                 self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
                 legate_types::metrics::counter_add(
@@ -526,7 +534,9 @@ impl DeltaSession {
                     1,
                 );
                 tracing::warn!(node = %self.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
-                return true;
+                // Forget what we thought it holds, so the next change resends
+                // everything of this type (nothing is lost to one bad resource).
+                state.held.clear();
             }
         }
         if !state.started {
@@ -545,7 +555,13 @@ impl DeltaSession {
                 changed |= !state.wildcard;
                 state.wildcard = true;
             } else {
-                changed |= state.names.insert(name.clone());
+                state.names.insert(name.clone());
+                // A (re)subscription is answered with the resource, even if
+                // we believe the client has it; unless it told us its version.
+                if !request.initial_resource_versions.contains_key(name) {
+                    state.held.remove(name);
+                }
+                changed = true;
             }
         }
         for name in &request.resource_names_unsubscribe {
