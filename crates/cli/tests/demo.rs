@@ -208,6 +208,25 @@ services {{
         "a denied connection must not reach the application"
     );
 
+    // db's proxy counts the denial on its admin port.
+    let db_log = std::fs::read_to_string(dir.path().join("db.log")).unwrap();
+    let admin = db_log
+        .lines()
+        .find_map(|l| l.split("Admin and metrics on http://").nth(1))
+        .map(|rest| rest.trim_end_matches("/stats").to_string())
+        .expect("the admin address is printed");
+    let port: u16 = admin.rsplit(':').next().unwrap().parse().unwrap();
+    let (status, _, stats) = common::http_request(port, "GET", "/stats", None);
+    assert_eq!(status, 200);
+    let denials: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("legate_proxy_rbac_denials_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(denials >= 2, "{stats}");
+    assert!(stats.contains("legate_proxy_connections_total"));
+
     // legate intention delete web db: echo again.
     let out = agent.cli(&["intention", "delete", "web", "db"]);
     assert_eq!(
