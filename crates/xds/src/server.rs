@@ -197,7 +197,7 @@ impl AggregatedDiscoveryService for AdsServer {
             self.memo.clone(),
             tx,
         );
-        tokio::spawn(session.run(request.into_inner()));
+        tokio::spawn(drive(session, request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -213,7 +213,7 @@ impl AggregatedDiscoveryService for AdsServer {
             self.memo.clone(),
             tx,
         );
-        tokio::spawn(session.run(request.into_inner()));
+        tokio::spawn(drive(session, request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -248,6 +248,117 @@ async fn next_snapshot(
     }
 }
 
+/// What the two ADS protocols share: finding the proxy from the first
+/// request's node, following its snapshots, and ending the stream when it
+/// is deregistered.
+#[tonic::async_trait]
+trait Protocol: Send + Sized + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+
+    fn node_id_of(request: &Self::Request) -> String;
+    fn common(&mut self) -> &mut Common<Self::Response>;
+    /// Handles one request; `false` when the stream is gone.
+    async fn handle(&mut self, request: Self::Request) -> bool;
+    /// Sends what a new snapshot changed; `false` when the stream is gone.
+    async fn push_all(&mut self) -> bool;
+}
+
+/// The state every session has, whatever its protocol.
+struct Common<R> {
+    changed_at: Option<std::time::Instant>,
+    source: Arc<dyn SnapshotSource>,
+    metrics: Arc<Metrics>,
+    memo: Arc<Memo>,
+    tx: mpsc::Sender<Result<R, Status>>,
+    node_id: String,
+    resources: Option<Arc<Resources>>,
+    nonce: u64,
+}
+
+impl<R> Common<R> {
+    fn new(
+        source: Arc<dyn SnapshotSource>,
+        metrics: Arc<Metrics>,
+        memo: Arc<Memo>,
+        tx: mpsc::Sender<Result<R, Status>>,
+    ) -> Common<R> {
+        Common {
+            changed_at: None,
+            source,
+            metrics,
+            memo,
+            tx,
+            node_id: String::new(),
+            resources: None,
+            nonce: 0,
+        }
+    }
+}
+
+async fn drive<P: Protocol>(mut session: P, mut inbound: Streaming<P::Request>)
+where
+    Streaming<P::Request>: Send,
+{
+    let metrics = session.common().metrics.clone();
+    let open = metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
+    legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
+    let mut watch = None;
+    loop {
+        tokio::select! {
+            message = inbound.message() => {
+                let request = match message {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(node = %session.common().node_id, %status, "xDS stream ended");
+                        break;
+                    }
+                };
+                if watch.is_none() {
+                    let id = P::node_id_of(&request);
+                    let c = session.common();
+                    match subscribe(&c.source, &id) {
+                        Ok(rx) => {
+                            let current = rx.borrow().clone();
+                            c.resources = current.map(|s| c.memo.resources(&id, &s));
+                            c.node_id = id;
+                            watch = Some(rx);
+                        }
+                        Err(status) => {
+                            let _ = c.tx.send(Err(status)).await;
+                            break;
+                        }
+                    }
+                }
+                if !session.handle(request).await {
+                    break;
+                }
+            }
+            snapshot = next_snapshot(&mut watch) => {
+                let c = session.common();
+                match snapshot {
+                    Some(Some(s)) => {
+                        c.changed_at = s.changed_at;
+                        c.resources = Some(c.memo.resources(&c.node_id, &s));
+                        if !session.push_all().await {
+                            break;
+                        }
+                    }
+                    // Deregistered: end the stream.
+                    Some(None) | None => {
+                        c.memo.forget(&c.node_id);
+                        let _ = c.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let open = metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
+    legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
+}
+
 #[derive(Default)]
 struct SotwType {
     subscribed: bool,
@@ -257,15 +368,8 @@ struct SotwType {
 }
 
 struct SotwSession {
-    changed_at: Option<std::time::Instant>,
-    source: Arc<dyn SnapshotSource>,
-    metrics: Arc<Metrics>,
-    memo: Arc<Memo>,
-    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
-    node_id: String,
+    common: Common<DiscoveryResponse>,
     types: HashMap<String, SotwType>,
-    resources: Option<Arc<Resources>>,
-    nonce: u64,
 }
 
 impl SotwSession {
@@ -276,73 +380,9 @@ impl SotwSession {
         tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
     ) -> SotwSession {
         SotwSession {
-            changed_at: None,
-            source,
-            metrics,
-            memo,
-            tx,
-            node_id: String::new(),
+            common: Common::new(source, metrics, memo, tx),
             types: HashMap::new(),
-            resources: None,
-            nonce: 0,
         }
-    }
-
-    async fn run(mut self, mut inbound: Streaming<DiscoveryRequest>) {
-        let open = self.metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
-        let mut watch = None;
-        loop {
-            tokio::select! {
-                message = inbound.message() => {
-                    let request = match message {
-                        Ok(Some(r)) => r,
-                        Ok(None) => break,
-                        Err(status) => {
-                            tracing::debug!(node = %self.node_id, %status, "xDS stream ended");
-                            break;
-                        }
-                    };
-                    if watch.is_none() {
-                        let id = request.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
-                        match subscribe(&self.source, &id) {
-                            Ok(rx) => {
-                                self.node_id = id;
-                                let current = rx.borrow().clone();
-                                self.resources = current.map(|s| self.memo.resources(&self.node_id, &s));
-                                watch = Some(rx);
-                            }
-                            Err(status) => {
-                                let _ = self.tx.send(Err(status)).await;
-                                break;
-                            }
-                        }
-                    }
-                    if !self.handle(request).await {
-                        break;
-                    }
-                }
-                snapshot = next_snapshot(&mut watch) => {
-                    match snapshot {
-                        Some(Some(s)) => {
-                            self.changed_at = s.changed_at;
-                            self.resources = Some(self.memo.resources(&self.node_id, &s));
-                            if !self.push_all().await {
-                                break;
-                            }
-                        }
-                        // Deregistered: end the stream.
-                        Some(None) | None => {
-                            self.memo.forget(&self.node_id);
-                            let _ = self.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        let open = self.metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
-        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
     }
 
     /// Handles one request; `false` when the stream is gone.
@@ -355,13 +395,13 @@ impl SotwSession {
                 return true;
             }
             if let Some(error) = &request.error_detail {
-                self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
+                self.common.metrics.nacks.fetch_add(1, Ordering::Relaxed);
                 legate_types::metrics::counter_add(
                     "consul.xds.server.nacks",
-                    &[("proxy", &self.node_id)],
+                    &[("proxy", &self.common.node_id)],
                     1,
                 );
-                tracing::warn!(node = %self.node_id, type_url = %type_url, version = %request.version_info, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
+                tracing::warn!(node = %self.common.node_id, type_url = %type_url, version = %request.version_info, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
                 return true;
             }
         }
@@ -388,7 +428,7 @@ impl SotwSession {
 
     /// Sends the type's resources when their version changed (or `force`).
     async fn push(&mut self, type_url: &str, force: bool) -> bool {
-        let Some(resources) = self.resources.clone() else {
+        let Some(resources) = self.common.resources.clone() else {
             return true;
         };
         let empty = BTreeMap::new();
@@ -405,8 +445,8 @@ impl SotwSession {
         if !force && state.sent_version.as_deref() == Some(version.as_str()) {
             return true;
         }
-        self.nonce += 1;
-        let nonce = self.nonce.to_string();
+        self.common.nonce += 1;
+        let nonce = self.common.nonce.to_string();
         state.sent_version = Some(version.clone());
         state.nonce = nonce.clone();
         let response = DiscoveryResponse {
@@ -416,9 +456,37 @@ impl SotwSession {
             nonce,
             ..Default::default()
         };
-        let sent = self.tx.send(Ok(response)).await.is_ok();
-        self.metrics.observe_push(&self.node_id, self.changed_at);
+        let sent = self.common.tx.send(Ok(response)).await.is_ok();
+        self.common
+            .metrics
+            .observe_push(&self.common.node_id, self.common.changed_at);
         sent
+    }
+}
+
+#[tonic::async_trait]
+impl Protocol for SotwSession {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+
+    fn node_id_of(request: &DiscoveryRequest) -> String {
+        request
+            .node
+            .as_ref()
+            .map(|n| n.id.clone())
+            .unwrap_or_default()
+    }
+
+    fn common(&mut self) -> &mut Common<DiscoveryResponse> {
+        &mut self.common
+    }
+
+    async fn handle(&mut self, request: DiscoveryRequest) -> bool {
+        SotwSession::handle(self, request).await
+    }
+
+    async fn push_all(&mut self) -> bool {
+        SotwSession::push_all(self).await
     }
 }
 
@@ -433,15 +501,8 @@ struct DeltaType {
 }
 
 struct DeltaSession {
-    changed_at: Option<std::time::Instant>,
-    source: Arc<dyn SnapshotSource>,
-    metrics: Arc<Metrics>,
-    memo: Arc<Memo>,
-    tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
-    node_id: String,
+    common: Common<DeltaDiscoveryResponse>,
     types: HashMap<String, DeltaType>,
-    resources: Option<Arc<Resources>>,
-    nonce: u64,
 }
 
 impl DeltaSession {
@@ -452,72 +513,9 @@ impl DeltaSession {
         tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
     ) -> DeltaSession {
         DeltaSession {
-            changed_at: None,
-            source,
-            metrics,
-            memo,
-            tx,
-            node_id: String::new(),
+            common: Common::new(source, metrics, memo, tx),
             types: HashMap::new(),
-            resources: None,
-            nonce: 0,
         }
-    }
-
-    async fn run(mut self, mut inbound: Streaming<DeltaDiscoveryRequest>) {
-        let open = self.metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
-        let mut watch = None;
-        loop {
-            tokio::select! {
-                message = inbound.message() => {
-                    let request = match message {
-                        Ok(Some(r)) => r,
-                        Ok(None) => break,
-                        Err(status) => {
-                            tracing::debug!(node = %self.node_id, %status, "xDS delta stream ended");
-                            break;
-                        }
-                    };
-                    if watch.is_none() {
-                        let id = request.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
-                        match subscribe(&self.source, &id) {
-                            Ok(rx) => {
-                                self.node_id = id;
-                                let current = rx.borrow().clone();
-                                self.resources = current.map(|s| self.memo.resources(&self.node_id, &s));
-                                watch = Some(rx);
-                            }
-                            Err(status) => {
-                                let _ = self.tx.send(Err(status)).await;
-                                break;
-                            }
-                        }
-                    }
-                    if !self.handle(request).await {
-                        break;
-                    }
-                }
-                snapshot = next_snapshot(&mut watch) => {
-                    match snapshot {
-                        Some(Some(s)) => {
-                            self.changed_at = s.changed_at;
-                            self.resources = Some(self.memo.resources(&self.node_id, &s));
-                            if !self.push_all().await {
-                                break;
-                            }
-                        }
-                        Some(None) | None => {
-                            self.memo.forget(&self.node_id);
-                            let _ = self.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        let open = self.metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
-        legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
     }
 
     async fn handle(&mut self, request: DeltaDiscoveryRequest) -> bool {
@@ -527,13 +525,13 @@ impl DeltaSession {
         // (Envoy attaches them to ACKs, possibly of an older response).
         if !request.response_nonce.is_empty() && request.response_nonce == state.nonce {
             if let Some(error) = &request.error_detail {
-                self.metrics.nacks.fetch_add(1, Ordering::Relaxed);
+                self.common.metrics.nacks.fetch_add(1, Ordering::Relaxed);
                 legate_types::metrics::counter_add(
                     "consul.xds.server.nacks",
-                    &[("proxy", &self.node_id)],
+                    &[("proxy", &self.common.node_id)],
                     1,
                 );
-                tracing::warn!(node = %self.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
+                tracing::warn!(node = %self.common.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
                 // Forget what we thought it holds, so the next change resends
                 // everything of this type (nothing is lost to one bad resource).
                 state.held.clear();
@@ -594,7 +592,7 @@ impl DeltaSession {
     /// Sends what changed for the type since the client's last view
     /// (with `always`, even an empty response, so a first request is answered).
     async fn push(&mut self, type_url: &str, always: bool) -> bool {
-        let Some(resources) = self.resources.clone() else {
+        let Some(resources) = self.common.resources.clone() else {
             return true;
         };
         let empty = BTreeMap::new();
@@ -628,8 +626,8 @@ impl DeltaSession {
         for name in &removed {
             state.held.remove(name);
         }
-        self.nonce += 1;
-        let nonce = self.nonce.to_string();
+        self.common.nonce += 1;
+        let nonce = self.common.nonce.to_string();
         state.nonce = nonce.clone();
         let response = DeltaDiscoveryResponse {
             system_version_info: version_of(all.iter()),
@@ -639,8 +637,36 @@ impl DeltaSession {
             nonce,
             ..Default::default()
         };
-        let sent = self.tx.send(Ok(response)).await.is_ok();
-        self.metrics.observe_push(&self.node_id, self.changed_at);
+        let sent = self.common.tx.send(Ok(response)).await.is_ok();
+        self.common
+            .metrics
+            .observe_push(&self.common.node_id, self.common.changed_at);
         sent
+    }
+}
+
+#[tonic::async_trait]
+impl Protocol for DeltaSession {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+
+    fn node_id_of(request: &DeltaDiscoveryRequest) -> String {
+        request
+            .node
+            .as_ref()
+            .map(|n| n.id.clone())
+            .unwrap_or_default()
+    }
+
+    fn common(&mut self) -> &mut Common<DeltaDiscoveryResponse> {
+        &mut self.common
+    }
+
+    async fn handle(&mut self, request: DeltaDiscoveryRequest) -> bool {
+        DeltaSession::handle(self, request).await
+    }
+
+    async fn push_all(&mut self) -> bool {
+        DeltaSession::push_all(self).await
     }
 }
