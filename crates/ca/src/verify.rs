@@ -19,6 +19,18 @@ pub fn verify_leaf_at(
     chain_pem: &str,
     now: std::time::SystemTime,
 ) -> Result<SpiffeId, CaError> {
+    let chain = pem_certificates(chain_pem)?;
+    let chain: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+    verify_chain_at(roots, &chain, now)
+}
+
+/// [`verify_leaf_at`] for a chain already in DER (leaf first), as a TLS
+/// handshake presents it.
+pub fn verify_chain_at(
+    roots: &[&str],
+    chain: &[&[u8]],
+    now: std::time::SystemTime,
+) -> Result<SpiffeId, CaError> {
     let mut store = RootCertStore::empty();
     for root in roots {
         for der in pem_certificates(root)? {
@@ -31,22 +43,24 @@ pub fn verify_leaf_at(
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
         .build()
         .map_err(|e| CaError::Internal(e.to_string()))?;
-    let mut chain = pem_certificates(chain_pem)?.into_iter();
-    let leaf = chain
-        .next()
+    let (leaf, rest) = chain
+        .split_first()
         .ok_or_else(|| CaError::Internal("empty chain".into()))?;
-    let intermediates: Vec<CertificateDer<'static>> = chain.map(CertificateDer::from).collect();
+    let intermediates: Vec<CertificateDer<'static>> = rest
+        .iter()
+        .map(|d| CertificateDer::from(d.to_vec()))
+        .collect();
     let since_epoch = now
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| CaError::Internal(e.to_string()))?;
     verifier
         .verify_client_cert(
-            &CertificateDer::from(leaf.clone()),
+            &CertificateDer::from(leaf.to_vec()),
             &intermediates,
             UnixTime::since_unix_epoch(since_epoch),
         )
         .map_err(|e| CaError::WrongIdentity(format!("certificate does not verify: {e}")))?;
-    let info = describe_der(&leaf)?;
+    let info = describe_der(leaf)?;
     let [uri] = info.uris.as_slice() else {
         return Err(CaError::WrongIdentity(format!(
             "certificate must carry exactly one SPIFFE URI SAN, found {}",

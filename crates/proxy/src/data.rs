@@ -162,12 +162,12 @@ impl rustls::client::danger::ServerCertVerifier for SpiffeServerVerifier {
         _ocsp: &[u8],
         now: UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        let mut chain = String::new();
-        for der in std::iter::once(end_entity).chain(intermediates.iter()) {
-            chain.push_str(&pem_of(der));
-        }
+        let chain: Vec<&[u8]> = std::iter::once(end_entity)
+            .chain(intermediates.iter())
+            .map(|d| d.as_ref())
+            .collect();
         let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(now.as_secs());
-        let id = legate_ca::verify::verify_leaf_at(&[&self.roots], &chain, when)
+        let id = legate_ca::verify::verify_chain_at(&[&self.roots], &chain, when)
             .map_err(|e| rustls::Error::General(e.to_string()))?;
         let uri = id.to_string();
         if self.unsupported || self.expected.is_empty() {
@@ -205,29 +205,6 @@ impl rustls::client::danger::ServerCertVerifier for SpiffeServerVerifier {
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.algorithms.supported_schemes()
     }
-}
-
-fn pem_of(der: &CertificateDer<'_>) -> String {
-    use std::fmt::Write;
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = der.as_ref();
-    let mut b64 = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | *b as u32) << (8 * (3 - chunk.len()));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                b64.push('=');
-            }
-        }
-    }
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        let _ = writeln!(out, "{}", std::str::from_utf8(line).unwrap_or_default());
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
 }
 
 /// The trust domain of our own certificate (peers must share it).
