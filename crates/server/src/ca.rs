@@ -593,8 +593,3 @@ impl Server {
         })
     }
 }
-
-/// Parses the cluster's stored CA configuration (for tests and tools).
-pub fn parse_ca_configuration(config: &CaConfiguration) -> Result<CaConfig, String> {
-    parse_config(config).map_err(|e| e.to_string())
-}

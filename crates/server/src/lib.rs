@@ -22,7 +22,7 @@ use legate_state::{Command, CommandResult, StateStore};
 use legate_types::RpcError;
 
 pub use authorizer::{Access, AllowAll, Authorizer, Resource};
-pub use ca::{parse_ca_configuration, prune_roots, CaSignCounts};
+pub use ca::{prune_roots, CaSignCounts};
 pub use intentions::{
     intentions_of, sort_intentions, INTENTIONS_READ_ONLY, INTENTION_FORMAT_CONFIG_ENTRY,
     INTENTION_FORMAT_KEY,

@@ -41,41 +41,30 @@ impl SnapshotSource for legate_proxycfg::Manager {
     }
 }
 
-/// Upper bounds (ms) of the push-latency histogram buckets.
-pub const LATENCY_BUCKETS_MS: [u64; 11] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000];
-
-/// Counters of the ADS server.
+/// What the ADS server records in the process metrics (`/v1/agent/metrics`):
+/// pushes, NACKs and push latency per proxy, and the open streams.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// Responses sent.
-    pub pushes: AtomicU64,
-    /// NACKs received.
-    pub nacks: AtomicU64,
     /// Streams open now.
-    pub streams: AtomicU64,
-    /// Push latency (change reached proxycfg -> response sent): counts per
-    /// bucket of [`LATENCY_BUCKETS_MS`], the last one for anything slower.
-    pub push_latency: [AtomicU64; 12],
+    streams: AtomicU64,
 }
 
 impl Metrics {
+    /// Records one response sent to `proxy`; `changed_at` is when the
+    /// change it carries reached proxycfg.
     fn observe_push(&self, proxy: &str, changed_at: Option<std::time::Instant>) {
-        self.pushes.fetch_add(1, Ordering::Relaxed);
         legate_types::metrics::counter_add("consul.xds.server.pushes", &[("proxy", proxy)], 1);
         if let Some(at) = changed_at {
-            let elapsed = at.elapsed();
             legate_types::metrics::sample(
                 "consul.xds.server.push_latency",
                 &[("proxy", proxy)],
-                elapsed.as_secs_f64() * 1000.0,
+                at.elapsed().as_secs_f64() * 1000.0,
             );
-            let ms = elapsed.as_millis() as u64;
-            let slot = LATENCY_BUCKETS_MS
-                .iter()
-                .position(|b| ms <= *b)
-                .unwrap_or(LATENCY_BUCKETS_MS.len());
-            self.push_latency[slot].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    fn observe_nack(&self, proxy: &str) {
+        legate_types::metrics::counter_add("consul.xds.server.nacks", &[("proxy", proxy)], 1);
     }
 }
 
@@ -126,11 +115,6 @@ impl AdsServer {
             metrics: Arc::new(Metrics::default()),
             memo: Arc::new(Memo::default()),
         }
-    }
-
-    /// Its counters.
-    pub fn metrics(&self) -> Arc<Metrics> {
-        self.metrics.clone()
     }
 
     /// The tonic service.
@@ -395,12 +379,7 @@ impl SotwSession {
                 return true;
             }
             if let Some(error) = &request.error_detail {
-                self.common.metrics.nacks.fetch_add(1, Ordering::Relaxed);
-                legate_types::metrics::counter_add(
-                    "consul.xds.server.nacks",
-                    &[("proxy", &self.common.node_id)],
-                    1,
-                );
+                self.common.metrics.observe_nack(&self.common.node_id);
                 tracing::warn!(node = %self.common.node_id, type_url = %type_url, version = %request.version_info, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
                 return true;
             }
@@ -525,12 +504,7 @@ impl DeltaSession {
         // (Envoy attaches them to ACKs, possibly of an older response).
         if !request.response_nonce.is_empty() && request.response_nonce == state.nonce {
             if let Some(error) = &request.error_detail {
-                self.common.metrics.nacks.fetch_add(1, Ordering::Relaxed);
-                legate_types::metrics::counter_add(
-                    "consul.xds.server.nacks",
-                    &[("proxy", &self.common.node_id)],
-                    1,
-                );
+                self.common.metrics.observe_nack(&self.common.node_id);
                 tracing::warn!(node = %self.common.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
                 // Forget what we thought it holds, so the next change resends
                 // everything of this type (nothing is lost to one bad resource).
