@@ -260,7 +260,20 @@ struct Common<R> {
     nonce: u64,
 }
 
-impl<R> Common<R> {
+impl<R: Send> Common<R> {
+    /// A fresh nonce for the next response of this stream.
+    fn next_nonce(&mut self) -> String {
+        self.nonce += 1;
+        self.nonce.to_string()
+    }
+
+    /// Sends one response and records the push; `false` when the stream is gone.
+    async fn send(&mut self, response: R) -> bool {
+        let sent = self.tx.send(Ok(response)).await.is_ok();
+        self.metrics.observe_push(&self.node_id, self.changed_at);
+        sent
+    }
+
     fn new(
         source: Arc<dyn SnapshotSource>,
         metrics: Arc<Metrics>,
@@ -424,8 +437,7 @@ impl SotwSession {
         if !force && state.sent_version.as_deref() == Some(version.as_str()) {
             return true;
         }
-        self.common.nonce += 1;
-        let nonce = self.common.nonce.to_string();
+        let nonce = self.common.next_nonce();
         state.sent_version = Some(version.clone());
         state.nonce = nonce.clone();
         let response = DiscoveryResponse {
@@ -435,11 +447,7 @@ impl SotwSession {
             nonce,
             ..Default::default()
         };
-        let sent = self.common.tx.send(Ok(response)).await.is_ok();
-        self.common
-            .metrics
-            .observe_push(&self.common.node_id, self.common.changed_at);
-        sent
+        self.common.send(response).await
     }
 }
 
@@ -600,8 +608,7 @@ impl DeltaSession {
         for name in &removed {
             state.held.remove(name);
         }
-        self.common.nonce += 1;
-        let nonce = self.common.nonce.to_string();
+        let nonce = self.common.next_nonce();
         state.nonce = nonce.clone();
         let response = DeltaDiscoveryResponse {
             system_version_info: version_of(all.iter()),
@@ -611,11 +618,7 @@ impl DeltaSession {
             nonce,
             ..Default::default()
         };
-        let sent = self.common.tx.send(Ok(response)).await.is_ok();
-        self.common
-            .metrics
-            .observe_push(&self.common.node_id, self.common.changed_at);
-        sent
+        self.common.send(response).await
     }
 }
 
