@@ -266,21 +266,35 @@ impl DataSources for AgentSources {
     }
 }
 
-/// The local `connect-proxy` registrations as proxycfg sees them.
+/// The local registrations proxycfg serves: `connect-proxy` services
+/// (sidecars) and Connect-native services (proxyless gRPC clients, whose
+/// upstreams follow what they ask for).
 fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
+    let datacenter = agent.config().datacenter.clone();
     agent
         .services()
         .into_values()
-        .filter(|s| s.kind == "connect-proxy")
         .filter_map(|s| {
-            let proxy = s.proxy.as_deref()?.clone();
+            let native = s.kind.is_empty() && s.connect.as_ref().is_some_and(|c| c.native);
+            let proxy = if native {
+                legate_types::ConnectProxyConfig {
+                    destination_service_name: s.service.clone(),
+                    destination_service_id: s.id.clone(),
+                    ..Default::default()
+                }
+            } else if s.kind == "connect-proxy" {
+                s.proxy.as_deref()?.clone()
+            } else {
+                return None;
+            };
             Some(ProxyRegistration {
                 proxy_id: s.id.clone(),
                 service: s.service.clone(),
                 address: s.address.clone(),
                 port: s.port,
                 proxy,
-                datacenter: agent.config().datacenter.clone(),
+                datacenter: datacenter.clone(),
+                native,
             })
         })
         .collect()

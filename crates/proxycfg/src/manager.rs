@@ -1,7 +1,7 @@
 //! The manager: a task per proxy that follows the proxy's data sources and
 //! publishes a new snapshot (debounced) whenever one of them changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
-use legate_types::ConnectProxyConfig;
+use legate_types::{ConnectProxyConfig, Upstream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -74,7 +74,14 @@ pub struct ProxyRegistration {
     pub proxy: ConnectProxyConfig,
     /// This agent's datacenter.
     pub datacenter: String,
+    /// A Connect-native service served proxyless (gRPC's own xDS client):
+    /// no public listener, and its upstreams are whatever its xDS clients
+    /// ask for (see [`Manager::want_upstreams`]) rather than registered ones.
+    pub native: bool,
 }
+
+/// Which upstreams each xDS session of a native service asks for.
+type Wanted = BTreeMap<u64, BTreeSet<String>>;
 
 enum Update {
     /// The protocol of the proxy's own service (from its chain).
@@ -84,11 +91,14 @@ enum Update {
     Intentions(Vec<Intention>),
     Chain(String, CompiledChain),
     Endpoints(String, String, Vec<Endpoint>),
+    /// The upstreams a native service's clients ask for now.
+    Wanted(BTreeSet<String>),
 }
 
 struct Proxy {
     registration: ProxyRegistration,
     snapshot: watch::Sender<Option<Arc<ConnectProxySnapshot>>>,
+    wanted: watch::Sender<Wanted>,
     task: JoinHandle<()>,
 }
 
@@ -131,16 +141,19 @@ impl Manager {
                 continue;
             }
             let snapshot = watch::channel(None).0;
+            let wanted = watch::channel(Wanted::new()).0;
             let task = tokio::spawn(run_proxy(
                 self.sources.clone(),
                 registration.clone(),
                 snapshot.clone(),
+                wanted.subscribe(),
             ));
             proxies.insert(
                 id,
                 Proxy {
                     registration,
                     snapshot,
+                    wanted,
                     task,
                 },
             );
@@ -158,6 +171,27 @@ impl Manager {
             .unwrap_or_else(|e| e.into_inner())
             .get(proxy_id)
             .map(|p| p.snapshot.subscribe())
+    }
+
+    /// Records the upstreams one xDS session of a native service asks for
+    /// (its listener names); an empty set releases the session's interest.
+    /// The proxy follows the union over its sessions. Does nothing for
+    /// unknown ids and for sidecar proxies, whose upstreams are registered.
+    pub fn want_upstreams(&self, proxy_id: &str, session: u64, names: BTreeSet<String>) {
+        let proxies = self.proxies.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(proxy) = proxies.get(proxy_id).filter(|p| p.registration.native) else {
+            return;
+        };
+        proxy.wanted.send_if_modified(|wanted| {
+            if names.is_empty() {
+                wanted.remove(&session).is_some()
+            } else if wanted.get(&session) == Some(&names) {
+                false
+            } else {
+                wanted.insert(session, names);
+                true
+            }
+        });
     }
 
     /// Ids of the managed proxies.
@@ -226,44 +260,71 @@ struct Building {
     roots: Option<IndexedCaRoots>,
     leaf: Option<IssuedCert>,
     intentions: Option<Vec<Intention>>,
+    /// The upstreams followed now (registered, or asked for by native clients).
+    upstreams: Vec<Upstream>,
     chains: BTreeMap<String, CompiledChain>,
     endpoints: BTreeMap<String, BTreeMap<String, Vec<Endpoint>>>,
 }
 
 impl Building {
+    /// An upstream with its chain and the endpoints of every target, once all are known.
+    fn upstream(&self, upstream: &Upstream) -> Option<UpstreamSnapshot> {
+        let id = &upstream.destination_name;
+        let chain = self.chains.get(id)?;
+        let found = self.endpoints.get(id);
+        let mut endpoints = BTreeMap::new();
+        for target in chain.targets.keys() {
+            endpoints.insert(target.clone(), found.and_then(|m| m.get(target)).cloned()?);
+        }
+        Some(UpstreamSnapshot {
+            upstream: upstream.clone(),
+            chain: chain.clone(),
+            endpoints,
+        })
+    }
+
+    /// The snapshot, once everything it needs is known. A sidecar waits for
+    /// every upstream; a native service publishes the complete ones and
+    /// names the others as pending.
     fn snapshot(&self, r: &ProxyRegistration, default_allow: bool) -> Option<ConnectProxySnapshot> {
         let roots = self.roots.as_ref()?;
-        let leaf = self.leaf.as_ref()?;
-        let intentions = self.intentions.as_ref()?;
         let mut upstreams = Vec::new();
-        for upstream in &r.proxy.upstreams {
-            let id = upstream.destination_name.clone();
-            let chain = self.chains.get(&id)?;
-            let found = self.endpoints.get(&id);
-            let mut endpoints = BTreeMap::new();
-            for target in chain.targets.keys() {
-                endpoints.insert(target.clone(), found.and_then(|m| m.get(target)).cloned()?);
+        let mut pending_upstreams = Vec::new();
+        for upstream in &self.upstreams {
+            match self.upstream(upstream) {
+                Some(u) => upstreams.push(u),
+                None if r.native => pending_upstreams.push(upstream.destination_name.clone()),
+                None => return None,
             }
-            upstreams.push(UpstreamSnapshot {
-                upstream: upstream.clone(),
-                chain: chain.clone(),
-                endpoints,
-            });
         }
-        // The registration's `protocol` wins; else the service's resolved
-        // protocol (service-defaults, proxy-defaults).
-        let own = self.own_protocol.as_ref()?;
-        let protocol = r
-            .proxy
-            .config
-            .get("protocol")
-            .and_then(|v| v.as_str())
-            .unwrap_or(own)
-            .to_ascii_lowercase();
+        let (leaf_cert, leaf_key, intentions, protocol) = if r.native {
+            // Proxyless clients read certificates from files and enforce
+            // no intentions; the listener protocol is the upstream's.
+            Default::default()
+        } else {
+            let leaf = self.leaf.as_ref()?;
+            // The registration's `protocol` wins; else the service's resolved
+            // protocol (service-defaults, proxy-defaults).
+            let own = self.own_protocol.as_ref()?;
+            let protocol = r
+                .proxy
+                .config
+                .get("protocol")
+                .and_then(|v| v.as_str())
+                .unwrap_or(own)
+                .to_ascii_lowercase();
+            (
+                leaf.cert_pem.clone(),
+                leaf.private_key_pem.clone(),
+                self.intentions.clone()?,
+                protocol,
+            )
+        };
         Some(ConnectProxySnapshot {
             proxy_id: r.proxy_id.clone(),
             proxy_service: r.service.clone(),
             destination_service: r.proxy.destination_service_name.clone(),
+            native: r.native,
             address: r.address.clone(),
             port: r.port,
             local_service_address: if r.proxy.local_service_address.is_empty() {
@@ -276,14 +337,147 @@ impl Building {
             datacenter: r.datacenter.clone(),
             trust_domain: roots.trust_domain.clone(),
             roots: roots.roots.iter().map(|r| r.root_cert.clone()).collect(),
-            leaf_cert: leaf.cert_pem.clone(),
-            leaf_key: leaf.private_key_pem.clone(),
-            intentions: intentions.clone(),
+            leaf_cert,
+            leaf_key,
+            intentions,
             default_allow,
             protocol,
             upstreams,
+            pending_upstreams,
             changed_at: None,
         })
+    }
+}
+
+/// The watchers of one proxy's upstreams: a chain watcher per upstream and
+/// an endpoints watcher per chain target. Dropping it stops them all.
+struct UpstreamWatchers {
+    sources: Arc<dyn DataSources>,
+    tx: mpsc::UnboundedSender<Update>,
+    datacenter: String,
+    chains: HashMap<String, JoinHandle<()>>,
+    targets: HashMap<(String, String), JoinHandle<()>>,
+}
+
+impl UpstreamWatchers {
+    /// Follows exactly `upstreams`: new ones start, dropped ones stop and
+    /// are forgotten.
+    fn follow_upstreams(&mut self, building: &mut Building, upstreams: Vec<Upstream>) {
+        let wanted: BTreeSet<&str> = upstreams
+            .iter()
+            .map(|u| u.destination_name.as_str())
+            .collect();
+        self.chains.retain(|name, handle| {
+            let keep = wanted.contains(name.as_str());
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        self.targets.retain(|(name, _), handle| {
+            let keep = wanted.contains(name.as_str());
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        building
+            .chains
+            .retain(|name, _| wanted.contains(name.as_str()));
+        building
+            .endpoints
+            .retain(|name, _| wanted.contains(name.as_str()));
+        for upstream in &upstreams {
+            let name = upstream.destination_name.clone();
+            if self.chains.contains_key(&name) {
+                continue;
+            }
+            let dc = if upstream.datacenter.is_empty() {
+                self.datacenter.clone()
+            } else {
+                upstream.datacenter.clone()
+            };
+            let s = self.sources.clone();
+            let (chain_of, tag) = (name.clone(), name.clone());
+            let handle = tokio::spawn(follow(
+                self.tx.clone(),
+                move |i| {
+                    let (s, name, dc) = (s.clone(), chain_of.clone(), dc.clone());
+                    async move { s.chain(&name, &dc, i).await }
+                },
+                move |c| Update::Chain(tag.clone(), c),
+            ));
+            self.chains.insert(name, handle);
+        }
+        building.upstreams = upstreams;
+    }
+
+    /// Restarts endpoint watchers for the targets of an upstream's new chain.
+    fn follow_targets(&mut self, building: &mut Building, upstream: &str, chain: &CompiledChain) {
+        self.targets.retain(|(u, id), handle| {
+            let keep = u != upstream || chain.targets.contains_key(id);
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        if let Some(m) = building.endpoints.get_mut(upstream) {
+            m.retain(|id, _| chain.targets.contains_key(id));
+        }
+        for (id, target) in &chain.targets {
+            let key = (upstream.to_string(), id.clone());
+            if self.targets.contains_key(&key) {
+                continue;
+            }
+            let s = self.sources.clone();
+            let (u, tid, target) = (upstream.to_string(), id.clone(), target.clone());
+            let handle = tokio::spawn(follow(
+                self.tx.clone(),
+                move |i| {
+                    let (s, t) = (s.clone(), target.clone());
+                    async move { s.endpoints(&t, i).await }
+                },
+                move |e| Update::Endpoints(u.clone(), tid.clone(), e),
+            ));
+            self.targets.insert(key, handle);
+        }
+    }
+}
+
+impl Drop for UpstreamWatchers {
+    fn drop(&mut self) {
+        for (_, t) in self.chains.drain() {
+            t.abort();
+        }
+        for (_, t) in self.targets.drain() {
+            t.abort();
+        }
+    }
+}
+
+/// Turns a native service's per-session interests into their union.
+async fn forward_wanted(mut wanted: watch::Receiver<Wanted>, tx: mpsc::UnboundedSender<Update>) {
+    loop {
+        let union: BTreeSet<String> = wanted
+            .borrow_and_update()
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        if tx.send(Update::Wanted(union)).is_err() || wanted.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Aborts the spawned tasks when dropped (when the proxy task is aborted).
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
     }
 }
 
@@ -291,23 +485,28 @@ async fn run_proxy(
     sources: Arc<dyn DataSources>,
     registration: ProxyRegistration,
     out: watch::Sender<Option<Arc<ConnectProxySnapshot>>>,
+    wanted: watch::Receiver<Wanted>,
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+    let mut tasks = Tasks(Vec::new());
     let destination = registration.proxy.destination_service_name.clone();
-    {
-        let s = sources.clone();
-        tasks.push(tokio::spawn(follow(
-            tx.clone(),
-            move |i| {
-                let s = s.clone();
-                async move { s.roots(i).await }
-            },
-            Update::Roots,
-        )));
+    let s = sources.clone();
+    tasks.0.push(tokio::spawn(follow(
+        tx.clone(),
+        move |i| {
+            let s = s.clone();
+            async move { s.roots(i).await }
+        },
+        Update::Roots,
+    )));
+    if registration.native {
+        tasks
+            .0
+            .push(tokio::spawn(forward_wanted(wanted, tx.clone())));
+    } else {
         let s = sources.clone();
         let d = destination.clone();
-        tasks.push(tokio::spawn(follow(
+        tasks.0.push(tokio::spawn(follow(
             tx.clone(),
             move |i| {
                 let (s, d) = (s.clone(), d.clone());
@@ -317,7 +516,7 @@ async fn run_proxy(
         )));
         let s = sources.clone();
         let d = destination.clone();
-        tasks.push(tokio::spawn(follow(
+        tasks.0.push(tokio::spawn(follow(
             tx.clone(),
             move |i| {
                 let (s, d) = (s.clone(), d.clone());
@@ -325,30 +524,10 @@ async fn run_proxy(
             },
             Update::Intentions,
         )));
-    }
-    for upstream in &registration.proxy.upstreams {
-        let s = sources.clone();
-        let name = upstream.destination_name.clone();
-        let dc = if upstream.datacenter.is_empty() {
-            registration.datacenter.clone()
-        } else {
-            upstream.datacenter.clone()
-        };
-        let tag = name.clone();
-        tasks.push(tokio::spawn(follow(
-            tx.clone(),
-            move |i| {
-                let (s, name, dc) = (s.clone(), name.clone(), dc.clone());
-                async move { s.chain(&name, &dc, i).await }
-            },
-            move |c| Update::Chain(tag.clone(), c),
-        )));
-    }
-    {
         let s = sources.clone();
         let d = destination.clone();
         let dc = registration.datacenter.clone();
-        tasks.push(tokio::spawn(follow(
+        tasks.0.push(tokio::spawn(follow(
             tx.clone(),
             move |i| {
                 let (s, d, dc) = (s.clone(), d.clone(), dc.clone());
@@ -362,10 +541,21 @@ async fn run_proxy(
         roots: None,
         leaf: None,
         intentions: None,
+        upstreams: Vec::new(),
         chains: BTreeMap::new(),
         endpoints: BTreeMap::new(),
     };
-    let mut target_watchers: HashMap<(String, String), JoinHandle<()>> = HashMap::new();
+    let mut watchers = UpstreamWatchers {
+        sources: sources.clone(),
+        tx: tx.clone(),
+        datacenter: registration.datacenter.clone(),
+        chains: HashMap::new(),
+        targets: HashMap::new(),
+    };
+    if !registration.native {
+        watchers.follow_upstreams(&mut building, registration.proxy.upstreams.clone());
+    }
+    drop(tx);
     let default_allow = sources.default_allow();
     while let Some(first) = rx.recv().await {
         let received = std::time::Instant::now();
@@ -380,43 +570,30 @@ async fn run_proxy(
                 Update::Roots(r) => building.roots = Some(r),
                 Update::Leaf(l) => building.leaf = Some(l),
                 Update::Intentions(i) => building.intentions = Some(i),
-                Update::Chain(upstream, chain) => {
-                    // (Re)start endpoint watchers for the chain's targets.
-                    let wanted: Vec<(String, Target)> = chain
-                        .targets
-                        .iter()
-                        .map(|(id, t)| (id.clone(), t.clone()))
+                Update::Wanted(names) => {
+                    let upstreams = names
+                        .into_iter()
+                        .map(|name| Upstream {
+                            destination_name: name,
+                            ..Default::default()
+                        })
                         .collect();
-                    target_watchers.retain(|(u, id), handle| {
-                        let keep = u != &upstream || wanted.iter().any(|(w, _)| w == id);
-                        if !keep {
-                            handle.abort();
-                        }
-                        keep
-                    });
-                    if let Some(m) = building.endpoints.get_mut(&upstream) {
-                        m.retain(|id, _| wanted.iter().any(|(w, _)| w == id));
+                    watchers.follow_upstreams(&mut building, upstreams);
+                }
+                Update::Chain(upstream, chain) => {
+                    if !watchers.chains.contains_key(&upstream) {
+                        continue; // no longer followed
                     }
-                    for (id, target) in wanted {
-                        let key = (upstream.clone(), id.clone());
-                        if target_watchers.contains_key(&key) {
-                            continue;
-                        }
-                        let s = sources.clone();
-                        let (u, tid) = (upstream.clone(), id.clone());
-                        let handle = tokio::spawn(follow(
-                            tx.clone(),
-                            move |i| {
-                                let (s, t) = (s.clone(), target.clone());
-                                async move { s.endpoints(&t, i).await }
-                            },
-                            move |e| Update::Endpoints(u.clone(), tid.clone(), e),
-                        ));
-                        target_watchers.insert(key, handle);
-                    }
+                    watchers.follow_targets(&mut building, &upstream, &chain);
                     building.chains.insert(upstream, chain);
                 }
                 Update::Endpoints(upstream, target, list) => {
+                    if !watchers
+                        .targets
+                        .contains_key(&(upstream.clone(), target.clone()))
+                    {
+                        continue;
+                    }
                     building
                         .endpoints
                         .entry(upstream)
@@ -435,11 +612,5 @@ async fn run_proxy(
                 out.send_replace(Some(Arc::new(snapshot)));
             }
         }
-    }
-    for t in tasks {
-        t.abort();
-    }
-    for (_, t) in target_watchers {
-        t.abort();
     }
 }

@@ -64,6 +64,11 @@ pub struct ConnectProxySnapshot {
     pub proxy_service: String,
     /// The service the proxy fronts.
     pub destination_service: String,
+    /// A Connect-native service served proxyless (gRPC's xDS client): its
+    /// resources take the shapes gRPC accepts, and it has no public
+    /// listener, local app, leaf or intentions here.
+    #[serde(default)]
+    pub native: bool,
     /// Address the public listener binds (proxy address, or `bind_address`).
     pub address: String,
     /// The public listener's port.
@@ -92,6 +97,10 @@ pub struct ConnectProxySnapshot {
     pub protocol: String,
     /// Upstreams.
     pub upstreams: Vec<UpstreamSnapshot>,
+    /// Upstreams a native service's clients asked for whose chain or
+    /// endpoints are not known yet (always empty for sidecars).
+    #[serde(default)]
+    pub pending_upstreams: Vec<String>,
     /// When the change that produced this snapshot reached proxycfg (for
     /// push-latency metrics; not part of the configuration).
     #[serde(skip)]

@@ -1,10 +1,12 @@
 //! xDS: Envoy resources from proxycfg snapshots (a pure function) and the
 //! gRPC Aggregated Discovery Service (state-of-the-world and delta) that
-//! serves them to Envoy and to `legate connect proxy`.
+//! serves them to Envoy, to `legate connect proxy` and to proxyless gRPC
+//! clients (Connect-native services using gRPC's own xDS client).
 //!
 //! Depends on types, chain and proxycfg; tonic and the Envoy protos stay here.
 
 pub mod bootstrap;
+pub mod grpc;
 pub mod json;
 pub mod l7;
 pub mod resources;

@@ -53,10 +53,14 @@ pub const OVERPROVISIONING_FACTOR: u32 = 100_000;
 pub struct Resources {
     /// type_url -> name -> resource.
     pub by_type: BTreeMap<&'static str, BTreeMap<String, Any>>,
+    /// Shaped for gRPC's own xDS client (a Connect-native service): a
+    /// listener it asks for is only answered once it exists, since gRPC
+    /// reads a listener missing from a response as deleted.
+    pub proxyless: bool,
 }
 
 impl Resources {
-    fn add<T: prost::Name + prost::Message>(
+    pub(crate) fn add<T: prost::Name + prost::Message>(
         &mut self,
         type_url: &'static str,
         name: String,
@@ -106,14 +110,19 @@ fn inline(text: &str) -> Option<core::DataSource> {
     })
 }
 
-fn typed_filter<T: prost::Name + prost::Message>(name: &str, config: T) -> listener::Filter {
+pub(crate) fn typed_filter<T: prost::Name + prost::Message>(
+    name: &str,
+    config: T,
+) -> listener::Filter {
     listener::Filter {
         name: name.to_string(),
         config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(config))),
     }
 }
 
-fn transport_socket<T: prost::Name + prost::Message>(config: T) -> core::TransportSocket {
+pub(crate) fn transport_socket<T: prost::Name + prost::Message>(
+    config: T,
+) -> core::TransportSocket {
     core::TransportSocket {
         name: "tls".into(),
         config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack_any(
@@ -447,11 +456,32 @@ fn upstream_listener(upstream: &UpstreamSnapshot, filter: listener::Filter) -> l
     }
 }
 
-fn spiffe_of(snapshot: &ConnectProxySnapshot, target: &Target) -> String {
+pub(crate) fn spiffe_of(snapshot: &ConnectProxySnapshot, target: &Target) -> String {
     format!(
         "spiffe://{}/ns/{}/dc/{}/svc/{}",
         snapshot.trust_domain, target.namespace, target.datacenter, target.service
     )
+}
+
+/// A cluster named `name` whose endpoints come over ADS (EDS).
+pub(crate) fn eds_over_ads(name: &str) -> cluster::Cluster {
+    cluster::Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
+            eds_config: Some(core::ConfigSource {
+                resource_api_version: core::ApiVersion::V3 as i32,
+                config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+                    core::AggregatedConfigSource {},
+                )),
+                ..Default::default()
+            }),
+            service_name: String::new(),
+        }),
+        ..Default::default()
+    }
 }
 
 /// An EDS cluster for a resolver's targets (primary first); its
@@ -475,21 +505,7 @@ fn upstream_cluster(
     let mut sans: Vec<String> = targets.iter().map(|t| spiffe_of(snapshot, t)).collect();
     sans.dedup();
     cluster::Cluster {
-        name: target.name.clone(),
         alt_stat_name: target.name.clone(),
-        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
-            cluster::cluster::DiscoveryType::Eds as i32,
-        )),
-        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
-            eds_config: Some(core::ConfigSource {
-                resource_api_version: core::ApiVersion::V3 as i32,
-                config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
-                    core::AggregatedConfigSource {},
-                )),
-                ..Default::default()
-            }),
-            service_name: String::new(),
-        }),
         connect_timeout: Some(millis(timeout_ms)),
         outlier_detection: Some(cluster::OutlierDetection::default()),
         common_lb_config: Some(cluster::cluster::CommonLbConfig {
@@ -503,7 +519,7 @@ fn upstream_cluster(
             sni: target.sni.clone(),
             ..Default::default()
         })),
-        ..Default::default()
+        ..eds_over_ads(&target.name)
     }
 }
 
@@ -555,7 +571,7 @@ fn lb_endpoint(
     }
 }
 
-fn load_assignment(
+pub(crate) fn load_assignment(
     cluster_name: &str,
     upstream: &UpstreamSnapshot,
     targets: &[&Target],
@@ -608,7 +624,7 @@ fn load_assignment(
 }
 
 /// Resolver node ids of a chain, in node order.
-fn resolver_nodes(chain: &legate_chain::CompiledChain) -> Vec<String> {
+pub(crate) fn resolver_nodes(chain: &legate_chain::CompiledChain) -> Vec<String> {
     chain
         .nodes
         .iter()
@@ -618,7 +634,10 @@ fn resolver_nodes(chain: &legate_chain::CompiledChain) -> Vec<String> {
 }
 
 /// A resolver node's target and failover targets, in priority order.
-fn resolver_targets<'a>(upstream: &'a UpstreamSnapshot, node_id: &str) -> Vec<&'a Target> {
+pub(crate) fn resolver_targets<'a>(
+    upstream: &'a UpstreamSnapshot,
+    node_id: &str,
+) -> Vec<&'a Target> {
     let chain = &upstream.chain;
     let resolver = chain.nodes.get(node_id).and_then(|n| n.get("Resolver"));
     let mut out: Vec<&Target> = resolver

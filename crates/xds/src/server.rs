@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
@@ -33,11 +34,20 @@ use crate::resources::{self, Resources, CLUSTER_TYPE, LISTENER_TYPE, TYPE_ORDER}
 pub trait SnapshotSource: Send + Sync + 'static {
     /// The snapshots of `proxy_id`, or `None` when no such proxy is registered.
     fn watch(&self, proxy_id: &str) -> Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>>;
+
+    /// The listeners (upstream names) one session of a Connect-native
+    /// service asks for; an empty set releases the session's interest.
+    /// Sidecars ignore it: their upstreams are registered.
+    fn want_upstreams(&self, proxy_id: &str, session: u64, names: BTreeSet<String>);
 }
 
 impl SnapshotSource for legate_proxycfg::Manager {
     fn watch(&self, proxy_id: &str) -> Option<watch::Receiver<Option<Arc<ConnectProxySnapshot>>>> {
         legate_proxycfg::Manager::watch(self, proxy_id)
+    }
+
+    fn want_upstreams(&self, proxy_id: &str, session: u64, names: BTreeSet<String>) {
+        legate_proxycfg::Manager::want_upstreams(self, proxy_id, session, names)
     }
 }
 
@@ -69,10 +79,10 @@ impl Metrics {
 }
 
 /// Resources generated once per snapshot and shared by every stream of
-/// that proxy.
+/// that proxy (and, for proxyless clients, certificate provider).
 #[derive(Default)]
 struct Memo {
-    by_proxy: std::sync::Mutex<HashMap<String, Generated>>,
+    by_proxy: std::sync::Mutex<HashMap<(String, Option<String>), Generated>>,
 }
 
 /// A snapshot with the resources generated from it.
@@ -83,18 +93,30 @@ impl Memo {
         self.by_proxy
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(proxy_id);
+            .retain(|(id, _), _| id != proxy_id);
     }
 
-    fn resources(&self, proxy_id: &str, snapshot: &Arc<ConnectProxySnapshot>) -> Arc<Resources> {
+    /// The resources of a snapshot: Envoy's shapes for a sidecar, gRPC's
+    /// for a native service (with mTLS through `provider` when named).
+    fn resources(
+        &self,
+        proxy_id: &str,
+        provider: Option<&str>,
+        snapshot: &Arc<ConnectProxySnapshot>,
+    ) -> Arc<Resources> {
+        let key = (proxy_id.to_string(), provider.map(str::to_string));
         let mut map = self.by_proxy.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((cached, resources)) = map.get(proxy_id) {
+        if let Some((cached, resources)) = map.get(&key) {
             if Arc::ptr_eq(cached, snapshot) {
                 return resources.clone();
             }
         }
-        let resources = Arc::new(resources::generate(snapshot));
-        map.insert(proxy_id.to_string(), (snapshot.clone(), resources.clone()));
+        let resources = Arc::new(if snapshot.native {
+            crate::grpc::generate(snapshot, provider)
+        } else {
+            resources::generate(snapshot)
+        });
+        map.insert(key, (snapshot.clone(), resources.clone()));
         resources
     }
 }
@@ -240,7 +262,7 @@ trait Protocol: Send + Sized + 'static {
     type Request: Send + 'static;
     type Response: Send + 'static;
 
-    fn node_id_of(request: &Self::Request) -> String;
+    fn node_of(request: &Self::Request) -> Option<&Node>;
     fn common(&mut self) -> &mut Common<Self::Response>;
     /// Handles one request; `false` when the stream is gone.
     async fn handle(&mut self, request: Self::Request) -> bool;
@@ -248,8 +270,29 @@ trait Protocol: Send + Sized + 'static {
     async fn push_all(&mut self) -> bool;
 }
 
+/// Numbers sessions, for the upstream interests of native services.
+static SESSIONS: AtomicU64 = AtomicU64::new(1);
+
+/// The certificate provider a proxyless client names in its node metadata.
+fn certificate_provider_of(node: Option<&Node>) -> Option<String> {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let field = node?
+        .metadata
+        .as_ref()?
+        .fields
+        .get(crate::grpc::CERTIFICATE_PROVIDER_METADATA)?;
+    match &field.kind {
+        Some(Kind::StringValue(name)) if !name.is_empty() => Some(name.clone()),
+        _ => None,
+    }
+}
+
 /// The state every session has, whatever its protocol.
 struct Common<R> {
+    /// This session's number.
+    session: u64,
+    /// The certificate provider a proxyless client asked for.
+    provider: Option<String>,
     changed_at: Option<std::time::Instant>,
     source: Arc<dyn SnapshotSource>,
     metrics: Arc<Metrics>,
@@ -267,6 +310,15 @@ impl<R: Send> Common<R> {
         self.nonce.to_string()
     }
 
+    /// Tells proxycfg which listeners this session wants (native services
+    /// follow exactly the upstreams their clients dial).
+    fn want_listeners(&self, names: &BTreeSet<String>) {
+        if !self.node_id.is_empty() {
+            self.source
+                .want_upstreams(&self.node_id, self.session, names.clone());
+        }
+    }
+
     /// Sends one response and records the push; `false` when the stream is gone.
     async fn send(&mut self, response: R) -> bool {
         let sent = self.tx.send(Ok(response)).await.is_ok();
@@ -281,6 +333,8 @@ impl<R: Send> Common<R> {
         tx: mpsc::Sender<Result<R, Status>>,
     ) -> Common<R> {
         Common {
+            session: SESSIONS.fetch_add(1, Ordering::Relaxed),
+            provider: None,
             changed_at: None,
             source,
             metrics,
@@ -313,13 +367,17 @@ where
                     }
                 };
                 if watch.is_none() {
-                    let id = P::node_id_of(&request);
+                    let node = P::node_of(&request);
+                    let id = node.map(|n| n.id.clone()).unwrap_or_default();
+                    let provider = certificate_provider_of(node);
                     let c = session.common();
                     match subscribe(&c.source, &id) {
                         Ok(rx) => {
                             let current = rx.borrow().clone();
-                            c.resources = current.map(|s| c.memo.resources(&id, &s));
+                            c.resources =
+                                current.map(|s| c.memo.resources(&id, provider.as_deref(), &s));
                             c.node_id = id;
+                            c.provider = provider;
                             watch = Some(rx);
                         }
                         Err(status) => {
@@ -337,7 +395,7 @@ where
                 match snapshot {
                     Some(Some(s)) => {
                         c.changed_at = s.changed_at;
-                        c.resources = Some(c.memo.resources(&c.node_id, &s));
+                        c.resources = Some(c.memo.resources(&c.node_id, c.provider.as_deref(), &s));
                         if !session.push_all().await {
                             break;
                         }
@@ -352,6 +410,7 @@ where
             }
         }
     }
+    session.common().want_listeners(&BTreeSet::new());
     let open = metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
     legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
 }
@@ -401,6 +460,9 @@ impl SotwSession {
         let changed = !state.subscribed || names != state.names;
         state.subscribed = true;
         state.names = names;
+        if changed && type_url == LISTENER_TYPE {
+            self.common.want_listeners(&state.names);
+        }
         if changed || state.sent_version.is_none() {
             return self.push(&type_url, true).await;
         }
@@ -426,6 +488,14 @@ impl SotwSession {
         let empty = BTreeMap::new();
         let all = resources.of(type_url).unwrap_or(&empty);
         let state = self.types.entry(type_url.to_string()).or_default();
+        if resources.proxyless
+            && type_url == LISTENER_TYPE
+            && state.names.iter().any(|name| !all.contains_key(name))
+        {
+            // gRPC reads a listener missing from a response as deleted:
+            // answer once proxycfg has built every listener asked for.
+            return true;
+        }
         let selected: Vec<(&String, &Any)> = all
             .iter()
             .filter(|(name, _)| {
@@ -456,12 +526,8 @@ impl Protocol for SotwSession {
     type Request = DiscoveryRequest;
     type Response = DiscoveryResponse;
 
-    fn node_id_of(request: &DiscoveryRequest) -> String {
-        request
-            .node
-            .as_ref()
-            .map(|n| n.id.clone())
-            .unwrap_or_default()
+    fn node_of(request: &DiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
     }
 
     fn common(&mut self) -> &mut Common<DiscoveryResponse> {
@@ -553,6 +619,9 @@ impl DeltaSession {
                 changed = true;
             }
         }
+        if changed && type_url == LISTENER_TYPE {
+            self.common.want_listeners(&state.names);
+        }
         let first = request.response_nonce.is_empty();
         if changed || first {
             return self.push(&type_url, first).await;
@@ -627,12 +696,8 @@ impl Protocol for DeltaSession {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
 
-    fn node_id_of(request: &DeltaDiscoveryRequest) -> String {
-        request
-            .node
-            .as_ref()
-            .map(|n| n.id.clone())
-            .unwrap_or_default()
+    fn node_of(request: &DeltaDiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
     }
 
     fn common(&mut self) -> &mut Common<DeltaDiscoveryResponse> {

@@ -14,7 +14,7 @@ use legate_types::config_entry::{from_json, ConfigEntry};
 use legate_types::intention::Intention;
 use legate_types::Upstream;
 use legate_xds::json::any_to_json;
-use legate_xds::resources::generate;
+use legate_xds::resources::{generate, Resources};
 use serde_json::{json, Map, Value};
 
 const TD: &str = "11111111-2222-3333-4444-555555555555.consul";
@@ -89,6 +89,7 @@ fn snapshot(
         proxy_id: format!("{service}-sidecar-proxy"),
         proxy_service: format!("{service}-sidecar-proxy"),
         destination_service: service.into(),
+        native: false,
         address: "10.0.0.1".into(),
         port: 21000,
         local_service_address: "127.0.0.1".into(),
@@ -103,8 +104,65 @@ fn snapshot(
         default_allow,
         protocol: protocol.into(),
         upstreams,
+        pending_upstreams: Vec::new(),
         changed_at: None,
     }
+}
+
+/// A Connect-native service `web` served proxyless, with the certificate
+/// provider its gRPC client names (if any).
+fn proxyless_fixtures() -> Vec<(&'static str, ConnectProxySnapshot, Option<&'static str>)> {
+    // db speaks gRPC; v1/v2 subsets split 80/20; v1 fails over to v2.
+    let config = entries(vec![
+        json!({"Kind": "service-defaults", "Name": "db", "Protocol": "grpc"}),
+        json!({"Kind": "service-resolver", "Name": "db",
+               "Subsets": {"v1": {"Filter": "Service.Meta.version == v1"},
+                           "v2": {"Filter": "Service.Meta.version == v2"}},
+               "Failover": {"v1": {"ServiceSubset": "v2"}}}),
+        json!({"Kind": "service-splitter", "Name": "db",
+               "Splits": [{"Weight": 80, "ServiceSubset": "v1"}, {"Weight": 20, "ServiceSubset": "v2"}]}),
+    ]);
+    let db = chain("db", &config);
+    let mut db_endpoints = BTreeMap::new();
+    for (id, target) in &db.targets {
+        let list = match target.service_subset.as_str() {
+            "v1" => vec![
+                endpoint("10.0.2.1", 7001, EndpointHealth::Passing, 1),
+                endpoint("10.0.2.2", 7002, EndpointHealth::Critical, 1),
+            ],
+            _ => vec![endpoint("10.0.2.3", 7003, EndpointHealth::Passing, 1)],
+        };
+        db_endpoints.insert(id.clone(), list);
+    }
+    let mut native = snapshot(
+        "web",
+        "",
+        vec![],
+        true,
+        vec![upstream("db", 0, db, db_endpoints)],
+        Map::new(),
+    );
+    native.native = true;
+    native.proxy_id = "web-1".into();
+    native.proxy_service = "web".into();
+    native.leaf_cert.clear();
+    native.leaf_key.clear();
+    vec![
+        ("proxyless_grpc_plaintext", native.clone(), None),
+        ("proxyless_grpc_mtls", native, Some("legate")),
+    ]
+}
+
+/// Every fixture, rendered by the generator it is served with.
+fn rendered_fixtures() -> Vec<(&'static str, Value)> {
+    let mut out: Vec<(&'static str, Value)> = fixtures()
+        .into_iter()
+        .map(|(name, s)| (name, render(&generate(&s))))
+        .collect();
+    for (name, s, provider) in proxyless_fixtures() {
+        out.push((name, render(&legate_xds::grpc::generate(&s, provider))));
+    }
+    out
 }
 
 fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
@@ -281,8 +339,7 @@ fn sorted(value: Value) -> Value {
     }
 }
 
-fn render(snapshot: &ConnectProxySnapshot) -> Value {
-    let resources = generate(snapshot);
+fn render(resources: &Resources) -> Value {
     let mut out = Map::new();
     for (type_url, items) in &resources.by_type {
         let short = type_url.rsplit('.').next().unwrap().to_string();
@@ -300,8 +357,8 @@ fn generated_resources_match_the_golden_files() {
     let update = std::env::var("LEGATE_UPDATE_GOLDEN").is_ok();
     std::fs::create_dir_all(golden_dir()).unwrap();
     let mut failures = Vec::new();
-    for (name, snapshot) in fixtures() {
-        let rendered = serde_json::to_string_pretty(&render(&snapshot)).unwrap() + "\n";
+    for (name, value) in rendered_fixtures() {
+        let rendered = serde_json::to_string_pretty(&value).unwrap() + "\n";
         let path = golden_dir().join(format!("{name}.json"));
         if update {
             std::fs::write(&path, &rendered).unwrap();
@@ -321,6 +378,14 @@ fn generated_resources_match_the_golden_files() {
 
 #[test]
 fn generation_is_deterministic_byte_for_byte() {
+    for (name, snapshot, provider) in proxyless_fixtures() {
+        let first = legate_xds::grpc::generate(&snapshot, provider);
+        assert_eq!(
+            legate_xds::grpc::generate(&snapshot, provider),
+            first,
+            "{name}"
+        );
+    }
     for (name, snapshot) in fixtures() {
         let first = generate(&snapshot);
         for _ in 0..5 {
@@ -334,15 +399,77 @@ fn generation_is_deterministic_byte_for_byte() {
 }
 
 #[test]
+fn proxyless_resources_take_the_shapes_grpc_accepts() {
+    for (name, s, provider) in proxyless_fixtures() {
+        let r = render(&legate_xds::grpc::generate(&s, provider));
+        // A listener named as the dialled target, an API listener whose
+        // connection manager ends with the router and splits 80/20.
+        let listener = &r["Listener"]["db"];
+        assert!(listener["address"].is_null(), "{name}: not an API listener");
+        let manager = &listener["api_listener"]["api_listener"];
+        let filters = manager["http_filters"].as_array().unwrap();
+        assert_eq!(
+            filters.last().unwrap()["typed_config"]["@type"],
+            "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        );
+        let host = &manager["route_config"]["virtual_hosts"][0];
+        assert_eq!(host["domains"], json!(["*"]));
+        let weights: Vec<u64> = host["routes"][0]["route"]["weighted_clusters"]["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["weight"].as_u64().unwrap())
+            .collect();
+        assert_eq!(weights, vec![8000, 2000], "{name}");
+        // EDS clusters only; TLS only through the named provider.
+        for (cluster_name, cluster) in r["Cluster"].as_object().unwrap() {
+            assert_eq!(cluster["type"], "EDS", "{name}: {cluster_name}");
+            let tls = &cluster["transport_socket"]["typed_config"]["common_tls_context"];
+            match provider {
+                None => assert!(cluster["transport_socket"].is_null(), "{name}"),
+                Some(p) => {
+                    assert_eq!(tls["tls_certificate_provider_instance"]["instance_name"], p);
+                    assert!(tls["tls_certificates"].is_null());
+                    let validation = &tls["validation_context"];
+                    assert_eq!(
+                        validation["ca_certificate_provider_instance"]["instance_name"],
+                        p
+                    );
+                    assert!(validation["match_subject_alt_names"][0]["exact"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(&format!("spiffe://{TD}/ns/default/dc/dc1/svc/db")));
+                }
+            }
+        }
+        // Every priority is a locality with a weight; v1 fails over to v2.
+        let v1 = r["ClusterLoadAssignment"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| n.starts_with("v1."))
+            .unwrap()
+            .1;
+        let localities = v1["endpoints"].as_array().unwrap();
+        assert_eq!(localities.len(), 2, "{name}: primary and failover");
+        for (priority, l) in localities.iter().enumerate() {
+            assert!(l["locality"].is_object(), "{name}");
+            assert_eq!(l["load_balancing_weight"], 1, "{name}");
+            assert_eq!(l["priority"].as_u64().unwrap_or(0), priority as u64);
+        }
+    }
+}
+
+#[test]
 fn l4_rbac_follows_intention_precedence() {
     let fixtures = fixtures();
-    let rendered = render(
+    let rendered = render(&generate(
         &fixtures
             .iter()
             .find(|(n, _)| *n == "l4_intentions_default_deny")
             .unwrap()
             .1,
-    );
+    ));
     let listener = &rendered["Listener"]["public_listener:10.0.0.1:21000"];
     let rbac = &listener["filter_chains"][0]["filters"][0]["typed_config"]["rules"];
     // Default deny: ALLOW policies; the wildcard allow excludes web.
