@@ -58,22 +58,20 @@ def http(agent, method, path, body=None):
         return r.read()
 
 
-def register_backend(agent, backend, tls=False):
-    http(agent, "PUT", "/v1/agent/service/register", {
+def register_backend(agent, backend, check=True):
+    """Registers a backend as a Connect-native instance of db (with a gRPC
+    health check the agent runs, unless `check` is false)."""
+    registration = {
         "ID": f"db-{backend.version}",
         "Name": "db",
         "Address": "127.0.0.1",
         "Port": backend.port,
         "Meta": {"version": backend.version},
         "Connect": {"Native": True},
-        "Check": {
-            "Name": "grpc health",
-            "GRPC": f"127.0.0.1:{backend.port}",
-            "GRPCUseTLS": tls,
-            "TLSSkipVerify": True,
-            "Interval": "1s",
-        },
-    })
+    }
+    if check:
+        registration["Check"] = {"Name": "grpc health", "GRPC": f"127.0.0.1:{backend.port}", "Interval": "1s"}
+    http(agent, "PUT", "/v1/agent/service/register", registration)
 
 
 def wait_passing(agent, service, count, timeout=30):
@@ -218,4 +216,132 @@ def test_a_proxyless_client_must_be_a_registered_native_service():
             assert "nobody" in e.details()
         channel.close()
     finally:
+        agent.stop()
+
+
+def legate(*args):
+    from conftest import legate_binary
+
+    return subprocess.run([legate_binary(), *args], capture_output=True, text=True, timeout=60)
+
+
+def operator_root(tmp_path):
+    """An EC P-256 root made by openssl, for a CA rotation."""
+    key = tmp_path / "root-key.pem"
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key)], check=True)
+    cert = subprocess.run(
+        ["openssl", "req", "-x509", "-new", "-days", "30", "-subj", "/CN=Operator Root",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+         "-key", str(key)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return key.read_text(), cert
+
+
+def spiffe_answer(version):
+    """`Who` answering the version and the caller's SPIFFE id (from its certificate)."""
+
+    def who(request, context):
+        ids = [v.decode() for values in context.auth_context().values() for v in values
+               if isinstance(v, bytes) and v.startswith(b"spiffe://")]
+        return f"{version} {ids[0] if ids else 'anonymous'}".encode()
+
+    return who
+
+
+class TlsBackend(Backend):
+    """A backend that requires a client certificate signed by the mesh CA."""
+
+    def __init__(self, version, cert_dir):
+        read = lambda name: (cert_dir / name).read_bytes()  # noqa: E731
+        credentials = grpc.ssl_server_credentials(
+            [(read("key.pem"), read("cert.pem"))], root_certificates=read("roots.pem"), require_client_auth=True,
+        )
+        self.version = version
+        self.port = free_port()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handler = grpc.method_handlers_generic_handler(
+            "legate.test.Echo", {"Who": grpc.unary_unary_rpc_method_handler(spiffe_answer(version))},
+        )
+        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_secure_port(f"127.0.0.1:{self.port}", credentials)
+        self.server.start()
+
+
+def test_proxyless_grpc_mtls_with_mesh_identities_from_grpc_certs(tmp_path):
+    grpc_port = free_port()
+    agent = Agent(grpc_port=grpc_port)
+    addr = ["-http-addr", f"127.0.0.1:{agent.port}"]
+    watcher = client = None
+    backends = []
+    try:
+        td = json.loads(http(agent, "GET", "/v1/connect/ca/roots"))["TrustDomain"]
+        # db's identity (written once) and an impostor holding web's identity.
+        out = legate("connect", "grpc-certs", *addr, "-service", "db", "-dir", str(tmp_path / "db"), "-once")
+        assert out.returncode == 0, out.stderr
+        assert "Wrote cert.pem, key.pem and roots.pem for db" in out.stdout
+        http(agent, "PUT", "/v1/agent/service/register", {
+            "ID": "web-grpc", "Name": "web", "Port": 0, "Connect": {"Native": True},
+        })
+        # The client's identity and bootstrap, kept current in the background.
+        web_dir, boot = tmp_path / "web", tmp_path / "bootstrap.json"
+        out = legate("connect", "grpc-certs", *addr, "-service", "web", "-dir", str(web_dir), "-once")
+        assert out.returncode == 0, out.stderr
+        watcher = subprocess.Popen(
+            [*(__import__("conftest").legate_binary(),), "connect", "grpc-certs", *addr, "-service", "web",
+             "-dir", str(web_dir), "-bootstrap", str(boot), "-refresh-interval", "1s"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        assert "Wrote the gRPC xDS bootstrap" in watcher.stdout.readline()
+        config = json.loads(boot.read_text())
+        assert config["node"] == {"id": "web-grpc", "cluster": "web",
+                                  "metadata": {"legate.certificate_provider": "legate"}}
+        assert config["xds_servers"][0]["server_uri"] == f"127.0.0.1:{grpc_port}"
+
+        db = TlsBackend("v1", tmp_path / "db")
+        impostor = TlsBackend("impostor", web_dir)
+        backends += [db, impostor]
+        # (No health checks: these backends accept mesh clients only.)
+        register_backend(agent, db, check=False)
+        client = Client("db", config, xds_creds=True)
+        # mTLS both ways: db sees web's SPIFFE id; the client checked db's.
+        web_id = f"spiffe://{td}/ns/default/dc/dc1/svc/web"
+        client.wait_until(lambda c: c == {f"v1 {web_id}": 50}, "calls reach db over mTLS")
+
+        # An instance of db presenting another service's certificate is refused.
+        http(agent, "PUT", "/v1/agent/service/deregister/db-v1")
+        register_backend(agent, impostor, check=False)
+        wait_passing(agent, "db", 1)
+        assert json.loads(http(agent, "GET", "/v1/health/service/db"))[0]["Service"]["ID"] == "db-impostor"
+        deadline, refused = time.time() + 30, 0
+        while refused < 2:  # two batches in a row where calls fail
+            assert time.time() < deadline, "calls never moved off the deregistered instance"
+            counts = client.calls(5)
+            assert not any(k.startswith("impostor") for k in counts), f"the impostor was trusted: {counts}"
+            refused = refused + 1 if all(k.startswith("error") for k in counts) else 0
+        http(agent, "PUT", "/v1/agent/service/deregister/db-impostor")
+        register_backend(agent, db, check=False)
+        client.wait_until(lambda c: c == {f"v1 {web_id}": 50}, "db is back")
+
+        # A CA rotation: the watcher rewrites the roots at once and web's
+        # leaf within the agent's rotation window; calls keep working.
+        old_cert = (web_dir / "cert.pem").read_text()
+        key, cert = operator_root(tmp_path)
+        body = {"Provider": "consul", "Config": {"PrivateKey": key, "RootCert": cert}}
+        http(agent, "PUT", "/v1/connect/ca/configuration", body)
+        deadline = time.time() + 60
+        while time.time() < deadline and (web_dir / "cert.pem").read_text() == old_cert:
+            time.sleep(0.5)
+        assert (web_dir / "cert.pem").read_text() != old_cert, "the watcher never renewed web's leaf"
+        assert (web_dir / "roots.pem").read_text().count("BEGIN CERTIFICATE") == 2
+        time.sleep(2)  # gRPC re-reads the files every second
+        assert client.calls(50) == {f"v1 {web_id}": 50}
+    finally:
+        if client:
+            client.stop()
+        if watcher:
+            watcher.terminate()
+            watcher.wait(timeout=10)
+        for b in backends:
+            b.stop()
         agent.stop()

@@ -89,6 +89,32 @@ impl Client {
         query: &[(&str, String)],
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Vec<u8>), CallError> {
+        let (status, _, body) = self.exchange(method, path, query, body).await?;
+        Ok((status, body))
+    }
+
+    /// A blocking GET (`?index`): the body of a 2xx answer and its
+    /// `X-Consul-Index`, once the index passes `index` or the wait runs out.
+    pub async fn get_blocking(&self, path: &str, index: u64) -> Result<(Vec<u8>, u64), CallError> {
+        let query = [("index", index.to_string())];
+        let (status, index, body) = self.exchange(Method::GET, path, &query, None).await?;
+        if !status.is_success() {
+            return Err(CallError {
+                status: Some(status),
+                message: String::from_utf8_lossy(&body).to_string(),
+            });
+        }
+        Ok((body, index))
+    }
+
+    /// Sends a request; the status, `X-Consul-Index` (0 if absent) and body.
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, u64, Vec<u8>), CallError> {
         let mut params: Vec<(&str, String)> = query.to_vec();
         if let Some(dc) = &self.datacenter {
             params.push(("dc", dc.clone()));
@@ -111,11 +137,17 @@ impl Client {
             message: format!("Error connecting to the agent at {}: {e}", self.base),
         })?;
         let status = response.status();
+        let index = response
+            .headers()
+            .get("X-Consul-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let bytes = response.bytes().await.map_err(|e| CallError {
             status: Some(status),
             message: e.to_string(),
         })?;
-        Ok((status, bytes.to_vec()))
+        Ok((status, index, bytes.to_vec()))
     }
 
     /// Sends a request and fails on any non-2xx answer.

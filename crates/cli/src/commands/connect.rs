@@ -1,4 +1,5 @@
-//! `legate connect ca get-config|set-config` and `legate connect envoy`.
+//! `legate connect ca get-config|set-config`, `legate connect envoy`,
+//! `legate connect proxy` and (in `grpc_certs`) `legate connect grpc-certs`.
 
 use std::path::PathBuf;
 
@@ -19,6 +20,10 @@ pub enum ConnectCommand {
     Envoy(Box<EnvoyArgs>),
     /// Runs Legate's built-in sidecar proxy, configured over xDS.
     Proxy(Box<ProxyArgs>),
+    /// Writes a Connect-native service's certificates (and a gRPC xDS
+    /// bootstrap) for proxyless gRPC, and keeps them current.
+    #[command(name = "grpc-certs")]
+    GrpcCerts(Box<super::grpc_certs::GrpcCertsArgs>),
 }
 
 /// Flags of `connect proxy`.
@@ -181,7 +186,10 @@ pub async fn find_proxy(
 }
 
 /// The agent's gRPC address: the flag, `CONSUL_GRPC_ADDR`, or the agent's xDS port.
-async fn grpc_address(client: &Client, flag: Option<&str>) -> Result<(String, u16), String> {
+pub(crate) async fn grpc_address(
+    client: &Client,
+    flag: Option<&str>,
+) -> Result<(String, u16), String> {
     let given = flag
         .map(String::from)
         .or_else(|| std::env::var("CONSUL_GRPC_ADDR").ok())
@@ -487,6 +495,7 @@ pub async fn run(cmd: ConnectCommand) -> u8 {
     match cmd {
         ConnectCommand::Proxy(args) => proxy(*args).await,
         ConnectCommand::Envoy(args) => envoy(*args).await,
+        ConnectCommand::GrpcCerts(args) => super::grpc_certs::run(*args).await,
         ConnectCommand::Ca(CaCommand::GetConfig(args)) => {
             let client = Client::new(&args.http);
             match client
