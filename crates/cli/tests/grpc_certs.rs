@@ -21,85 +21,44 @@ fn grpc_certs_writes_an_identity_and_a_bootstrap_and_refuses_bad_input() {
     let boot = dir.path().join("bootstrap.json");
     let boot_arg = boot.to_str().unwrap();
 
+    // `connect grpc-certs -service web` plus flags; (exit code, stderr).
+    let grpc_certs = |extra: &[&str]| {
+        let mut args = vec!["connect", "grpc-certs", "-service", "web"];
+        args.extend_from_slice(extra);
+        let out = agent.cli(&args);
+        (out.status.code(), stderr(&out))
+    };
+    let with_bootstrap = ["-dir", certs_arg, "-bootstrap", boot_arg, "-once"];
+
     // Missing and malformed flags are named.
     let out = agent.cli(&["connect", "grpc-certs", "-dir", certs_arg]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("The -service flag is required"));
-    let out = agent.cli(&["connect", "grpc-certs", "-service", "web"]);
-    assert!(stderr(&out).contains("The -dir flag is required"));
-    let out = agent.cli(&[
-        "connect",
-        "grpc-certs",
-        "-service",
-        "web",
-        "-dir",
-        certs_arg,
-        "-refresh-interval",
-        "soon",
-    ]);
-    assert!(
-        stderr(&out).contains("Invalid -refresh-interval \"soon\""),
-        "{}",
-        stderr(&out)
-    );
+    let (_, err) = grpc_certs(&[]);
+    assert!(err.contains("The -dir flag is required"), "{err}");
+    let (_, err) = grpc_certs(&["-dir", certs_arg, "-refresh-interval", "soon"]);
+    assert!(err.contains("Invalid -refresh-interval \"soon\""), "{err}");
 
     // A bootstrap needs a native instance to name; nothing is written without one.
-    let out = agent.cli(&[
-        "connect",
-        "grpc-certs",
-        "-service",
-        "web",
-        "-dir",
-        certs_arg,
-        "-bootstrap",
-        boot_arg,
-        "-once",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
+    let (code, err) = grpc_certs(&with_bootstrap);
+    assert_eq!(code, Some(1));
     assert!(
-        stderr(&out).contains("No Connect-native instance of \"web\""),
-        "{}",
-        stderr(&out)
+        err.contains("No Connect-native instance of \"web\""),
+        "{err}"
     );
     assert!(!boot.exists() && !certs.join("cert.pem").exists());
     for id in ["web-1", "web-2"] {
         let body = format!(r#"{{"ID": "{id}", "Name": "web", "Connect": {{"Native": true}}}}"#);
         assert_eq!(agent.put("/v1/agent/service/register", &body).0, 200);
     }
-    let out = agent.cli(&[
-        "connect",
-        "grpc-certs",
-        "-service",
-        "web",
-        "-dir",
-        certs_arg,
-        "-bootstrap",
-        boot_arg,
-        "-once",
-    ]);
-    assert!(
-        stderr(&out).contains("choose one with -node-id"),
-        "{}",
-        stderr(&out)
-    );
+    let (_, err) = grpc_certs(&with_bootstrap);
+    assert!(err.contains("choose one with -node-id"), "{err}");
 
     // With -node-id: the identity files and a bootstrap gRPC can read.
-    let out = agent.cli(&[
-        "connect",
-        "grpc-certs",
-        "-service",
-        "web",
-        "-dir",
-        certs_arg,
-        "-bootstrap",
-        boot_arg,
-        "-node-id",
-        "web-2",
-        "-grpc-addr",
-        "127.0.0.1:18502",
-        "-once",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut args = with_bootstrap.to_vec();
+    args.extend(["-node-id", "web-2", "-grpc-addr", "127.0.0.1:18502"]);
+    let (code, err) = grpc_certs(&args);
+    assert_eq!(code, Some(0), "{err}");
     let bootstrap: Value = serde_json::from_str(&std::fs::read_to_string(&boot).unwrap()).unwrap();
     assert_eq!(bootstrap["xds_servers"][0]["server_uri"], "127.0.0.1:18502");
     assert_eq!(
