@@ -162,6 +162,9 @@ const KNOWN_KEYS: &[&str] = &[
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
 const IMPLEMENTED_KEYS: &[&str] = &[
     "acl",
+    "alt_domain",
+    "dns_config",
+    "recursors",
     "addresses",
     "advertise_addr",
     "bind_addr",
@@ -295,6 +298,8 @@ pub struct AgentConfig {
     pub pid_file: Option<PathBuf>,
     /// DNS domain.
     pub domain: String,
+    /// The DNS interface (`dns_config`, `domain`, `alt_domain`, `recursors`).
+    pub dns: crate::dns_config::DnsConfig,
     /// Allow script checks from the API.
     pub enable_script_checks: bool,
     /// Allow script checks from config files.
@@ -690,6 +695,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         log_json: get_bool(&map, &["log_json"])?.unwrap_or(false),
         pid_file: get_str(&map, &["pid_file"])?.map(PathBuf::from),
         domain: get_str(&map, &["domain"])?.unwrap_or_else(|| "consul".to_string()),
+        dns: crate::dns_config::parse(&map)?,
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

@@ -9,6 +9,7 @@
 mod authorize;
 pub mod checks;
 pub mod config;
+pub mod dns_config;
 pub mod intention_cache;
 pub mod leaf;
 pub mod local;

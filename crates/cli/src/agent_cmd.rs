@@ -96,6 +96,12 @@ pub struct AgentArgs {
     /// DNS domain.
     #[arg(long)]
     domain: Option<String>,
+    /// A second DNS domain answered like -domain.
+    #[arg(long = "alt-domain")]
+    alt_domain: Option<String>,
+    /// Upstream DNS server for names outside our domains (repeatable).
+    #[arg(long = "recursor")]
+    recursors: Vec<String>,
     /// Addresses to join (accepted; joining comes with gossip).
     #[arg(long = "retry-join")]
     retry_join: Vec<String>,
@@ -181,6 +187,12 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     }
     if !args.join.is_empty() {
         put("start_join", json!(args.join));
+    }
+    if let Some(v) = &args.alt_domain {
+        put("alt_domain", json!(v));
+    }
+    if !args.recursors.is_empty() {
+        put("recursors", json!(args.recursors));
     }
     if let Some(v) = &args.encrypt {
         put("encrypt", json!(v));
@@ -530,6 +542,22 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         }
         _ => None,
     };
+    let dns = match config.ports.dns {
+        Some(port) => {
+            let address = SocketAddr::new(config.client_addr, port);
+            let resolver = Arc::new(legate_dns::Resolver::new(
+                agent.rpc().clone(),
+                config.dns.clone(),
+                config.datacenter.clone(),
+            ));
+            let server = legate_dns::DnsServer::start(address, resolver)
+                .await
+                .map_err(|e| format!("Error starting the DNS server on {address}: {e}"))?;
+            tracing::info!(address = %address, "DNS server listening (UDP and TCP)");
+            Some(server)
+        }
+        None => None,
+    };
     println!("==> Legate agent running!");
 
     tokio::select! {
@@ -551,6 +579,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     if let Some((stop, task)) = grpc {
         let _ = stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
+    if let Some(dns) = dns {
+        let _ = tokio::time::timeout(Duration::from_secs(2), dns.stop()).await;
     }
     server.shutdown().await;
     if let Some(pid) = &config.pid_file {

@@ -1,0 +1,181 @@
+//! The DNS interface: Consul's names (`web.service.consul`,
+//! `node1.node.consul`, `web.connect.consul`, RFC 2782 SRV names, `.addr`,
+//! reverse lookups) answered over UDP and TCP from the catalog as the
+//! agent's servers see it, with Consul's health filtering, TTLs, answer
+//! limits and truncation, and recursors for everything else.
+//!
+//! Depends on `legate-types` and `legate-agent` (for the agent's RPC client
+//! and configuration); hickory stays inside this crate.
+
+pub mod names;
+mod recursor;
+mod resolve;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_proto::op::{Edns, Metadata, OpCode, ResponseCode};
+use hickory_proto::rr::{DNSClass, Record};
+use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+
+pub use resolve::{Answer, NotOurs, Resolver, Transport};
+
+/// How long a TCP client may stay silent before its connection is closed.
+const TCP_IDLE: Duration = Duration::from_secs(10);
+
+/// The request handler hickory's server calls for every query.
+pub struct DnsHandler {
+    resolver: Arc<Resolver>,
+}
+
+impl DnsHandler {
+    /// A handler answering through `resolver`.
+    pub fn new(resolver: Arc<Resolver>) -> DnsHandler {
+        DnsHandler { resolver }
+    }
+}
+
+/// Sends a response with the given code and sections.
+async fn reply<R: ResponseHandler>(
+    request: &Request,
+    mut response_handle: R,
+    metadata: Metadata,
+    answer: (&[Record], &[Record], &[Record]),
+) -> ResponseInfo {
+    let mut builder = MessageResponseBuilder::from_message_request(request);
+    // Echo EDNS so the client's buffer size governs the UDP answer size.
+    let edns = request.edns.as_ref().map(|req| {
+        let mut e = Edns::new();
+        e.set_max_payload(req.max_payload().max(512));
+        e.set_version(0);
+        e
+    });
+    if let Some(e) = &edns {
+        builder.edns(e);
+    }
+    let response = builder.build(metadata, answer.0, answer.1, [], answer.2);
+    match response_handle.send_response(response).await {
+        Ok(info) => info,
+        Err(e) => {
+            tracing::debug!(error = %e, "failed to send a DNS response");
+            let mut failed = metadata;
+            failed.response_code = ResponseCode::ServFail;
+            ResponseInfo::from(hickory_proto::op::Header {
+                metadata: failed,
+                counts: Default::default(),
+            })
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for DnsHandler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> ResponseInfo {
+        let config = self.resolver.config();
+        let mut metadata = Metadata::response_from_request(&request.metadata);
+        metadata.recursion_available = !config.recursors.is_empty();
+        let none: &[Record] = &[];
+        if request.metadata.op_code != OpCode::Query {
+            metadata.response_code = ResponseCode::NotImp;
+            return reply(request, response_handle, metadata, (none, none, none)).await;
+        }
+        let query = match request.queries.queries() {
+            [query] => query,
+            _ => {
+                metadata.response_code = ResponseCode::FormErr;
+                return reply(request, response_handle, metadata, (none, none, none)).await;
+            }
+        };
+        if !matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
+            metadata.response_code = ResponseCode::Refused;
+            return reply(request, response_handle, metadata, (none, none, none)).await;
+        }
+        let udp = request.protocol() == Protocol::Udp;
+        let qname = query.name().clone().into();
+        let transport = if udp {
+            Transport::Udp {
+                max_size: request.max_payload(),
+            }
+        } else {
+            Transport::Tcp
+        };
+        match self
+            .resolver
+            .resolve(&qname, query.query_type(), transport)
+            .await
+        {
+            Ok(answer) => {
+                metadata.response_code = answer.code;
+                metadata.authoritative = answer.authoritative;
+                metadata.truncation = answer.truncated;
+                reply(
+                    request,
+                    response_handle,
+                    metadata,
+                    (&answer.answers, &answer.authority, &answer.additional),
+                )
+                .await
+            }
+            Err(NotOurs) if !config.recursors.is_empty() => {
+                match recursor::forward(config, request.as_slice(), !udp).await {
+                    Some(message) => {
+                        metadata.response_code = message.metadata.response_code;
+                        metadata.authoritative = false;
+                        metadata.truncation = message.metadata.truncation;
+                        reply(
+                            request,
+                            response_handle,
+                            metadata,
+                            (&message.answers, &message.authorities, &message.additionals),
+                        )
+                        .await
+                    }
+                    None => {
+                        metadata.response_code = ResponseCode::ServFail;
+                        reply(request, response_handle, metadata, (none, none, none)).await
+                    }
+                }
+            }
+            Err(NotOurs) => {
+                // Not ours and nobody to ask.
+                metadata.response_code = ResponseCode::Refused;
+                reply(request, response_handle, metadata, (none, none, none)).await
+            }
+        }
+    }
+}
+
+/// A running DNS server; dropping it does not stop it, [`DnsServer::stop`] does.
+pub struct DnsServer {
+    server: hickory_server::Server<DnsHandler>,
+    /// The bound UDP address (TCP listens on the same).
+    pub address: SocketAddr,
+}
+
+impl DnsServer {
+    /// Binds UDP and TCP on `address` and serves `resolver`.
+    pub async fn start(address: SocketAddr, resolver: Arc<Resolver>) -> std::io::Result<DnsServer> {
+        let udp = tokio::net::UdpSocket::bind(address).await?;
+        let address = udp.local_addr()?;
+        let tcp = tokio::net::TcpListener::bind(address).await?;
+        let mut server = hickory_server::Server::new(DnsHandler::new(resolver));
+        server.register_socket(udp);
+        server.register_listener(tcp, TCP_IDLE, 64 * 1024);
+        Ok(DnsServer { server, address })
+    }
+
+    /// Stops serving.
+    pub async fn stop(mut self) {
+        if let Err(e) = self.server.shutdown_gracefully().await {
+            tracing::debug!(error = %e, "DNS server stopped with an error");
+        }
+    }
+}

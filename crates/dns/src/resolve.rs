@@ -1,0 +1,671 @@
+//! Answers for names under our domains, from the catalog as the agent's
+//! servers see it (stale reads unless they are older than `max_stale`),
+//! shaped as Consul's DNS interface answers them.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SOA, SRV, TXT};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use legate_agent::dns_config::DnsConfig;
+use legate_types::rpc::{ServerRpc, ServiceQuery};
+use legate_types::{
+    CheckServiceNode, Consistency, HealthStatus, Node, Queried, QueryOptions, RpcError,
+};
+use rand::seq::SliceRandom;
+
+use crate::names::{self, Lookup, Parsed};
+
+/// The largest DNS message (TCP's two-byte length).
+const MAX_MESSAGE: usize = 65_535;
+/// Room kept for the header's OPT record when sizing an answer.
+const OPT_ROOM: usize = 16;
+/// The most name servers NS answers list.
+const MAX_NAME_SERVERS: usize = 3;
+
+/// How the answer travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// UDP; the size the client accepts (512, or its EDNS buffer size).
+    Udp {
+        /// The client's buffer size.
+        max_size: u16,
+    },
+    /// TCP (one message of at most 64 KiB).
+    Tcp,
+}
+
+/// A response's content, before it is encoded.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The response code.
+    pub code: ResponseCode,
+    /// AA: the name is in one of our domains.
+    pub authoritative: bool,
+    /// Answer section.
+    pub answers: Vec<Record>,
+    /// Authority section (the SOA of negative answers).
+    pub authority: Vec<Record>,
+    /// Additional section (addresses of SRV targets, node metadata).
+    pub additional: Vec<Record>,
+    /// TC: answers were cut and `enable_truncate` is set.
+    pub truncated: bool,
+}
+
+impl Answer {
+    fn new(code: ResponseCode) -> Answer {
+        Answer {
+            code,
+            authoritative: true,
+            answers: Vec::new(),
+            authority: Vec::new(),
+            additional: Vec::new(),
+            truncated: false,
+        }
+    }
+}
+
+/// The name is outside our domains (or an address the catalog does not
+/// know, with recursors configured): recursors answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotOurs;
+
+/// Answers queries for one agent.
+pub struct Resolver {
+    rpc: Arc<dyn ServerRpc>,
+    config: DnsConfig,
+    datacenter: String,
+}
+
+/// A name built from labels we parsed or validated; one that still fails
+/// (a node name with characters DNS cannot carry) is `None`.
+fn name(text: &str) -> Option<Name> {
+    let mut n = Name::from_ascii(text).ok()?;
+    n.set_fqdn(true);
+    Some(n)
+}
+
+fn ttl_of(d: std::time::Duration) -> u32 {
+    d.as_secs().min(u32::MAX as u64) as u32
+}
+
+/// An A or AAAA record for `ip`.
+fn address_record(owner: &Name, ip: IpAddr, ttl: u32) -> Record {
+    let data = match ip {
+        IpAddr::V4(v4) => RData::A(A(v4)),
+        IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
+    };
+    Record::from_rdata(owner.clone(), ttl, data)
+}
+
+/// Whether an `ip` record answers `qtype`.
+fn family_matches(ip: IpAddr, qtype: RecordType) -> bool {
+    match qtype {
+        RecordType::A => ip.is_ipv4(),
+        RecordType::AAAA => ip.is_ipv6(),
+        _ => true,
+    }
+}
+
+/// Node metadata as TXT records, RFC 1464 `key=value` (keys starting
+/// `rfc1035-` give their value alone).
+fn meta_txt(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+    node.meta
+        .iter()
+        .map(|(k, v)| {
+            let text = if k.to_ascii_lowercase().starts_with("rfc1035-") {
+                v.clone()
+            } else {
+                let key = k.replace('`', "``").replace('=', "`=").replace(' ', "` ");
+                format!("{key}={}", v.replace('`', "``"))
+            };
+            Record::from_rdata(owner.clone(), ttl, RData::TXT(TXT::new(vec![text])))
+        })
+        .collect()
+}
+
+/// The encoded size of a response with these sections.
+fn encoded_len(qname: &Name, qtype: RecordType, a: &Answer) -> usize {
+    let mut m = Message::response(0, hickory_proto::op::OpCode::Query);
+    m.add_query(Query::query(qname.clone(), qtype));
+    m.add_answers(a.answers.iter().cloned());
+    m.add_authorities(a.authority.iter().cloned());
+    m.add_additionals(a.additional.iter().cloned());
+    m.to_vec().map(|v| v.len()).unwrap_or(usize::MAX)
+}
+
+impl Resolver {
+    /// A resolver over `rpc` for an agent in `datacenter`.
+    pub fn new(rpc: Arc<dyn ServerRpc>, config: DnsConfig, datacenter: String) -> Resolver {
+        Resolver {
+            rpc,
+            config,
+            datacenter,
+        }
+    }
+
+    /// The configuration answers follow.
+    pub fn config(&self) -> &DnsConfig {
+        &self.config
+    }
+
+    fn domains(&self) -> Vec<&str> {
+        let mut d = vec![self.config.domain.as_str()];
+        if let Some(alt) = &self.config.alt_domain {
+            d.push(alt);
+        }
+        d
+    }
+
+    /// The SOA of `domain` (TTL `min_ttl`, serial the current Unix time).
+    pub fn soa(&self, domain: &str) -> Option<Record> {
+        let serial = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(0);
+        let soa = &self.config.soa;
+        Some(Record::from_rdata(
+            name(&format!("{domain}."))?,
+            soa.min_ttl,
+            RData::SOA(SOA::new(
+                name(&format!("ns.{domain}."))?,
+                name(&format!("hostmaster.{domain}."))?,
+                serial,
+                soa.refresh.min(i32::MAX as u32) as i32,
+                soa.retry.min(i32::MAX as u32) as i32,
+                soa.expire.min(i32::MAX as u32) as i32,
+                soa.min_ttl,
+            )),
+        ))
+    }
+
+    fn negative(&self, code: ResponseCode, domain: &str) -> Answer {
+        let mut a = Answer::new(code);
+        a.authority.extend(self.soa(domain));
+        a
+    }
+
+    fn options(&self, datacenter: Option<&str>, consistency: Consistency) -> QueryOptions {
+        QueryOptions {
+            datacenter: datacenter.unwrap_or(&self.datacenter).to_string(),
+            consistency,
+            ..Default::default()
+        }
+    }
+
+    /// Reads with `read`, stale when allowed; a stale answer older than
+    /// `max_stale` is read again from the leader.
+    async fn read<T, F, Fut>(
+        &self,
+        datacenter: Option<&str>,
+        read: F,
+    ) -> Result<Queried<T>, RpcError>
+    where
+        F: Fn(QueryOptions) -> Fut,
+        Fut: std::future::Future<Output = Result<Queried<T>, RpcError>>,
+    {
+        if !self.config.allow_stale {
+            return read(self.options(datacenter, Consistency::Default)).await;
+        }
+        let answer = read(self.options(datacenter, Consistency::Stale)).await?;
+        if answer.meta.last_contact > self.config.max_stale {
+            return read(self.options(datacenter, Consistency::Default)).await;
+        }
+        Ok(answer)
+    }
+
+    /// Answers one question.
+    pub async fn resolve(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        transport: Transport,
+    ) -> Result<Answer, NotOurs> {
+        let text = qname.to_ascii();
+        let domains = self.domains();
+        let mut answer = match names::parse(&text, &domains, qtype == RecordType::SRV) {
+            Parsed::Outside => return Err(NotOurs),
+            Parsed::Reverse(ip) => return self.reverse(qname, ip).await,
+            Parsed::Ours { domain, lookup } => self.ours(qname, qtype, &domain, lookup).await,
+        };
+        self.trim(qname, qtype, transport, &mut answer);
+        Ok(answer)
+    }
+
+    async fn ours(&self, qname: &Name, qtype: RecordType, domain: &str, lookup: Lookup) -> Answer {
+        let result = match (qtype, lookup) {
+            // SOA and NS are answered for any name under the domain.
+            (RecordType::SOA, _) => self.soa_answer(domain).await,
+            (RecordType::NS, _) => self.ns_answer(domain).await,
+            (RecordType::AXFR | RecordType::IXFR, _) => Ok(Answer::new(ResponseCode::NotImp)),
+            (_, Lookup::Addr(ip)) => Ok(self.addr(qname, qtype, ip)),
+            (_, Lookup::Node { node, datacenter }) => {
+                self.node(qname, qtype, domain, &node, datacenter.as_deref())
+                    .await
+            }
+            (
+                _,
+                Lookup::Service {
+                    service,
+                    tag,
+                    datacenter,
+                    connect,
+                },
+            ) => {
+                let wanted = Wanted {
+                    service: &service,
+                    tag: tag.as_deref(),
+                    datacenter: datacenter.as_deref(),
+                    connect,
+                };
+                self.service(qname, qtype, domain, wanted).await
+            }
+            (_, Lookup::Apex | Lookup::Unsupported(_) | Lookup::Invalid) => {
+                Ok(self.negative(ResponseCode::NXDomain, domain))
+            }
+        };
+        match result {
+            Ok(answer) => answer,
+            // An unknown datacenter has no such names.
+            Err(RpcError::NoPathToDatacenter(_)) => self.negative(ResponseCode::NXDomain, domain),
+            Err(e) => {
+                tracing::warn!(name = %qname, error = %e, "DNS lookup failed");
+                Answer::new(ResponseCode::ServFail)
+            }
+        }
+    }
+
+    /// Up to three healthy servers (the `consul` service) as name servers of
+    /// `domain`, with their addresses.
+    async fn name_servers(&self, domain: &str) -> Result<(Vec<Record>, Vec<Record>), RpcError> {
+        let rpc = self.rpc.clone();
+        let servers = self
+            .read(None, |opts| {
+                let rpc = rpc.clone();
+                async move {
+                    let query = ServiceQuery {
+                        service: "consul".into(),
+                        ..Default::default()
+                    };
+                    rpc.health_service_nodes(&opts, query).await
+                }
+            })
+            .await?;
+        let mut servers: Vec<CheckServiceNode> = servers
+            .value
+            .into_iter()
+            .filter(|s| !s.checks.iter().any(|c| c.status == HealthStatus::Critical))
+            .collect();
+        servers.shuffle(&mut rand::rng());
+        let ttl = ttl_of(self.config.node_ttl);
+        let (mut ns, mut glue) = (Vec::new(), Vec::new());
+        let Some(apex) = name(&format!("{domain}.")) else {
+            return Ok((ns, glue));
+        };
+        for server in servers.iter().take(MAX_NAME_SERVERS) {
+            let host = server.node.node.to_ascii_lowercase();
+            if !host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                continue;
+            }
+            let Some(target) = name(&format!("{host}.node.{}.{domain}.", self.datacenter)) else {
+                continue;
+            };
+            ns.push(Record::from_rdata(
+                apex.clone(),
+                ttl,
+                RData::NS(NS(target.clone())),
+            ));
+            if let Ok(ip) = server.node.address.parse::<IpAddr>() {
+                glue.push(address_record(&target, ip, ttl));
+            }
+        }
+        Ok((ns, glue))
+    }
+
+    async fn soa_answer(&self, domain: &str) -> Result<Answer, RpcError> {
+        let mut a = Answer::new(ResponseCode::NoError);
+        a.answers.extend(self.soa(domain));
+        let (ns, glue) = self.name_servers(domain).await?;
+        a.authority = ns;
+        a.additional = glue;
+        Ok(a)
+    }
+
+    async fn ns_answer(&self, domain: &str) -> Result<Answer, RpcError> {
+        let mut a = Answer::new(ResponseCode::NoError);
+        let (ns, glue) = self.name_servers(domain).await?;
+        a.answers = ns;
+        a.additional = glue;
+        Ok(a)
+    }
+
+    /// `<hex>.addr`: the address in the answer when its family was asked
+    /// for, else in the additional section.
+    fn addr(&self, qname: &Name, qtype: RecordType, ip: IpAddr) -> Answer {
+        let mut a = Answer::new(ResponseCode::NoError);
+        let record = address_record(qname, ip, ttl_of(self.config.node_ttl));
+        if family_matches(ip, qtype)
+            && matches!(qtype, RecordType::A | RecordType::AAAA | RecordType::ANY)
+        {
+            a.answers.push(record);
+        } else {
+            a.additional.push(record);
+        }
+        a
+    }
+
+    async fn node(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        domain: &str,
+        node: &str,
+        datacenter: Option<&str>,
+    ) -> Result<Answer, RpcError> {
+        let rpc = self.rpc.clone();
+        let found = self
+            .read(datacenter, |opts| {
+                let (rpc, node) = (rpc.clone(), node.to_string());
+                async move { rpc.catalog_node_services(&opts, node).await }
+            })
+            .await?;
+        let Some(services) = found.value else {
+            return Ok(self.negative(ResponseCode::NXDomain, domain));
+        };
+        let node = &services.node;
+        let ttl = ttl_of(self.config.node_ttl);
+        let mut a = Answer::new(ResponseCode::NoError);
+        let address = self.node_address(node, datacenter);
+        match qtype {
+            RecordType::A | RecordType::AAAA | RecordType::ANY => {
+                match address.parse::<IpAddr>() {
+                    Ok(ip) if family_matches(ip, qtype) => {
+                        a.answers.push(address_record(qname, ip, ttl))
+                    }
+                    Ok(_) => {}
+                    Err(_) => a.answers.extend(cname(qname, &address, ttl)),
+                }
+                if qtype == RecordType::ANY {
+                    a.answers.extend(meta_txt(qname, node, ttl));
+                } else if self.config.enable_additional_node_meta_txt {
+                    a.additional.extend(meta_txt(qname, node, ttl));
+                }
+            }
+            RecordType::TXT => a.answers.extend(meta_txt(qname, node, ttl)),
+            // Other types: NOERROR and nothing, as Consul.
+            _ => {}
+        }
+        Ok(a)
+    }
+
+    /// The node address to give out: its WAN address for another datacenter
+    /// when it has one, else its address.
+    fn node_address(&self, node: &Node, datacenter: Option<&str>) -> String {
+        let remote = datacenter.is_some_and(|dc| dc != self.datacenter);
+        if remote {
+            if let Some(wan) = node.tagged_addresses.get("wan").filter(|a| !a.is_empty()) {
+                return wan.clone();
+            }
+        }
+        node.address.clone()
+    }
+
+    async fn service(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        domain: &str,
+        wanted: Wanted<'_>,
+    ) -> Result<Answer, RpcError> {
+        let rpc = self.rpc.clone();
+        let query = ServiceQuery {
+            service: wanted.service.to_string(),
+            tags: wanted.tag.map(|t| vec![t.to_string()]).unwrap_or_default(),
+            passing_only: false,
+            connect: wanted.connect,
+        };
+        let found = self
+            .read(wanted.datacenter, |opts| {
+                let (rpc, query) = (rpc.clone(), query.clone());
+                async move { rpc.health_service_nodes(&opts, query).await }
+            })
+            .await?;
+        let only_passing = self.config.only_passing;
+        let mut instances: Vec<CheckServiceNode> = found
+            .value
+            .into_iter()
+            .filter(|csn| {
+                if only_passing {
+                    csn.checks.iter().all(|c| c.status == HealthStatus::Passing)
+                } else {
+                    !csn.checks
+                        .iter()
+                        .any(|c| c.status == HealthStatus::Critical)
+                }
+            })
+            .collect();
+        if instances.is_empty() {
+            return Ok(self.negative(ResponseCode::NXDomain, domain));
+        }
+        instances.shuffle(&mut rand::rng());
+        let ttl = ttl_of(self.config.service_ttl(wanted.service));
+        let dc = wanted.datacenter.unwrap_or(&self.datacenter);
+        let mut a = Answer::new(ResponseCode::NoError);
+        match qtype {
+            RecordType::A | RecordType::AAAA | RecordType::ANY => {
+                let limit = match self.config.a_record_limit {
+                    0 => usize::MAX,
+                    n => n,
+                };
+                let mut seen = BTreeSet::new();
+                let mut first_cname = None;
+                for csn in &instances {
+                    let address = self.instance_address(csn, wanted.datacenter);
+                    match address.parse::<IpAddr>() {
+                        Ok(ip) if family_matches(ip, qtype) && seen.insert(ip) => {
+                            if a.answers.len() < limit {
+                                a.answers.push(address_record(qname, ip, ttl));
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(_) if first_cname.is_none() => {
+                            first_cname = cname(qname, &address, ttl)
+                        }
+                        Err(_) => {}
+                    }
+                }
+                // Addresses win over host names; else the first host name.
+                if a.answers.is_empty() {
+                    a.answers.extend(first_cname);
+                }
+            }
+            RecordType::SRV => {
+                let mut seen = BTreeSet::new();
+                for csn in &instances {
+                    let address = self.instance_address(csn, wanted.datacenter);
+                    if address.is_empty()
+                        || !seen.insert((csn.node.node.clone(), address.clone(), csn.service.port))
+                    {
+                        continue;
+                    }
+                    let weight = match csn.aggregate_status() {
+                        HealthStatus::Warning => csn.service.weights.warning,
+                        _ => csn.service.weights.passing,
+                    }
+                    .clamp(1, u16::MAX as i64) as u16;
+                    let Some(target) = self.srv_target(csn, &address, dc, domain, ttl, &mut a)
+                    else {
+                        continue;
+                    };
+                    a.answers.push(Record::from_rdata(
+                        qname.clone(),
+                        ttl,
+                        RData::SRV(SRV::new(1, weight, csn.service.port, target)),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if a.answers.is_empty() {
+            a.authority.extend(self.soa(domain));
+        }
+        Ok(a)
+    }
+
+    /// The address an instance is reached at: its service address, else its node's.
+    fn instance_address(&self, csn: &CheckServiceNode, datacenter: Option<&str>) -> String {
+        if csn.service.address.is_empty() {
+            self.node_address(&csn.node, datacenter)
+        } else {
+            csn.service.address.clone()
+        }
+    }
+
+    /// An SRV target for an instance, adding its address (and the node's
+    /// metadata) to the additional section: the node's name when the
+    /// service has no address of its own, `<hex>.addr` for a service IP, the
+    /// host name itself otherwise.
+    fn srv_target(
+        &self,
+        csn: &CheckServiceNode,
+        address: &str,
+        dc: &str,
+        domain: &str,
+        ttl: u32,
+        a: &mut Answer,
+    ) -> Option<Name> {
+        let ip = address.parse::<IpAddr>();
+        if csn.service.address.is_empty() {
+            if let Ok(ip) = ip {
+                let node_name = name(&format!("{}.node.{dc}.{domain}.", csn.node.node))?;
+                a.additional.push(address_record(&node_name, ip, ttl));
+                if self.config.enable_additional_node_meta_txt {
+                    a.additional.extend(meta_txt(&node_name, &csn.node, ttl));
+                }
+                return Some(node_name);
+            }
+        } else if let Ok(ip) = ip {
+            let target = name(&format!("{}.addr.{dc}.{domain}.", names::addr_label(ip)))?;
+            a.additional.push(address_record(&target, ip, ttl));
+            return Some(target);
+        }
+        name(&format!("{}.", address.trim_end_matches('.')))
+    }
+
+    /// Reverse lookups of node addresses in this datacenter.
+    async fn reverse(&self, qname: &Name, ip: IpAddr) -> Result<Answer, NotOurs> {
+        let rpc = self.rpc.clone();
+        let nodes = self
+            .read(None, |opts| {
+                let rpc = rpc.clone();
+                async move { rpc.catalog_nodes(&opts).await }
+            })
+            .await;
+        let domain = self.config.domain.clone();
+        let nodes = match nodes {
+            Ok(n) => n.value,
+            Err(e) => {
+                tracing::warn!(name = %qname, error = %e, "DNS reverse lookup failed");
+                return Ok(Answer::new(ResponseCode::ServFail));
+            }
+        };
+        let found = nodes
+            .iter()
+            .find(|n| n.address.parse::<IpAddr>() == Ok(ip))
+            .and_then(|n| name(&format!("{}.node.{}.{domain}.", n.node, self.datacenter)));
+        match found {
+            Some(target) => {
+                let mut a = Answer::new(ResponseCode::NoError);
+                a.answers.push(Record::from_rdata(
+                    qname.clone(),
+                    0,
+                    RData::PTR(PTR(target)),
+                ));
+                Ok(a)
+            }
+            // Not a catalog address: recursors may know it.
+            None if !self.config.recursors.is_empty() => Err(NotOurs),
+            None => Ok(self.negative(ResponseCode::NXDomain, &domain)),
+        }
+    }
+
+    /// Applies the answer limits of the transport: over UDP without EDNS at
+    /// most `min(8, udp_answer_limit)` answers; then, on any transport, as
+    /// many answers as fit the message size (the authority section goes
+    /// first). TC is set only with `enable_truncate`, as in Consul.
+    fn trim(&self, qname: &Name, qtype: RecordType, transport: Transport, a: &mut Answer) {
+        let before = a.answers.len();
+        let max_size = match transport {
+            Transport::Udp { max_size } => {
+                let max_size = max_size.max(512) as usize;
+                if max_size <= 512 {
+                    a.answers.truncate(self.config.udp_answer_limit.min(8));
+                }
+                max_size
+            }
+            Transport::Tcp => MAX_MESSAGE,
+        } - OPT_ROOM;
+        if a.answers.len() > 1 && encoded_len(qname, qtype, a) > max_size {
+            a.authority.clear();
+            // The most answers that fit: binary search over the count, each
+            // candidate with the additional records its SRV targets need.
+            let all = std::mem::take(&mut a.answers);
+            let all_additional = std::mem::take(&mut a.additional);
+            let (mut fits, mut too_many) = (1, all.len());
+            while too_many - fits > 1 {
+                let mid = (fits + too_many) / 2;
+                a.answers = all[..mid].to_vec();
+                a.additional = all_additional.clone();
+                keep_additional_for_answers(a);
+                if encoded_len(qname, qtype, a) <= max_size {
+                    fits = mid;
+                } else {
+                    too_many = mid;
+                }
+            }
+            a.answers = all[..fits].to_vec();
+            a.additional = all_additional;
+        }
+        if a.answers.len() < before {
+            keep_additional_for_answers(a);
+            a.truncated = self.config.enable_truncate;
+        }
+    }
+}
+
+/// Keeps only the additional records that name a kept SRV target.
+fn keep_additional_for_answers(a: &mut Answer) {
+    let targets: BTreeSet<Name> = a
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::SRV(srv) => Some(srv.target.clone()),
+            _ => None,
+        })
+        .collect();
+    a.additional.retain(|r| targets.contains(&r.name));
+}
+
+/// What a service lookup asks for.
+struct Wanted<'a> {
+    service: &'a str,
+    tag: Option<&'a str>,
+    datacenter: Option<&'a str>,
+    connect: bool,
+}
+
+/// A CNAME to a host name.
+fn cname(owner: &Name, host: &str, ttl: u32) -> Option<Record> {
+    if host.is_empty() {
+        return None;
+    }
+    let target = name(&format!("{}.", host.trim_end_matches('.')))?;
+    Some(Record::from_rdata(
+        owner.clone(),
+        ttl,
+        RData::CNAME(CNAME(target)),
+    ))
+}
