@@ -13,15 +13,8 @@ cargo build --release --quiet -p legate-cli -p legate-bench
 LEGATE=target/release/legate
 BENCH=target/release/legate-bench
 SECONDS_EACH=${SECONDS_EACH:-5}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/common.sh
+source bench/common.sh
 
 echo_port=$(port)
 "$BENCH" echo --port "$echo_port" & pids+=($!)

@@ -17,25 +17,8 @@ BENCH=target/release/legate-bench
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 WATCHERS=${WATCHERS:-1000}
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-wait_http() {
-    for _ in $(seq 1 200); do
-        if curl -sf "$1" >/dev/null 2>&1; then return 0; fi
-        sleep 0.05
-    done
-    echo "timed out waiting for $1" >&2
-    return 1
-}
+# shellcheck source=bench/common.sh
+source bench/common.sh
 
 dev_port=$(port)
 "$LEGATE" agent -dev -http-port="$dev_port" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/dev.log" 2>&1 &

@@ -64,6 +64,9 @@ pub struct DnsConfig {
     pub recursor_strategy: RecursorStrategy,
     /// Node metadata as TXT records in the additional section (default true).
     pub enable_additional_node_meta_txt: bool,
+    /// Answer service lookups in the local datacenter from a cache kept
+    /// current by blocking queries (default true; Consul's default is false).
+    pub use_cache: bool,
 }
 
 impl Default for DnsConfig {
@@ -89,6 +92,7 @@ impl Default for DnsConfig {
             recursor_timeout: Duration::from_secs(2),
             recursor_strategy: RecursorStrategy::Sequential,
             enable_additional_node_meta_txt: true,
+            use_cache: true,
         }
     }
 }
@@ -217,6 +221,7 @@ pub fn parse(root: &Map<String, Value>) -> Result<DnsConfig, ConfigError> {
             "only_passing" => c.only_passing = flag()?,
             "enable_truncate" => c.enable_truncate = flag()?,
             "enable_additional_node_meta_txt" => c.enable_additional_node_meta_txt = flag()?,
+            "use_cache" => c.use_cache = flag()?,
             "recursor_timeout" => c.recursor_timeout = duration(&name, value)?,
             "recursor_strategy" => {
                 c.recursor_strategy = match value.as_str() {
@@ -247,7 +252,6 @@ pub fn parse(root: &Map<String, Value>) -> Result<DnsConfig, ConfigError> {
             // Accepted for compatibility; they change nothing here.
             "disable_compression"
             | "cache_max_age"
-            | "use_cache"
             | "prefer_namespace"
             | "recursor_strategy_disabled" => {}
             _ => return Err(err(&name, "unknown key")),

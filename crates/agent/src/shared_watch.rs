@@ -1,4 +1,5 @@
-//! A bounded cache of blocking reads shared by every local proxy: one
+//! A bounded cache of blocking reads shared by every local proxy (and the
+//! DNS interface): one
 //! background blocking query per key (a chain, a target's endpoints, a
 //! destination's intentions), however many proxies need it. Keys never
 //! include ACL tokens, so a proxy rotating its token does not multiply
@@ -13,7 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use legate_proxycfg::Fetched;
+pub use legate_proxycfg::Fetched;
 use tokio::sync::watch;
 
 /// Reads one key, blocking until its index passes `min_index`.

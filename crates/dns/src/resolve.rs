@@ -18,6 +18,8 @@ use legate_types::{
 use rand::seq::SliceRandom;
 
 use crate::names::{self, Lookup, Parsed};
+use legate_agent::shared_watch::{Fetch, Fetched, SharedWatch};
+use std::time::Duration;
 
 /// The largest DNS message (TCP's two-byte length).
 const MAX_MESSAGE: usize = 65_535;
@@ -53,6 +55,8 @@ pub struct Answer {
     pub additional: Vec<Record>,
     /// TC: answers were cut and `enable_truncate` is set.
     pub truncated: bool,
+    /// Answers were left out while building (the transport's count limit).
+    cut: bool,
 }
 
 impl Answer {
@@ -64,6 +68,7 @@ impl Answer {
             authority: Vec::new(),
             additional: Vec::new(),
             truncated: false,
+            cut: false,
         }
     }
 }
@@ -73,11 +78,27 @@ impl Answer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotOurs;
 
+/// A service lookup's key in the cache: service, tag, connect.
+type ServiceKey = (String, Option<String>, bool);
+
+/// Instances of a service as the cache holds them.
+type Instances = Arc<Vec<CheckServiceNode>>;
+
+/// How many service lookups the cache holds at most.
+const CACHE_CAPACITY: usize = 10_000;
+/// How long a lookup nobody asks for stays cached.
+const CACHE_IDLE_TTL: Duration = Duration::from_secs(60);
+/// How long one background blocking read waits.
+const CACHE_WAIT: Duration = Duration::from_secs(300);
+
 /// Answers queries for one agent.
 pub struct Resolver {
     rpc: Arc<dyn ServerRpc>,
     config: DnsConfig,
     datacenter: String,
+    /// Local-datacenter service lookups, kept current by blocking queries
+    /// (`use_cache`): a query costs a lookup, not a catalog read.
+    services: Option<Arc<SharedWatch<ServiceKey, Instances>>>,
 }
 
 /// A name built from labels we parsed or validated; one that still fails
@@ -138,13 +159,76 @@ fn encoded_len(qname: &Name, qtype: RecordType, a: &Answer) -> usize {
 }
 
 impl Resolver {
-    /// A resolver over `rpc` for an agent in `datacenter`.
+    /// A resolver over `rpc` for an agent in `datacenter` (call within a
+    /// tokio runtime: the cache runs background reads).
     pub fn new(rpc: Arc<dyn ServerRpc>, config: DnsConfig, datacenter: String) -> Resolver {
+        let services = config.use_cache.then(|| {
+            let (rpc, dc) = (rpc.clone(), datacenter.clone());
+            let fetch: Fetch<ServiceKey, Instances> =
+                Arc::new(move |(service, tag, connect): ServiceKey, min_index| {
+                    let (rpc, dc) = (rpc.clone(), dc.clone());
+                    Box::pin(async move {
+                        let opts = QueryOptions {
+                            datacenter: dc,
+                            min_index,
+                            max_wait: Some(CACHE_WAIT),
+                            consistency: Consistency::Stale,
+                            ..Default::default()
+                        };
+                        let query = ServiceQuery {
+                            service,
+                            tags: tag.into_iter().collect(),
+                            passing_only: false,
+                            connect,
+                        };
+                        let found = rpc
+                            .health_service_nodes(&opts, query)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        Ok(Fetched {
+                            index: found.meta.index,
+                            value: Arc::new(found.value),
+                        })
+                    })
+                });
+            SharedWatch::new(fetch, CACHE_CAPACITY, CACHE_IDLE_TTL)
+        });
         Resolver {
             rpc,
             config,
             datacenter,
+            services,
         }
+    }
+
+    /// The instances of a service: from the cache for the local
+    /// datacenter, else (or when the cache has no answer) a catalog read.
+    async fn instances(&self, wanted: &Wanted<'_>) -> Result<Instances, RpcError> {
+        let local = wanted.datacenter.is_none_or(|dc| dc == self.datacenter);
+        if let (Some(cache), true) = (&self.services, local) {
+            let key = (
+                wanted.service.to_string(),
+                wanted.tag.map(str::to_string),
+                wanted.connect,
+            );
+            if let Ok(found) = cache.get(key, 0, Duration::from_secs(5)).await {
+                return Ok(found.value);
+            }
+        }
+        let rpc = self.rpc.clone();
+        let query = ServiceQuery {
+            service: wanted.service.to_string(),
+            tags: wanted.tag.map(|t| vec![t.to_string()]).unwrap_or_default(),
+            passing_only: false,
+            connect: wanted.connect,
+        };
+        let found = self
+            .read(wanted.datacenter, |opts| {
+                let (rpc, query) = (rpc.clone(), query.clone());
+                async move { rpc.health_service_nodes(&opts, query).await }
+            })
+            .await?;
+        Ok(Arc::new(found.value))
     }
 
     /// The configuration answers follow.
@@ -229,13 +313,32 @@ impl Resolver {
         let mut answer = match names::parse(&text, &domains, qtype == RecordType::SRV) {
             Parsed::Outside => return Err(NotOurs),
             Parsed::Reverse(ip) => return self.reverse(qname, ip).await,
-            Parsed::Ours { domain, lookup } => self.ours(qname, qtype, &domain, lookup).await,
+            Parsed::Ours { domain, lookup } => {
+                self.ours(qname, qtype, &domain, lookup, self.count_limit(transport))
+                    .await
+            }
         };
         self.trim(qname, qtype, transport, &mut answer);
         Ok(answer)
     }
 
-    async fn ours(&self, qname: &Name, qtype: RecordType, domain: &str, lookup: Lookup) -> Answer {
+    /// How many answers a response may carry: over UDP without EDNS
+    /// `min(8, udp_answer_limit)`, as Consul; otherwise the size decides.
+    fn count_limit(&self, transport: Transport) -> usize {
+        match transport {
+            Transport::Udp { max_size } if max_size <= 512 => self.config.udp_answer_limit.min(8),
+            _ => usize::MAX,
+        }
+    }
+
+    async fn ours(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        domain: &str,
+        lookup: Lookup,
+        count_limit: usize,
+    ) -> Answer {
         let result = match (qtype, lookup) {
             // SOA and NS are answered for any name under the domain.
             (RecordType::SOA, _) => self.soa_answer(domain).await,
@@ -261,7 +364,8 @@ impl Resolver {
                     datacenter: datacenter.as_deref(),
                     connect,
                 };
-                self.service(qname, qtype, domain, wanted).await
+                self.service(qname, qtype, domain, wanted, count_limit)
+                    .await
             }
             (_, Lookup::Apex | Lookup::Unsupported(_) | Lookup::Invalid) => {
                 Ok(self.negative(ResponseCode::NXDomain, domain))
@@ -419,24 +523,12 @@ impl Resolver {
         qtype: RecordType,
         domain: &str,
         wanted: Wanted<'_>,
+        count_limit: usize,
     ) -> Result<Answer, RpcError> {
-        let rpc = self.rpc.clone();
-        let query = ServiceQuery {
-            service: wanted.service.to_string(),
-            tags: wanted.tag.map(|t| vec![t.to_string()]).unwrap_or_default(),
-            passing_only: false,
-            connect: wanted.connect,
-        };
-        let found = self
-            .read(wanted.datacenter, |opts| {
-                let (rpc, query) = (rpc.clone(), query.clone());
-                async move { rpc.health_service_nodes(&opts, query).await }
-            })
-            .await?;
+        let all = self.instances(&wanted).await?;
         let only_passing = self.config.only_passing;
-        let mut instances: Vec<CheckServiceNode> = found
-            .value
-            .into_iter()
+        let mut instances: Vec<&CheckServiceNode> = all
+            .iter()
             .filter(|csn| {
                 if only_passing {
                     csn.checks.iter().all(|c| c.status == HealthStatus::Passing)
@@ -450,15 +542,17 @@ impl Resolver {
         if instances.is_empty() {
             return Ok(self.negative(ResponseCode::NXDomain, domain));
         }
-        instances.shuffle(&mut rand::rng());
+        // A random order; with a count limit only the first few need one.
+        let needed = count_limit.min(instances.len());
+        instances.partial_shuffle(&mut rand::rng(), needed);
         let ttl = ttl_of(self.config.service_ttl(wanted.service));
         let dc = wanted.datacenter.unwrap_or(&self.datacenter);
         let mut a = Answer::new(ResponseCode::NoError);
         match qtype {
             RecordType::A | RecordType::AAAA | RecordType::ANY => {
                 let limit = match self.config.a_record_limit {
-                    0 => usize::MAX,
-                    n => n,
+                    0 => count_limit,
+                    n => n.min(count_limit),
                 };
                 let mut seen = BTreeSet::new();
                 let mut first_cname = None;
@@ -468,6 +562,9 @@ impl Resolver {
                         Ok(ip) if family_matches(ip, qtype) && seen.insert(ip) => {
                             if a.answers.len() < limit {
                                 a.answers.push(address_record(qname, ip, ttl));
+                            } else {
+                                a.cut = count_limit < usize::MAX;
+                                break;
                             }
                         }
                         Ok(_) => {}
@@ -490,6 +587,10 @@ impl Resolver {
                         || !seen.insert((csn.node.node.clone(), address.clone(), csn.service.port))
                     {
                         continue;
+                    }
+                    if a.answers.len() >= count_limit {
+                        a.cut = true;
+                        break;
                     }
                     let weight = match csn.aggregate_status() {
                         HealthStatus::Warning => csn.service.weights.warning,
@@ -592,47 +693,60 @@ impl Resolver {
         }
     }
 
-    /// Applies the answer limits of the transport: over UDP without EDNS at
-    /// most `min(8, udp_answer_limit)` answers; then, on any transport, as
-    /// many answers as fit the message size (the authority section goes
-    /// first). TC is set only with `enable_truncate`, as in Consul.
+    /// Applies the size limit of the transport (512 bytes or the EDNS
+    /// buffer over UDP, 64 KiB over TCP): when the answer does not fit, the
+    /// authority section goes first, then answers from the end, each with
+    /// the additional records of its SRV target. TC is set when answers were
+    /// left out and `enable_truncate` is on, as in Consul.
     fn trim(&self, qname: &Name, qtype: RecordType, transport: Transport, a: &mut Answer) {
-        let before = a.answers.len();
         let max_size = match transport {
-            Transport::Udp { max_size } => {
-                let max_size = max_size.max(512) as usize;
-                if max_size <= 512 {
-                    a.answers.truncate(self.config.udp_answer_limit.min(8));
-                }
-                max_size
-            }
+            Transport::Udp { max_size } => max_size.max(512) as usize,
             Transport::Tcp => MAX_MESSAGE,
         } - OPT_ROOM;
         if a.answers.len() > 1 && encoded_len(qname, qtype, a) > max_size {
             a.authority.clear();
-            // The most answers that fit: binary search over the count, each
-            // candidate with the additional records its SRV targets need.
-            let all = std::mem::take(&mut a.answers);
-            let all_additional = std::mem::take(&mut a.additional);
-            let (mut fits, mut too_many) = (1, all.len());
-            while too_many - fits > 1 {
-                let mid = (fits + too_many) / 2;
-                a.answers = all[..mid].to_vec();
-                a.additional = all_additional.clone();
-                keep_additional_for_answers(a);
-                if encoded_len(qname, qtype, a) <= max_size {
-                    fits = mid;
-                } else {
-                    too_many = mid;
-                }
+            // Sizes without name compression: an upper bound, so what is
+            // kept always fits.
+            let mut by_owner: std::collections::BTreeMap<Name, Vec<Record>> = Default::default();
+            for r in std::mem::take(&mut a.additional) {
+                by_owner.entry(r.name.clone()).or_default().push(r);
             }
-            a.answers = all[..fits].to_vec();
-            a.additional = all_additional;
+            let mut used = 12 + record_len_bound(&Query::query(qname.clone(), qtype));
+            let mut kept = Vec::new();
+            for answer in std::mem::take(&mut a.answers) {
+                let target = match &answer.data {
+                    RData::SRV(srv) => Some(srv.target.clone()),
+                    _ => None,
+                };
+                let extra: Vec<Record> =
+                    target.and_then(|t| by_owner.remove(&t)).unwrap_or_default();
+                let cost =
+                    record_len_bound(&answer) + extra.iter().map(record_len_bound).sum::<usize>();
+                if used + cost > max_size && !kept.is_empty() {
+                    a.cut = true;
+                    break;
+                }
+                used += cost;
+                kept.push(answer);
+                a.additional.extend(extra);
+            }
+            a.answers = kept;
         }
-        if a.answers.len() < before {
+        if a.cut {
             keep_additional_for_answers(a);
             a.truncated = self.config.enable_truncate;
         }
+    }
+}
+
+/// The encoded size of a record (or question) on its own: names are not
+/// compressed against anything, so this bounds its size in any message.
+fn record_len_bound<T: hickory_proto::serialize::binary::BinEncodable>(item: &T) -> usize {
+    let mut bytes = Vec::with_capacity(64);
+    let mut encoder = hickory_proto::serialize::binary::BinEncoder::new(&mut bytes);
+    match item.emit(&mut encoder) {
+        Ok(()) => bytes.len(),
+        Err(_) => MAX_MESSAGE,
     }
 }
 

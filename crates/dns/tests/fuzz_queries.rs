@@ -6,15 +6,10 @@
 //! always gets an authoritative answer.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use hickory_proto::op::{Message, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
-use legate_agent::dns_config::DnsConfig;
 use legate_dns::{Resolver, Transport};
-use legate_server::{Server, ServerConfig};
-use legate_types::rpc::ServerRpc;
-use legate_types::{RegisterRequest, WriteOptions};
 use proptest::prelude::*;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -24,36 +19,12 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A server with a few nodes and services, and a resolver over it.
+#[path = "support/fixture.rs"]
+mod fixture;
+
+/// The fixture's resolver, on `rt`.
 fn resolver(rt: &tokio::runtime::Runtime) -> Arc<Resolver> {
-    rt.block_on(async {
-        let server = Server::start(ServerConfig::in_memory("dc1", "fuzz"))
-            .await
-            .unwrap();
-        assert!(server.wait_for_leader(Duration::from_secs(10)).await);
-        for (i, address) in ["10.0.0.1", "2001:db8::1", "db.example.com", ""]
-            .iter()
-            .enumerate()
-        {
-            let request: RegisterRequest = serde_json::from_value(serde_json::json!({
-                "Node": format!("n{i}"), "Address": "127.0.0.1",
-                "NodeMeta": {"rfc1035-x": "y", "k=`e y ": "v`"},
-                "Service": {"ID": format!("web{i}"), "Service": "web", "Port": 80 + i,
-                            "Address": address, "Tags": ["v1"]}
-            }))
-            .unwrap();
-            server
-                .catalog_register(&WriteOptions::default(), request)
-                .await
-                .unwrap();
-        }
-        let rpc: Arc<dyn ServerRpc> = server;
-        let config = DnsConfig {
-            alt_domain: Some("alt.example".into()),
-            ..Default::default()
-        };
-        Arc::new(Resolver::new(rpc, config, "dc1".into()))
-    })
+    rt.block_on(fixture::resolver())
 }
 
 /// Checks one question: no panic, an answer that encodes.
@@ -81,7 +52,11 @@ fn check(
     message.add_additionals(answer.additional);
     let bytes = message.to_vec().expect("every answer encodes");
     if udp {
-        assert!(bytes.len() <= 512, "{} bytes over UDP for {name}", bytes.len());
+        assert!(
+            bytes.len() <= 512,
+            "{} bytes over UDP for {name}",
+            bytes.len()
+        );
     }
 }
 

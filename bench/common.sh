@@ -1,0 +1,20 @@
+# Sourced by the bench scripts: a scratch directory, background processes
+# that are stopped on exit, and free loopback ports.
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+wait_http() {
+    for _ in $(seq 1 200); do
+        if curl -sf "$1" >/dev/null 2>&1; then return 0; fi
+        sleep 0.05
+    done
+    echo "timed out waiting for $1" >&2
+    return 1
+}
