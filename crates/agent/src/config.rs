@@ -165,6 +165,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "alt_domain",
     "dns_config",
     "recursors",
+    "translate_wan_addrs",
     "addresses",
     "advertise_addr",
     "bind_addr",

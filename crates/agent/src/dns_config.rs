@@ -64,6 +64,8 @@ pub struct DnsConfig {
     pub recursor_strategy: RecursorStrategy,
     /// Node metadata as TXT records in the additional section (default true).
     pub enable_additional_node_meta_txt: bool,
+    /// Answer with WAN addresses for other datacenters (`translate_wan_addrs`).
+    pub translate_wan_addrs: bool,
     /// Answer service lookups in the local datacenter from a cache kept
     /// current by blocking queries (default true; Consul's default is false).
     pub use_cache: bool,
@@ -92,6 +94,7 @@ impl Default for DnsConfig {
             recursor_timeout: Duration::from_secs(2),
             recursor_strategy: RecursorStrategy::Sequential,
             enable_additional_node_meta_txt: true,
+            translate_wan_addrs: false,
             use_cache: true,
         }
     }
@@ -182,6 +185,11 @@ pub fn parse(root: &Map<String, Value>) -> Result<DnsConfig, ConfigError> {
             }
         }
         Some(other) => return Err(err("recursors", format!("expected a list, got {other}"))),
+    }
+    if let Some(v) = root.get("translate_wan_addrs") {
+        c.translate_wan_addrs = v
+            .as_bool()
+            .ok_or_else(|| err("translate_wan_addrs", "expected true or false"))?;
     }
     let Some(dns) = root.get("dns_config") else {
         return Ok(c);

@@ -183,13 +183,16 @@ fn names_types_health_and_ttls_answer_as_consul_does() {
     assert_eq!(dig(port, &["_web._tcp.consul", "SRV"]).answer.len(), 2);
     let alt = dig(port, &["web.service.mesh.example", "SRV"]);
     assert!(alt.answers_of("SRV")[0].ends_with("node1.node.dc1.mesh.example."));
-    // IPv6: AAAA answers, an A question gets NOERROR with the SOA.
+    // IPv6: AAAA answers; an A question falls back to the node's IPv4
+    // address, as Consul does.
     let db = dig(port, &["db.service.consul", "AAAA"]);
     assert_eq!(db.answers_of("AAAA"), vec!["2001:db8::1"]);
     assert_eq!(db.answer[0].ttl, 30);
-    let db_a = dig(port, &["db.service.consul", "A"]);
-    assert_eq!((db_a.status.as_str(), db_a.answer.len()), ("NOERROR", 0));
-    assert_eq!(db_a.authority[0].kind, "SOA");
+    assert_eq!(dig(port, &["db.service.consul", "A"]).answers_of("A"), vec!["127.0.0.1"]);
+    // No address of the asked family anywhere: NOERROR with the SOA.
+    let web_v6 = dig(port, &["v1.web.service.consul", "AAAA"]);
+    assert_eq!((web_v6.status.as_str(), web_v6.answer.len()), ("NOERROR", 0));
+    assert_eq!(web_v6.authority[0].kind, "SOA");
     // Nodes: A with the node TTL, metadata as TXT.
     let node = dig(port, &["node1.node.consul"]);
     assert_eq!(node.answers_of("A"), vec!["127.0.0.1"]);
@@ -207,6 +210,26 @@ fn names_types_health_and_ttls_answer_as_consul_does() {
         "{connect:?}"
     );
     assert_eq!(dig(port, &["web.connect.consul"]).status, "NXDOMAIN");
+    // Dual-stack nodes: lan_ipv4 / lan_ipv6 tagged addresses by family.
+    let (status, text) = agent.put(
+        "/v1/catalog/register",
+        r#"{"Node": "dual", "Address": "10.0.5.1",
+            "TaggedAddresses": {"lan_ipv4": "10.0.5.4", "lan_ipv6": "2001:db8::5"},
+            "Service": {"ID": "dual", "Service": "dual", "Port": 7}}"#,
+    );
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        dig(port, &["dual.node.consul", "AAAA"]).answers_of("AAAA"),
+        vec!["2001:db8::5"]
+    );
+    assert_eq!(
+        dig(port, &["dual.node.consul", "A"]).answers_of("A"),
+        vec!["10.0.5.4"]
+    );
+    assert_eq!(
+        dig(port, &["dual.service.consul", "AAAA"]).answers_of("AAAA"),
+        vec!["2001:db8::5"]
+    );
     // .addr, PTR, SOA and NS.
     assert_eq!(
         dig(port, &["7f000001.addr.dc1.consul"]).answers_of("A"),
@@ -487,6 +510,20 @@ fn malformed_queries_get_errors_and_never_stop_the_server() {
         socket.send(&packet).unwrap();
         let _ = socket.recv(&mut buf);
     }
+    // A name longer than DNS allows (five 63-byte labels): FORMERR.
+    let mut long = vec![0x55, 0x66, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for _ in 0..5 {
+        long.push(63);
+        long.extend(std::iter::repeat_n(b'a', 63));
+    }
+    long.extend_from_slice(&[0, 0, 1, 0, 1]);
+    socket.send(&long).unwrap();
+    let n = socket
+        .recv(&mut buf)
+        .expect("an answer to an oversized name");
+    assert!(n >= 12);
+    assert_eq!(&buf[..2], &[0x55, 0x66]);
+    assert_eq!(buf[3] & 0x0f, 1, "FORMERR");
     // An opcode other than QUERY (STATUS = 2): NOTIMP.
     let status_query = [0xab, 0xcd, 0x10, 0x00, 0, 0, 0, 0, 0, 0, 0, 0];
     socket.send(&status_query).unwrap();

@@ -482,7 +482,7 @@ impl Resolver {
         let node = &services.node;
         let ttl = ttl_of(self.config.node_ttl);
         let mut a = Answer::new(ResponseCode::NoError);
-        let address = self.node_address(node, datacenter);
+        let address = self.node_address(node, datacenter, qtype);
         match qtype {
             RecordType::A | RecordType::AAAA | RecordType::ANY => {
                 match address.parse::<IpAddr>() {
@@ -505,16 +505,20 @@ impl Resolver {
         Ok(a)
     }
 
-    /// The node address to give out: its WAN address for another datacenter
-    /// when it has one, else its address.
-    fn node_address(&self, node: &Node, datacenter: Option<&str>) -> String {
-        let remote = datacenter.is_some_and(|dc| dc != self.datacenter);
-        if remote {
-            if let Some(wan) = node.tagged_addresses.get("wan").filter(|a| !a.is_empty()) {
-                return wan.clone();
-            }
-        }
-        node.address.clone()
+    /// Whether answers for `datacenter` use WAN addresses
+    /// (`translate_wan_addrs` and another datacenter).
+    fn wan(&self, datacenter: Option<&str>) -> bool {
+        self.config.translate_wan_addrs && datacenter.is_some_and(|dc| dc != self.datacenter)
+    }
+
+    /// The node address to give out for `qtype` (see [`pick_address`]).
+    fn node_address(&self, node: &Node, datacenter: Option<&str>, qtype: RecordType) -> String {
+        pick_address(
+            &node.address,
+            |k| node.tagged_addresses.get(k).cloned(),
+            self.wan(datacenter),
+            qtype,
+        )
     }
 
     async fn service(
@@ -557,7 +561,7 @@ impl Resolver {
                 let mut seen = BTreeSet::new();
                 let mut first_cname = None;
                 for csn in &instances {
-                    let address = self.instance_address(csn, wanted.datacenter);
+                    let (address, _) = self.instance_address(csn, wanted.datacenter, qtype);
                     match address.parse::<IpAddr>() {
                         Ok(ip) if family_matches(ip, qtype) && seen.insert(ip) => {
                             if a.answers.len() < limit {
@@ -582,9 +586,9 @@ impl Resolver {
             RecordType::SRV => {
                 let mut seen = BTreeSet::new();
                 for csn in &instances {
-                    let address = self.instance_address(csn, wanted.datacenter);
+                    let (address, port) = self.instance_address(csn, wanted.datacenter, qtype);
                     if address.is_empty()
-                        || !seen.insert((csn.node.node.clone(), address.clone(), csn.service.port))
+                        || !seen.insert((csn.node.node.clone(), address.clone(), port))
                     {
                         continue;
                     }
@@ -604,7 +608,7 @@ impl Resolver {
                     a.answers.push(Record::from_rdata(
                         qname.clone(),
                         ttl,
-                        RData::SRV(SRV::new(1, weight, csn.service.port, target)),
+                        RData::SRV(SRV::new(1, weight, port, target)),
                     ));
                 }
             }
@@ -616,12 +620,31 @@ impl Resolver {
         Ok(a)
     }
 
-    /// The address an instance is reached at: its service address, else its node's.
-    fn instance_address(&self, csn: &CheckServiceNode, datacenter: Option<&str>) -> String {
-        if csn.service.address.is_empty() {
-            self.node_address(&csn.node, datacenter)
+    /// The address and port an instance is reached at for `qtype`: its
+    /// service address (tagged addresses as for nodes; a WAN one brings its
+    /// port), else its node's.
+    fn instance_address(
+        &self,
+        csn: &CheckServiceNode,
+        datacenter: Option<&str>,
+        qtype: RecordType,
+    ) -> (String, u16) {
+        let tagged = &csn.service.tagged_addresses;
+        let wan = self.wan(datacenter);
+        let address = pick_address(
+            &csn.service.address,
+            |k| tagged.get(k).map(|t| t.address.clone()),
+            wan,
+            qtype,
+        );
+        let port = match tagged.get("wan").filter(|t| wan && t.port != 0) {
+            Some(t) => t.port,
+            None => csn.service.port,
+        };
+        if address.is_empty() {
+            (self.node_address(&csn.node, datacenter, qtype), port)
         } else {
-            csn.service.address.clone()
+            (address, port)
         }
     }
 
@@ -639,7 +662,8 @@ impl Resolver {
         a: &mut Answer,
     ) -> Option<Name> {
         let ip = address.parse::<IpAddr>();
-        if csn.service.address.is_empty() {
+        // The node's own name when the address is the node's as registered.
+        if address == csn.node.address {
             if let Ok(ip) = ip {
                 let node_name = name(&format!("{}.node.{dc}.{domain}.", csn.node.node))?;
                 a.additional.push(address_record(&node_name, ip, ttl));
@@ -771,6 +795,48 @@ struct Wanted<'a> {
     connect: bool,
 }
 
+/// The address to give out, as Consul chooses among tagged addresses:
+/// `lan_ipv4` / `lan_ipv6` (with WAN translation: `wan`, `wan_ipv4`,
+/// `wan_ipv6` first) by the family asked for; ANY and SRV prefer IPv6.
+/// Empty when nothing suits an A or AAAA question.
+fn pick_address(
+    default: &str,
+    tagged: impl Fn(&str) -> Option<String>,
+    wan: bool,
+    qtype: RecordType,
+) -> String {
+    let get = |k: &str| tagged(k).filter(|a| !a.is_empty());
+    let mut default = default.to_string();
+    let (mut v4, mut v6) = (get("lan_ipv4"), get("lan_ipv6"));
+    if wan {
+        default = get("wan").unwrap_or(default);
+        v4 = get("wan_ipv4").or(v4);
+        v6 = get("wan_ipv6").or(v6);
+    }
+    // A host name suits either family.
+    let suits = |a: &str, want_v6: bool| {
+        a.parse::<IpAddr>()
+            .map_or(true, |ip| ip.is_ipv6() == want_v6)
+    };
+    match qtype {
+        RecordType::A => v4.unwrap_or_else(|| {
+            if suits(&default, false) {
+                default
+            } else {
+                String::new()
+            }
+        }),
+        RecordType::AAAA => v6.unwrap_or_else(|| {
+            if suits(&default, true) {
+                default
+            } else {
+                String::new()
+            }
+        }),
+        _ => v6.or(v4).unwrap_or(default),
+    }
+}
+
 /// A CNAME to a host name.
 fn cname(owner: &Name, host: &str, ttl: u32) -> Option<Record> {
     if host.is_empty() {
@@ -782,4 +848,54 @@ fn cname(owner: &Name, host: &str, ttl: u32) -> Option<Record> {
         ttl,
         RData::CNAME(CNAME(target)),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn pick(default: &str, tags: &[(&str, &str)], wan: bool, qtype: RecordType) -> String {
+        let tags: BTreeMap<String, String> = tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        pick_address(default, |k| tags.get(k).cloned(), wan, qtype)
+    }
+
+    #[test]
+    fn addresses_are_chosen_as_consul_chooses_them() {
+        let dual = [("lan_ipv4", "10.0.0.4"), ("lan_ipv6", "2001:db8::6")];
+        assert_eq!(pick("10.0.0.1", &dual, false, RecordType::A), "10.0.0.4");
+        assert_eq!(
+            pick("10.0.0.1", &dual, false, RecordType::AAAA),
+            "2001:db8::6"
+        );
+        assert_eq!(
+            pick("10.0.0.1", &dual, false, RecordType::SRV),
+            "2001:db8::6"
+        );
+        assert_eq!(pick("10.0.0.1", &[], false, RecordType::AAAA), "");
+        assert_eq!(pick("2001:db8::1", &[], false, RecordType::A), "");
+        assert_eq!(
+            pick("db.example.com", &[], false, RecordType::A),
+            "db.example.com"
+        );
+        // WAN translation only when asked for.
+        let wan = [("wan", "198.18.0.1"), ("lan_ipv4", "10.0.0.4")];
+        assert_eq!(pick("10.0.0.1", &wan, false, RecordType::SRV), "10.0.0.4");
+        assert_eq!(
+            pick("10.0.0.1", &[("wan", "198.18.0.1")], true, RecordType::A),
+            "198.18.0.1"
+        );
+        assert_eq!(
+            pick(
+                "10.0.0.1",
+                &[("wan_ipv4", "198.18.0.2")],
+                true,
+                RecordType::A
+            ),
+            "198.18.0.2"
+        );
+    }
 }
