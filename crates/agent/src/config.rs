@@ -285,6 +285,9 @@ pub struct AgentConfig {
     /// Address the HTTP API binds (`addresses.http`), when it differs from
     /// `client_addr`.
     pub http_addr: Option<IpAddr>,
+    /// Address the DNS server binds (`addresses.dns`), when it differs from
+    /// `client_addr`.
+    pub dns_addr: Option<IpAddr>,
     /// Address cluster traffic binds.
     pub bind_addr: IpAddr,
     /// Address advertised to others.
@@ -689,6 +692,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         data_dir: get_str(&map, &["data_dir"])?.map(PathBuf::from),
         client_addr: get_ip(&map, &["client_addr"])?.unwrap_or(IpAddr::from([127, 0, 0, 1])),
         http_addr: get_ip(&map, &["addresses", "http"])?,
+        dns_addr: get_ip(&map, &["addresses", "dns"])?,
         bind_addr: get_ip(&map, &["bind_addr"])?.unwrap_or(IpAddr::from([0, 0, 0, 0])),
         advertise_addr: get_ip(&map, &["advertise_addr"])?,
         ports,

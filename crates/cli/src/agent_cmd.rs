@@ -544,7 +544,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     };
     let dns = match config.ports.dns {
         Some(port) => {
-            let address = SocketAddr::new(config.client_addr, port);
+            let address = SocketAddr::new(config.dns_addr.unwrap_or(config.client_addr), port);
             let resolver = Arc::new(legate_dns::Resolver::new(
                 agent.rpc().clone(),
                 config.dns.clone(),

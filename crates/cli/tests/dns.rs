@@ -188,10 +188,16 @@ fn names_types_health_and_ttls_answer_as_consul_does() {
     let db = dig(port, &["db.service.consul", "AAAA"]);
     assert_eq!(db.answers_of("AAAA"), vec!["2001:db8::1"]);
     assert_eq!(db.answer[0].ttl, 30);
-    assert_eq!(dig(port, &["db.service.consul", "A"]).answers_of("A"), vec!["127.0.0.1"]);
+    assert_eq!(
+        dig(port, &["db.service.consul", "A"]).answers_of("A"),
+        vec!["127.0.0.1"]
+    );
     // No address of the asked family anywhere: NOERROR with the SOA.
     let web_v6 = dig(port, &["v1.web.service.consul", "AAAA"]);
-    assert_eq!((web_v6.status.as_str(), web_v6.answer.len()), ("NOERROR", 0));
+    assert_eq!(
+        (web_v6.status.as_str(), web_v6.answer.len()),
+        ("NOERROR", 0)
+    );
     assert_eq!(web_v6.authority[0].kind, "SOA");
     // Nodes: A with the node TTL, metadata as TXT.
     let node = dig(port, &["node1.node.consul"]);
