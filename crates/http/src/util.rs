@@ -48,9 +48,10 @@ impl From<RpcError> for ApiError {
             RpcError::PermissionDenied(_) => StatusCode::FORBIDDEN,
             RpcError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RpcError::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            RpcError::NoPathToDatacenter(_) | RpcError::NoLeader | RpcError::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            RpcError::NoPathToDatacenter(_)
+            | RpcError::NoLeader
+            | RpcError::Unreachable(_)
+            | RpcError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError {
             status,

@@ -26,6 +26,10 @@ pub enum RpcError {
     /// No Raft leader is known (HTTP 500).
     #[error("No cluster leader")]
     NoLeader,
+    /// A server could not be reached over the network (HTTP 500); the
+    /// caller may try another.
+    #[error("rpc error: {0}")]
+    Unreachable(String),
     /// Anything else (HTTP 500).
     #[error("{0}")]
     Internal(String),

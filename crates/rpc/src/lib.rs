@@ -1,0 +1,41 @@
+//! The server port (8300): one TCP listener multiplexed by the first byte
+//! of each connection, as Consul's is — RPC calls, Raft messages, and (later)
+//! TLS — with length-prefixed frames, a pooled dialer, and the `ServerRpc`
+//! trait carried over it (`RemoteRpc` on the calling side, [`serve_rpc`]
+//! on the answering side) so followers and client agents can forward.
+//!
+//! Frames are a 4-byte big-endian length and a JSON body (the types use
+//! serde features that only self-describing formats decode). One request
+//! is outstanding per connection; the pool opens more connections for
+//! concurrent calls (blocking queries hold theirs for minutes).
+
+mod frame;
+mod listener;
+mod pool;
+mod server_rpc;
+
+pub use frame::{read_frame, write_frame, MAX_FRAME};
+pub use listener::{FrameHandler, Listener};
+pub use pool::Pool;
+pub use server_rpc::{serve_rpc, RemoteRpc, RpcHandler};
+
+/// What a connection carries, named by its first byte (Consul's numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Server RPC calls (`ServerRpc`).
+    Rpc = 0,
+    /// Raft messages between servers.
+    Raft = 1,
+}
+
+impl Kind {
+    /// The kind a first byte names.
+    pub fn from_byte(b: u8) -> Option<Kind> {
+        match b {
+            0 => Some(Kind::Rpc),
+            1 => Some(Kind::Raft),
+            _ => None,
+        }
+    }
+}

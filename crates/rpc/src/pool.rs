@@ -1,0 +1,116 @@
+//! A dialer that keeps idle connections per (address, kind) and opens more
+//! for concurrent calls.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::frame::{read_frame, write_frame};
+use crate::Kind;
+
+/// Idle connections kept per (address, kind).
+const MAX_IDLE: usize = 32;
+
+/// The pooled dialer.
+pub struct Pool {
+    idle: Mutex<HashMap<(String, Kind), Vec<TcpStream>>>,
+    connect_timeout: Duration,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new(Duration::from_secs(5))
+    }
+}
+
+impl Pool {
+    /// A pool whose connection attempts give up after `connect_timeout`.
+    pub fn new(connect_timeout: Duration) -> Pool {
+        Pool {
+            idle: Mutex::new(HashMap::new()),
+            connect_timeout,
+        }
+    }
+
+    /// An idle connection that is still open (a closed one reads EOF at
+    /// once; an open one has nothing to read).
+    fn take(&self, address: &str, kind: Kind) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(&(address.to_string(), kind))?;
+        while let Some(stream) = list.pop() {
+            let mut probe = [0u8; 1];
+            if matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    fn put(&self, address: &str, kind: Kind, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry((address.to_string(), kind)).or_default();
+        if list.len() < MAX_IDLE {
+            list.push(stream);
+        }
+    }
+
+    async fn connect(&self, address: &str, kind: Kind) -> std::io::Result<TcpStream> {
+        let mut stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connecting to {address} timed out"),
+                )
+            })??;
+        stream.set_nodelay(true)?;
+        stream.write_all(&[kind as u8]).await?;
+        Ok(stream)
+    }
+
+    /// Sends one request frame to `address` and waits up to `timeout` for
+    /// its answer. A pooled connection that turns out closed before the
+    /// request was written is replaced once; a failure after that is
+    /// returned (the request may have been processed).
+    pub async fn call(
+        &self,
+        address: &str,
+        kind: Kind,
+        request: &[u8],
+        timeout: Duration,
+    ) -> std::io::Result<Vec<u8>> {
+        let (mut stream, pooled) = match self.take(address, kind) {
+            Some(s) => (s, true),
+            None => (self.connect(address, kind).await?, false),
+        };
+        if let Err(e) = write_frame(&mut stream, request).await {
+            if !pooled {
+                return Err(e);
+            }
+            stream = self.connect(address, kind).await?;
+            write_frame(&mut stream, request).await?;
+        }
+        let answer = tokio::time::timeout(timeout, read_frame(&mut stream))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer from {address} within {timeout:?}"),
+                )
+            })??;
+        match answer {
+            Some(body) => {
+                self.put(address, kind, stream);
+                Ok(body)
+            }
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                format!("{address} closed the connection"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! `ServerRpc` over the server port: every trait method is a variant of
+//! [`Call`] (generated from one list, so client and server cannot drift);
+//! the answer is `Result<serde_json::Value, RpcError>`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use legate_types::config_entry::ConfigEntry;
+use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
+use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
+use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, TxnOp, TxnResponse};
+use legate_types::{
+    CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp, Node,
+    NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
+    WriteOptions, MAX_BLOCKING_WAIT,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::listener::FrameHandler;
+use crate::pool::Pool;
+use crate::Kind;
+
+/// Extra time a call gets beyond its blocking wait.
+const CALL_SLACK: Duration = Duration::from_secs(30);
+
+macro_rules! server_rpc_calls {
+    ($( $name:ident ( $( $opts:ident : & $oty:ty )? ; $( $arg:ident : $aty:ty ),* ) -> $ret:ty; )*) => {
+        /// One `ServerRpc` call on the wire.
+        // Variants are named as the trait's methods; a call lives only
+        // while it is encoded or dispatched, so its size does not matter.
+        #[derive(Debug, Serialize, Deserialize)]
+        #[allow(non_camel_case_types, clippy::large_enum_variant)]
+        pub enum Call {
+            $( $name { $( $opts: $oty, )? $( $arg: $aty ),* }, )*
+            /// `txn`, whose result carries its index beside the body.
+            txn { opts: WriteOptions, ops: Vec<TxnOp> },
+        }
+
+        impl Call {
+            /// How long the caller waits for the answer.
+            fn timeout(&self) -> Duration {
+                let wait = match self {
+                    $( Call::$name { $( $opts, )? .. } => {
+                        let _wait: Option<Duration> = None;
+                        $( let _wait = blocking_wait(&*$opts); )?
+                        _wait
+                    } )*
+                    Call::txn { .. } => None,
+                };
+                wait.unwrap_or(Duration::ZERO) + CALL_SLACK
+            }
+        }
+
+        /// Runs one call against the local server.
+        async fn dispatch(rpc: &dyn ServerRpc, call: Call) -> Result<serde_json::Value, RpcError> {
+            let encode = |v: Result<_, serde_json::Error>| v.map_err(|e| RpcError::Internal(e.to_string()));
+            match call {
+                $( Call::$name { $( $opts, )? $( $arg ),* } => {
+                    let out = rpc.$name( $( &$opts, )? $( $arg ),* ).await?;
+                    encode(serde_json::to_value(out))
+                } )*
+                Call::txn { opts, ops } => {
+                    let out = rpc.txn(&opts, ops).await?;
+                    let index = out.index;
+                    encode(serde_json::to_value((out, index)))
+                }
+            }
+        }
+
+        #[async_trait]
+        impl ServerRpc for RemoteRpc {
+            $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
+                self.call(Call::$name { $( $opts: $opts.clone(), )? $( $arg ),* }).await
+            } )*
+
+            async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+                let (mut out, index): (TxnResponse, u64) =
+                    self.call(Call::txn { opts: opts.clone(), ops }).await?;
+                out.index = index;
+                Ok(out)
+            }
+        }
+    };
+}
+
+/// The blocking wait a read asks for (none for writes).
+trait BlockingWait {
+    fn wait(&self) -> Option<Duration>;
+}
+
+impl BlockingWait for QueryOptions {
+    fn wait(&self) -> Option<Duration> {
+        (self.min_index > 0).then(|| {
+            self.max_wait
+                .unwrap_or(MAX_BLOCKING_WAIT)
+                .min(MAX_BLOCKING_WAIT)
+                * 2
+        })
+    }
+}
+
+impl BlockingWait for WriteOptions {
+    fn wait(&self) -> Option<Duration> {
+        None
+    }
+}
+
+fn blocking_wait<T: BlockingWait>(opts: &T) -> Option<Duration> {
+    opts.wait()
+}
+
+server_rpc_calls! {
+    status_leader(;) -> String;
+    status_peers(;) -> Vec<String>;
+    catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;
+    catalog_deregister(opts: &WriteOptions; req: DeregisterRequest) -> u64;
+    catalog_datacenters(;) -> Vec<String>;
+    catalog_nodes(opts: &QueryOptions;) -> Queried<Vec<Node>>;
+    catalog_services(opts: &QueryOptions;) -> Queried<BTreeMap<String, Vec<String>>>;
+    catalog_service_nodes(opts: &QueryOptions; query: ServiceQuery) -> Queried<Vec<ServiceNode>>;
+    catalog_node_services(opts: &QueryOptions; node: String) -> Queried<Option<NodeServices>>;
+    health_node_checks(opts: &QueryOptions; node: String) -> Queried<Vec<HealthCheck>>;
+    health_service_checks(opts: &QueryOptions; service: String) -> Queried<Vec<HealthCheck>>;
+    health_checks_in_state(opts: &QueryOptions; state: Option<HealthStatus>) -> Queried<Vec<HealthCheck>>;
+    health_service_nodes(opts: &QueryOptions; query: ServiceQuery) -> Queried<Vec<CheckServiceNode>>;
+    kv_get(opts: &QueryOptions; key: String) -> Queried<Option<KvEntry>>;
+    kv_list(opts: &QueryOptions; prefix: String) -> Queried<Vec<KvEntry>>;
+    kv_keys(opts: &QueryOptions; prefix: String, separator: String) -> Queried<Vec<String>>;
+    kv_apply(opts: &WriteOptions; op: KvOp) -> bool;
+    session_create(opts: &WriteOptions; session: Session) -> String;
+    session_destroy(opts: &WriteOptions; id: String) -> ();
+    session_renew(opts: &WriteOptions; id: String) -> Option<Session>;
+    session_info(opts: &QueryOptions; id: String) -> Queried<Vec<Session>>;
+    session_list(opts: &QueryOptions;) -> Queried<Vec<Session>>;
+    session_node(opts: &QueryOptions; node: String) -> Queried<Vec<Session>>;
+    config_apply(opts: &WriteOptions; entry: ConfigEntry, cas: Option<u64>) -> bool;
+    config_get(opts: &QueryOptions; kind: String, name: String) -> Queried<Option<ConfigEntry>>;
+    config_list(opts: &QueryOptions; kind: String) -> Queried<Vec<ConfigEntry>>;
+    config_list_all(opts: &QueryOptions; kinds: Vec<String>) -> Queried<Vec<ConfigEntry>>;
+    discovery_chain(opts: &QueryOptions; service: String, compile_datacenter: String, overrides: ChainOverrides) -> Queried<serde_json::Value>;
+    config_delete(opts: &WriteOptions; kind: String, name: String, cas: Option<u64>) -> bool;
+    ca_roots(opts: &QueryOptions;) -> Queried<IndexedCaRoots>;
+    ca_config_get(opts: &QueryOptions;) -> Queried<CaConfiguration>;
+    ca_config_set(opts: &WriteOptions; config: CaConfiguration) -> ();
+    ca_sign(opts: &WriteOptions; request: CaSignRequest) -> IssuedCert;
+    intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;
+    intention_list(opts: &QueryOptions;) -> Queried<Vec<Intention>>;
+    intention_get(opts: &QueryOptions; lookup: IntentionLookup) -> Queried<Option<Intention>>;
+    intention_match(opts: &QueryOptions; by: MatchBy, names: Vec<String>) -> Queried<Vec<(String, Vec<Intention>)>>;
+    intention_check(opts: &QueryOptions; source: String, destination: String) -> Queried<IntentionCheck>;
+}
+
+/// `ServerRpc` answered by a server at `address` over the server port.
+pub struct RemoteRpc {
+    address: String,
+    pool: Arc<Pool>,
+}
+
+impl RemoteRpc {
+    /// Calls go to `address` (`host:port`) through `pool`.
+    pub fn new(address: impl Into<String>, pool: Arc<Pool>) -> RemoteRpc {
+        RemoteRpc {
+            address: address.into(),
+            pool,
+        }
+    }
+
+    /// The server this client calls.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(&self, call: Call) -> Result<T, RpcError> {
+        let timeout = call.timeout();
+        let request = serde_json::to_vec(&call).map_err(|e| RpcError::Internal(e.to_string()))?;
+        let answer = self
+            .pool
+            .call(&self.address, Kind::Rpc, &request, timeout)
+            .await
+            .map_err(|e| RpcError::Unreachable(format!("{}: {e}", self.address)))?;
+        let result: Result<serde_json::Value, RpcError> = serde_json::from_slice(&answer)
+            .map_err(|e| RpcError::Internal(format!("bad answer from {}: {e}", self.address)))?;
+        serde_json::from_value(result?)
+            .map_err(|e| RpcError::Internal(format!("bad answer from {}: {e}", self.address)))
+    }
+}
+
+/// Answers RPC frames with a local `ServerRpc`.
+pub struct RpcHandler {
+    rpc: Arc<dyn ServerRpc>,
+}
+
+/// The handler to route [`Kind::Rpc`] connections to.
+pub fn serve_rpc(rpc: Arc<dyn ServerRpc>) -> Arc<RpcHandler> {
+    Arc::new(RpcHandler { rpc })
+}
+
+#[async_trait]
+impl FrameHandler for RpcHandler {
+    async fn handle(&self, peer: SocketAddr, request: Vec<u8>) -> Vec<u8> {
+        let result = match serde_json::from_slice::<Call>(&request) {
+            Ok(call) => dispatch(&*self.rpc, call).await,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "undecodable RPC call");
+                Err(RpcError::BadRequest(format!("undecodable RPC call: {e}")))
+            }
+        };
+        serde_json::to_vec(&result).unwrap_or_else(|e| {
+            serde_json::to_vec(&Err::<serde_json::Value, _>(RpcError::Internal(
+                e.to_string(),
+            )))
+            .unwrap_or_default()
+        })
+    }
+}

@@ -1,0 +1,218 @@
+//! `ServerRpc` over the server port: a real server behind a real listener
+//! on loopback, called through `RemoteRpc`. Every answer must equal what
+//! the server gives in process (same JSON), errors keep their variant,
+//! blocking reads block, and a restarted listener is redialled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use legate_rpc::{serve_rpc, Kind, Listener, Pool, RemoteRpc};
+use legate_server::{Server, ServerConfig};
+use legate_types::config_entry::from_json;
+use legate_types::intention::MatchBy;
+use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, TxnOp};
+use legate_types::{KvOp, KvVerb, QueryOptions, RegisterRequest, RpcError, WriteOptions};
+use serde_json::json;
+
+async fn listen(server: Arc<Server>, address: &str) -> (String, tokio::task::JoinHandle<()>) {
+    let mut listener = Listener::bind(address.parse().unwrap()).await.unwrap();
+    let rpc: Arc<dyn ServerRpc> = server;
+    listener.route(Kind::Rpc, serve_rpc(rpc));
+    let address = listener.local_addr().unwrap().to_string();
+    (address, tokio::spawn(listener.serve()))
+}
+
+fn same<T: serde::Serialize>(local: T, remote: T) {
+    assert_eq!(
+        serde_json::to_value(local).unwrap(),
+        serde_json::to_value(remote).unwrap()
+    );
+}
+
+fn put(key: &str, value: &str) -> KvOp {
+    serde_json::from_value(json!({"Verb": "set", "Key": key, "Value": base64(value)})).unwrap()
+}
+
+fn base64(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_call_answers_as_in_process() {
+    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    assert!(server.wait_for_ca(Duration::from_secs(10)).await);
+    let (address, _task) = listen(server.clone(), "127.0.0.1:0").await;
+    let remote = RemoteRpc::new(address, Arc::new(Pool::default()));
+    let w = WriteOptions::default();
+    let q = QueryOptions::default();
+
+    same(
+        server.status_leader().await.unwrap(),
+        remote.status_leader().await.unwrap(),
+    );
+    let register: RegisterRequest = serde_json::from_value(json!({
+        "Node": "n1", "Address": "10.0.0.1",
+        "Service": {"ID": "web1", "Service": "web", "Port": 80, "Tags": ["v1"]},
+        "Check": {"CheckID": "c", "Name": "c", "Status": "passing", "ServiceID": "web1"}
+    }))
+    .unwrap();
+    assert!(remote.catalog_register(&w, register).await.unwrap() > 0);
+    let query = ServiceQuery {
+        service: "web".into(),
+        ..Default::default()
+    };
+    same(
+        server
+            .health_service_nodes(&q, query.clone())
+            .await
+            .unwrap()
+            .value,
+        remote.health_service_nodes(&q, query).await.unwrap().value,
+    );
+    same(
+        server.catalog_nodes(&q).await.unwrap().value,
+        remote.catalog_nodes(&q).await.unwrap().value,
+    );
+
+    // KV and a transaction (whose index travels beside its body).
+    assert!(remote.kv_apply(&w, put("a/b", "hello")).await.unwrap());
+    same(
+        server.kv_get(&q, "a/b".into()).await.unwrap().value,
+        remote.kv_get(&q, "a/b".into()).await.unwrap().value,
+    );
+    let txn = remote
+        .txn(
+            &w,
+            vec![TxnOp {
+                kv: put("a/c", "x"),
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(txn.errors.is_none());
+    assert!(txn.index > 0, "the transaction's index crossed the wire");
+
+    // Config entries (custom deserializer) and the discovery chain.
+    let entry =
+        from_json(json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"})).unwrap();
+    assert!(remote.config_apply(&w, entry, None).await.unwrap());
+    same(
+        server
+            .config_get(&q, "service-defaults".into(), "web".into())
+            .await
+            .unwrap()
+            .value,
+        remote
+            .config_get(&q, "service-defaults".into(), "web".into())
+            .await
+            .unwrap()
+            .value,
+    );
+    same(
+        server
+            .discovery_chain(&q, "web".into(), "dc1".into(), ChainOverrides::default())
+            .await
+            .unwrap()
+            .value,
+        remote
+            .discovery_chain(&q, "web".into(), "dc1".into(), ChainOverrides::default())
+            .await
+            .unwrap()
+            .value,
+    );
+    same(
+        server.ca_roots(&q).await.unwrap().value,
+        remote.ca_roots(&q).await.unwrap().value,
+    );
+    same(
+        server
+            .intention_match(&q, MatchBy::Destination, vec!["web".into()])
+            .await
+            .unwrap()
+            .value,
+        remote
+            .intention_match(&q, MatchBy::Destination, vec!["web".into()])
+            .await
+            .unwrap()
+            .value,
+    );
+
+    // Errors keep their variant and message.
+    let huge = KvOp {
+        value: vec![b'x'; 600 * 1024],
+        ..put("big", "")
+    };
+    let local = server.kv_apply(&w, huge.clone()).await.unwrap_err();
+    let over_wire = remote.kv_apply(&w, huge).await.unwrap_err();
+    assert!(matches!(local, RpcError::TooLarge(_)), "{local:?}");
+    assert_eq!(local, over_wire);
+    let missing = KvOp {
+        verb: KvVerb::Cas,
+        ..put("a/b", "new")
+    };
+    assert!(
+        !remote.kv_apply(&w, missing).await.unwrap(),
+        "CAS at index 0 on an existing key fails"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_reads_block_and_wake_over_the_wire() {
+    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let (address, _task) = listen(server.clone(), "127.0.0.1:0").await;
+    let remote = Arc::new(RemoteRpc::new(address, Arc::new(Pool::default())));
+    let w = WriteOptions::default();
+    server.kv_apply(&w, put("k", "1")).await.unwrap();
+    let first = remote
+        .kv_get(&QueryOptions::default(), "k".into())
+        .await
+        .unwrap();
+    let opts = QueryOptions {
+        min_index: first.meta.index,
+        max_wait: Some(Duration::from_secs(30)),
+        ..Default::default()
+    };
+    let waiter = {
+        let remote = remote.clone();
+        tokio::spawn(async move { remote.kv_get(&opts, "k".into()).await })
+    };
+    // Other calls proceed while one blocks (a second pooled connection).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    remote.status_peers().await.unwrap();
+    remote.kv_apply(&w, put("k", "2")).await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the blocking read woke")
+        .unwrap()
+        .unwrap();
+    assert!(woke.meta.index > first.meta.index);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_listener_is_redialled_and_a_dead_one_is_unreachable() {
+    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let (address, task) = listen(server.clone(), "127.0.0.1:0").await;
+    let pool = Arc::new(Pool::new(Duration::from_secs(2)));
+    let remote = RemoteRpc::new(address.clone(), pool);
+    remote.status_leader().await.unwrap();
+    task.abort();
+    let _ = task.await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    match remote.status_leader().await {
+        Err(RpcError::Unreachable(message)) => assert!(message.contains(&address), "{message}"),
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    let (_again, _task) = listen(server.clone(), &address).await;
+    remote.status_leader().await.unwrap();
+}
