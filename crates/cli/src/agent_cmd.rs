@@ -477,6 +477,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
                 config.raft_multiplier
             },
             snapshot_threshold: 8192,
+            transport: Default::default(),
         },
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
         config_entries_bootstrap: bootstrap_entries(&config)?,

@@ -2,8 +2,8 @@
 //! on disk (redb), a state machine over the [`StateStore`], and snapshots.
 //!
 //! Depends on `legate-types` and `legate-state`; never on RPC or HTTP. The
-//! network between servers is a trait object supplied by the caller, so a
-//! single server needs none and clustering plugs its transport in here.
+//! network between servers runs over a [`RaftTransport`] the caller
+//! supplies (the server port); a single server needs none.
 
 // openraft's storage traits fix the error type (`StorageError`, ~224 bytes);
 // our helpers return the same type rather than box and unbox it.
@@ -23,7 +23,7 @@ use legate_state::{Command, CommandResult, StateStore};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 
 pub use log_store::LogStore;
-pub use network::NoNetwork;
+pub use network::{RaftAnswer, RaftMessage, RaftTransport};
 pub use state_machine::StateMachine;
 
 openraft::declare_raft_types!(
@@ -53,6 +53,22 @@ pub struct RaftOptions {
     pub raft_multiplier: u64,
     /// Take a snapshot after this many log entries.
     pub snapshot_threshold: u64,
+    /// How messages reach other servers (`None`: a single server).
+    pub transport: Transport,
+}
+
+/// The transport of [`RaftOptions`].
+#[derive(Clone, Default)]
+pub struct Transport(pub Option<Arc<dyn RaftTransport>>);
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Transport(network)"
+        } else {
+            "Transport(none)"
+        })
+    }
 }
 
 /// Errors of Raft operations.
@@ -89,6 +105,8 @@ pub struct RaftNode {
     log: LogStore,
     store: Arc<StateStore>,
     options: RaftOptions,
+    /// When this follower last heard from a leader (AppendEntries).
+    last_heard: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl RaftNode {
@@ -120,7 +138,7 @@ impl RaftNode {
         let raft = Raft::new(
             options.node_id,
             Arc::new(config),
-            NoNetwork,
+            network::Network::new(options.transport.0.clone()),
             log.clone(),
             state_machine,
         )
@@ -134,6 +152,7 @@ impl RaftNode {
             log,
             store,
             options,
+            last_heard: Arc::default(),
         };
         if node.options.bootstrap
             && !node
@@ -221,16 +240,64 @@ impl RaftNode {
             .collect()
     }
 
-    /// Time since the leader was last heard from (zero on the leader).
+    /// Time since the leader was last heard from (zero on the leader; on
+    /// a follower that never heard one, the time since start is unknown
+    /// and reported as zero).
     pub fn last_contact(&self) -> Duration {
-        let metrics = self.raft.metrics().borrow().clone();
-        if metrics.current_leader == Some(self.options.node_id) {
+        if self.is_leader() {
             return Duration::ZERO;
         }
-        metrics
-            .millis_since_quorum_ack
-            .map(Duration::from_millis)
+        self.last_heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|at| at.elapsed())
             .unwrap_or_default()
+    }
+
+    /// Answers a Raft message from another server (the encoded
+    /// [`RaftMessage`] in, the encoded [`RaftAnswer`] out).
+    pub async fn handle_message(&self, message: &[u8]) -> Vec<u8> {
+        let answer = match serde_json::from_slice::<RaftMessage>(message) {
+            Ok(RaftMessage::AppendEntries(request)) => {
+                let answer = self.raft.append_entries(request).await;
+                if answer.is_ok() {
+                    *self.last_heard.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(std::time::Instant::now());
+                }
+                RaftAnswer::AppendEntries(answer)
+            }
+            Ok(RaftMessage::Vote(request)) => RaftAnswer::Vote(self.raft.vote(request).await),
+            Ok(RaftMessage::InstallSnapshot(request)) => {
+                RaftAnswer::InstallSnapshot(self.raft.install_snapshot(request).await)
+            }
+            Err(e) => RaftAnswer::Undecodable(e.to_string()),
+        };
+        serde_json::to_vec(&answer).unwrap_or_default()
+    }
+
+    /// Initialises a cluster of `voters` (Raft id → server address) when
+    /// this node has no state yet. Every server of a new cluster must call
+    /// it with the same voters; a node that already has state ignores it.
+    pub async fn initialize_cluster(&self, voters: BTreeMap<u64, String>) -> Result<(), RaftError> {
+        if self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftError::Other(e.to_string()))?
+        {
+            return Ok(());
+        }
+        let members: BTreeMap<u64, BasicNode> = voters
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode { addr }))
+            .collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::InitializeError::NotAllowed(_),
+            )) => Ok(()),
+            Err(e) => Err(RaftError::Other(e.to_string())),
+        }
     }
 
     /// Waits until some leader is known, up to `timeout`.

@@ -14,6 +14,7 @@ fn options(dir: Option<PathBuf>) -> RaftOptions {
         bootstrap: true,
         raft_multiplier: 1,
         snapshot_threshold: 16,
+        transport: Default::default(),
     }
 }
 

@@ -80,6 +80,7 @@ impl ServerConfig {
                 bootstrap: true,
                 raft_multiplier: 1,
                 snapshot_threshold: 1024,
+                transport: Default::default(),
             },
             tombstone_ttl: DEFAULT_TOMBSTONE_TTL,
             config_entries_bootstrap: Vec::new(),
