@@ -74,43 +74,71 @@ impl Pool {
 
     /// Sends one request frame to `address` and waits up to `timeout` for
     /// its answer. A pooled connection that turns out closed before the
-    /// request was written is replaced once; a failure after that is
-    /// returned (the request may have been processed).
+    /// request was written is replaced once. The error says whether the
+    /// request may have reached the server ([`CallError::sent`]).
     pub async fn call(
         &self,
         address: &str,
         kind: Kind,
         request: &[u8],
         timeout: Duration,
-    ) -> std::io::Result<Vec<u8>> {
+    ) -> Result<Vec<u8>, CallError> {
+        let not_sent = |error| CallError { sent: false, error };
         let (mut stream, pooled) = match self.take(address, kind) {
             Some(s) => (s, true),
-            None => (self.connect(address, kind).await?, false),
+            None => (self.connect(address, kind).await.map_err(not_sent)?, false),
         };
+        // A failed write leaves at most a partial frame, which the server
+        // never acts on.
         if let Err(e) = write_frame(&mut stream, request).await {
             if !pooled {
-                return Err(e);
+                return Err(not_sent(e));
             }
-            stream = self.connect(address, kind).await?;
-            write_frame(&mut stream, request).await?;
+            stream = self.connect(address, kind).await.map_err(not_sent)?;
+            write_frame(&mut stream, request).await.map_err(not_sent)?;
         }
+        let sent = |error| CallError { sent: true, error };
         let answer = tokio::time::timeout(timeout, read_frame(&mut stream))
             .await
             .map_err(|_| {
-                std::io::Error::new(
+                sent(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!("no answer from {address} within {timeout:?}"),
-                )
-            })??;
+                ))
+            })?
+            .map_err(sent)?;
         match answer {
             Some(body) => {
                 self.put(address, kind, stream);
                 Ok(body)
             }
-            None => Err(std::io::Error::new(
+            None => Err(sent(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
                 format!("{address} closed the connection"),
-            )),
+            ))),
         }
+    }
+}
+
+/// A failed [`Pool::call`].
+#[derive(Debug)]
+pub struct CallError {
+    /// The request was written: the server may have acted on it.
+    pub sent: bool,
+    /// What failed.
+    pub error: std::io::Error,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl From<CallError> for std::io::Error {
+    fn from(e: CallError) -> std::io::Error {
+        e.error
     }
 }

@@ -13,8 +13,8 @@ use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, Issu
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, TxnOp, TxnResponse};
 use legate_types::{
-    CheckServiceNode, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp, Node,
-    NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
+    CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
+    Node, NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
     WriteOptions, MAX_BLOCKING_WAIT,
 };
 use serde::{Deserialize, Serialize};
@@ -71,6 +71,44 @@ macro_rules! server_rpc_calls {
         }
 
         #[async_trait]
+        impl ServerRpc for Forwarding {
+            $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
+                let forward = false $( || forwards($opts) )?;
+                let mut attempt = 0;
+                loop {
+                    let result = match self.target(forward) {
+                        Target::Local => self.local.$name( $( $opts, )? $( $arg.clone() ),* ).await,
+                        Target::Leader(address) => {
+                            RemoteRpc::new(address, self.pool.clone())
+                                .$name( $( $opts, )? $( $arg.clone() ),* )
+                                .await
+                        }
+                        Target::NoLeader => Err(RpcError::NoLeader),
+                    };
+                    if !self.retry(forward, &result, &mut attempt).await {
+                        return result;
+                    }
+                }
+            } )*
+
+            async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+                let mut attempt = 0;
+                loop {
+                    let result = match self.target(true) {
+                        Target::Local => self.local.txn(opts, ops.clone()).await,
+                        Target::Leader(address) => {
+                            RemoteRpc::new(address, self.pool.clone()).txn(opts, ops.clone()).await
+                        }
+                        Target::NoLeader => Err(RpcError::NoLeader),
+                    };
+                    if !self.retry(true, &result, &mut attempt).await {
+                        return result;
+                    }
+                }
+            }
+        }
+
+        #[async_trait]
         impl ServerRpc for RemoteRpc {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 self.call(Call::$name { $( $opts: $opts.clone(), )? $( $arg ),* }).await
@@ -110,6 +148,105 @@ impl BlockingWait for WriteOptions {
 
 fn blocking_wait<T: BlockingWait>(opts: &T) -> Option<Duration> {
     opts.wait()
+}
+
+/// Whether a call goes to the leader: writes, and reads that are not
+/// `?stale` (Consul's default and `?consistent` reads).
+trait Forwards {
+    fn forwards(&self) -> bool;
+}
+
+impl Forwards for QueryOptions {
+    fn forwards(&self) -> bool {
+        self.consistency != Consistency::Stale
+    }
+}
+
+impl Forwards for WriteOptions {
+    fn forwards(&self) -> bool {
+        true
+    }
+}
+
+fn forwards<T: Forwards>(opts: &T) -> bool {
+    opts.forwards()
+}
+
+/// What a server knows about its cluster's leader.
+pub trait Leadership: Send + Sync + 'static {
+    /// This server leads.
+    fn is_leader(&self) -> bool;
+    /// The leader's server-port address, when one is known.
+    fn leader_address(&self) -> Option<String>;
+}
+
+/// How long a forwarded call keeps retrying while there is no leader or it
+/// cannot be reached (Consul's `rpc_hold_timeout`).
+const HOLD: Duration = Duration::from_secs(7);
+
+enum Target {
+    Local,
+    Leader(String),
+    NoLeader,
+}
+
+/// `ServerRpc` for a server in a cluster: writes and non-stale reads go to
+/// the leader (this server's endpoints when it leads, the leader's over
+/// the server port otherwise); stale reads and status calls are answered
+/// here. While there is no leader, or it cannot be reached before the
+/// request is sent, the call is retried for up to 7 s; a request that may
+/// have reached a server is never retried.
+pub struct Forwarding {
+    local: Arc<dyn ServerRpc>,
+    leadership: Arc<dyn Leadership>,
+    pool: Arc<Pool>,
+}
+
+impl Forwarding {
+    /// Forwarding over `local` (this server's endpoints).
+    pub fn new(
+        local: Arc<dyn ServerRpc>,
+        leadership: Arc<dyn Leadership>,
+        pool: Arc<Pool>,
+    ) -> Forwarding {
+        Forwarding {
+            local,
+            leadership,
+            pool,
+        }
+    }
+
+    fn target(&self, forward: bool) -> Target {
+        if !forward || self.leadership.is_leader() {
+            return Target::Local;
+        }
+        match self.leadership.leader_address() {
+            Some(address) => Target::Leader(address),
+            None => Target::NoLeader,
+        }
+    }
+
+    /// Waits before another attempt when `result` says the leader was
+    /// missing or unreachable; `false` when the caller should return it.
+    async fn retry<T>(
+        &self,
+        forward: bool,
+        result: &Result<T, RpcError>,
+        attempt: &mut u32,
+    ) -> bool {
+        let retriable = matches!(result, Err(RpcError::NoLeader | RpcError::Unreachable(_)));
+        let waited: Duration = (0..*attempt).map(backoff).sum();
+        if !forward || !retriable || waited >= HOLD {
+            return false;
+        }
+        tokio::time::sleep(backoff(*attempt)).await;
+        *attempt += 1;
+        true
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((50u64 << attempt.min(4)).min(500))
 }
 
 server_rpc_calls! {
@@ -180,7 +317,17 @@ impl RemoteRpc {
             .pool
             .call(&self.address, Kind::Rpc, &request, timeout)
             .await
-            .map_err(|e| RpcError::Unreachable(format!("{}: {e}", self.address)))?;
+            .map_err(|e| {
+                if e.sent {
+                    // Indeterminate: never retried as if it had not happened.
+                    RpcError::Internal(format!(
+                        "no answer from {} ({e}); the request may have been applied",
+                        self.address
+                    ))
+                } else {
+                    RpcError::Unreachable(format!("{}: {e}", self.address))
+                }
+            })?;
         let result: Result<serde_json::Value, RpcError> = serde_json::from_slice(&answer)
             .map_err(|e| RpcError::Internal(format!("bad answer from {}: {e}", self.address)))?;
         serde_json::from_value(result?)

@@ -8,6 +8,7 @@
 mod authorizer;
 mod blocking;
 mod ca;
+pub mod cluster;
 mod endpoints;
 pub mod features;
 mod intentions;
