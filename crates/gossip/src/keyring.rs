@@ -1,0 +1,189 @@
+//! Gossip encryption (`encrypt`, `keyring`): every datagram is sealed with
+//! AES-GCM under the primary key and opened with any installed key, so
+//! keys can be rotated without a flag day. Envelope: a version byte, a
+//! 12-byte nonce, then the ciphertext with its 16-byte tag.
+
+use base64::Engine;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM};
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// Bytes the envelope adds to a datagram.
+pub const OVERHEAD: usize = 1 + 12 + 16;
+const VERSION: u8 = 1;
+
+/// A key as Consul writes it: base64 of 16 or 32 bytes.
+#[derive(Clone)]
+pub struct Key {
+    encoded: String,
+    key: std::sync::Arc<LessSafeKey>,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+impl Key {
+    /// Parses a base64 key (`legate keygen` makes one).
+    pub fn parse(encoded: &str) -> Result<Key, String> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|e| format!("the key is not valid base64: {e}"))?;
+        let algorithm = match bytes.len() {
+            16 => &AES_128_GCM,
+            32 => &AES_256_GCM,
+            n => {
+                return Err(format!(
+                    "the key must be 16 or 32 bytes (AES-128 or AES-256), not {n}"
+                ))
+            }
+        };
+        let unbound = UnboundKey::new(algorithm, &bytes).map_err(|_| "unusable key".to_string())?;
+        Ok(Key {
+            encoded: encoded.trim().to_string(),
+            key: std::sync::Arc::new(LessSafeKey::new(unbound)),
+        })
+    }
+
+    /// A new random 32-byte key, base64 encoded.
+    pub fn generate() -> String {
+        let mut bytes = [0u8; 32];
+        SystemRandom::new()
+            .fill(&mut bytes)
+            .expect("the system random source works");
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    /// The key as configured.
+    pub fn encoded(&self) -> &str {
+        &self.encoded
+    }
+}
+
+/// The installed keys; the first seals.
+#[derive(Clone, Debug, Default)]
+pub struct Keyring {
+    keys: Vec<Key>,
+}
+
+impl Keyring {
+    /// A keyring of `keys` (the first is primary); empty means plain text.
+    pub fn new(keys: Vec<Key>) -> Keyring {
+        Keyring { keys }
+    }
+
+    /// Whether gossip is encrypted.
+    pub fn is_enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The installed keys, primary first.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// Adds a key (not primary).
+    pub fn install(&mut self, key: Key) {
+        if !self.keys.iter().any(|k| k.encoded == key.encoded) {
+            self.keys.push(key);
+        }
+    }
+
+    /// Makes an installed key primary.
+    pub fn use_key(&mut self, encoded: &str) -> Result<(), String> {
+        let at = self
+            .keys
+            .iter()
+            .position(|k| k.encoded == encoded.trim())
+            .ok_or("the key is not installed")?;
+        let key = self.keys.remove(at);
+        self.keys.insert(0, key);
+        Ok(())
+    }
+
+    /// Removes a key that is not primary.
+    pub fn remove(&mut self, encoded: &str) -> Result<(), String> {
+        match self.keys.iter().position(|k| k.encoded == encoded.trim()) {
+            Some(0) => Err("the primary key cannot be removed; use another key first".into()),
+            Some(at) => {
+                self.keys.remove(at);
+                Ok(())
+            }
+            None => Err("the key is not installed".into()),
+        }
+    }
+
+    /// Seals a datagram (or passes it through without keys).
+    pub fn seal(&self, data: &[u8]) -> Vec<u8> {
+        let Some(primary) = self.keys.first() else {
+            return data.to_vec();
+        };
+        let mut nonce = [0u8; 12];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .expect("the system random source works");
+        let mut out = Vec::with_capacity(data.len() + OVERHEAD);
+        out.push(VERSION);
+        out.extend_from_slice(&nonce);
+        let mut body = data.to_vec();
+        primary
+            .key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut body)
+            .expect("sealing cannot fail for in-memory data");
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Opens a datagram with any installed key; `None` when none opens it.
+    pub fn open(&self, data: &[u8]) -> Option<Vec<u8>> {
+        if self.keys.is_empty() {
+            return Some(data.to_vec());
+        }
+        if data.len() < OVERHEAD || data[0] != VERSION {
+            return None;
+        }
+        let nonce: [u8; 12] = data[1..13].try_into().ok()?;
+        self.keys.iter().find_map(|key| {
+            let mut body = data[13..].to_vec();
+            let plain = key
+                .key
+                .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut body)
+                .ok()?;
+            Some(plain.to_vec())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_datagrams_open_with_any_installed_key_only() {
+        let a = Key::parse(&Key::generate()).unwrap();
+        let b = Key::parse(&Key::generate()).unwrap();
+        let sender = Keyring::new(vec![a.clone()]);
+        let sealed = sender.seal(b"hello");
+        assert_ne!(&sealed[13..], b"hello");
+        assert_eq!(
+            Keyring::new(vec![b.clone(), a.clone()])
+                .open(&sealed)
+                .unwrap(),
+            b"hello"
+        );
+        assert!(Keyring::new(vec![b.clone()]).open(&sealed).is_none());
+        assert!(Keyring::new(vec![a.clone()]).open(b"plain text").is_none());
+        let mut tampered = sealed.clone();
+        *tampered.last_mut().unwrap() ^= 1;
+        assert!(sender.open(&tampered).is_none());
+        assert!(Key::parse("not base64!").is_err());
+        assert!(Key::parse("AAAA").unwrap_err().contains("16 or 32 bytes"));
+        let mut ring = Keyring::new(vec![a.clone()]);
+        ring.install(b.clone());
+        assert!(ring.remove(a.encoded()).is_err());
+        ring.use_key(b.encoded()).unwrap();
+        ring.remove(a.encoded()).unwrap();
+        assert_eq!(ring.keys().len(), 1);
+    }
+}

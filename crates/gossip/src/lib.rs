@@ -1,0 +1,539 @@
+//! LAN gossip: SWIM membership (foca) over UDP for every agent of a
+//! datacenter, with typed member tags, graceful leave, failure detection,
+//! immediate rejoin after a crash, and optional encryption.
+//!
+//! Each member's identity carries its gossip address, node name, a "bump"
+//! that grows on every start (so a `kill -9`-restarted node replaces its
+//! old self at once), and its tags (role, datacenter, server RPC address,
+//! Raft id, build, supported features): new members learn every tag from
+//! the membership itself. A graceful leave first marks the identity as
+//! leaving, so peers record "left" rather than "failed". Membership never
+//! depends on the catalog: the server's leader reconciles from here.
+//!
+//! Not wire-compatible with Consul's serf.
+
+mod keyring;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use foca::{AccumulatingRuntime, Config, Foca, Identity, OwnedNotification, PostcardCodec, Timer};
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+pub use keyring::{Key, Keyring, OVERHEAD};
+
+/// The largest datagram sent (a conservative path MTU).
+const MAX_DATAGRAM: usize = 1400;
+
+/// What a member is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Tags {
+    /// `server` or `client`.
+    pub role: String,
+    /// Datacenter.
+    pub dc: String,
+    /// The server RPC address (`ip:port`; servers only).
+    pub rpc_addr: String,
+    /// The Raft id (servers only).
+    pub raft_id: u64,
+    /// Build version.
+    pub build: String,
+    /// Supported feature flags (e.g. `si`, `fs`).
+    pub features: Vec<String>,
+    /// The node id (UUID).
+    pub node_id: String,
+    /// Set just before a graceful leave.
+    pub leaving: bool,
+}
+
+/// A member's identity on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeId {
+    /// Gossip address (the key of a member).
+    pub addr: SocketAddr,
+    /// Node name.
+    pub name: String,
+    /// Grows on every start and on every tag change.
+    pub bump: u64,
+    /// Tags.
+    pub tags: Tags,
+}
+
+impl Identity for NodeId {
+    type Addr = SocketAddr;
+
+    fn renew(&self) -> Option<Self> {
+        Some(NodeId {
+            bump: self.bump.wrapping_add(1),
+            ..self.clone()
+        })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.bump > adversary.bump
+    }
+}
+
+/// A member's status, as `legate members` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// Reachable.
+    Alive,
+    /// Stopped answering.
+    Failed,
+    /// Left gracefully (or was forced out).
+    Left,
+}
+
+impl Status {
+    /// Consul's word for it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Alive => "alive",
+            Status::Failed => "failed",
+            Status::Left => "left",
+        }
+    }
+}
+
+/// One member as this node sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Node name.
+    pub name: String,
+    /// Gossip address.
+    pub addr: SocketAddr,
+    /// Tags.
+    pub tags: Tags,
+    /// Status.
+    pub status: Status,
+}
+
+/// How fast failures are noticed.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Probe period.
+    pub probe_period: Duration,
+    /// Probe round trip.
+    pub probe_rtt: Duration,
+    /// Suspicion before a member is declared failed.
+    pub suspect_to_down_after: Duration,
+}
+
+impl Timing {
+    /// Consul's LAN defaults (1 s probes, 500 ms round trip).
+    pub fn lan() -> Timing {
+        Timing {
+            probe_period: Duration::from_secs(1),
+            probe_rtt: Duration::from_millis(500),
+            suspect_to_down_after: Duration::from_secs(4),
+        }
+    }
+
+    /// Quick failure detection for tests on loopback.
+    pub fn fast() -> Timing {
+        Timing {
+            probe_period: Duration::from_millis(200),
+            probe_rtt: Duration::from_millis(100),
+            suspect_to_down_after: Duration::from_millis(800),
+        }
+    }
+}
+
+/// How to start gossip.
+#[derive(Clone, Debug)]
+pub struct GossipConfig {
+    /// Where to listen (UDP).
+    pub bind: SocketAddr,
+    /// The address others reach us at (default: `bind`).
+    pub advertise: Option<SocketAddr>,
+    /// Node name.
+    pub name: String,
+    /// Tags.
+    pub tags: Tags,
+    /// Where the last bump is kept across restarts (`None`: the clock alone).
+    pub bump_file: Option<PathBuf>,
+    /// Encryption keys, primary first (empty: plain text).
+    pub keyring: Keyring,
+    /// Failure detection timing.
+    pub timing: Timing,
+}
+
+enum Command {
+    Announce(SocketAddr),
+    SetTags(Tags),
+    Leave(oneshot::Sender<()>),
+    ForceLeave(String, oneshot::Sender<bool>),
+}
+
+/// A running gossip member.
+#[derive(Clone)]
+pub struct Gossip {
+    task: Arc<tokio::task::JoinHandle<()>>,
+    commands: mpsc::Sender<Command>,
+    members: watch::Receiver<Vec<Member>>,
+    keyring: Arc<Mutex<Keyring>>,
+    local: SocketAddr,
+}
+
+/// A bump larger than any this node used before.
+fn next_bump(file: Option<&PathBuf>) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(1);
+    let stored = file
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let bump = now.max(stored + 1);
+    if let Some(f) = file {
+        if let Err(e) = std::fs::write(f, bump.to_string()) {
+            tracing::warn!(file = %f.display(), error = %e, "cannot persist the gossip incarnation");
+        }
+    }
+    bump
+}
+
+impl Gossip {
+    /// Binds the socket and starts gossiping (alone until [`Gossip::join`]).
+    pub async fn start(config: GossipConfig) -> std::io::Result<Gossip> {
+        let socket = UdpSocket::bind(config.bind).await?;
+        let local = socket.local_addr()?;
+        let addr = config.advertise.unwrap_or(local);
+        let me = NodeId {
+            addr,
+            name: config.name.clone(),
+            bump: next_bump(config.bump_file.as_ref()),
+            tags: config.tags.clone(),
+        };
+        let (commands, receiver) = mpsc::channel(64);
+        let members = watch::channel(vec![Member {
+            name: me.name.clone(),
+            addr,
+            tags: me.tags.clone(),
+            status: Status::Alive,
+        }])
+        .0;
+        let watcher = members.subscribe();
+        let keyring = Arc::new(Mutex::new(config.keyring.clone()));
+        let task = tokio::spawn(run(socket, me, config, receiver, members, keyring.clone()));
+        Ok(Gossip {
+            task: Arc::new(task),
+            commands,
+            members: watcher,
+            keyring,
+            local: addr,
+        })
+    }
+
+    /// This member's gossip address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Every member known (this one included), sorted by name.
+    pub fn members(&self) -> Vec<Member> {
+        self.members.borrow().clone()
+    }
+
+    /// Membership changes.
+    pub fn watch(&self) -> watch::Receiver<Vec<Member>> {
+        self.members.clone()
+    }
+
+    /// Contacts each address and waits up to `timeout` for members there to
+    /// answer; the number of addresses that did.
+    pub async fn join(&self, addresses: &[SocketAddr], timeout: Duration) -> usize {
+        for a in addresses {
+            let _ = self.commands.send(Command::Announce(*a)).await;
+        }
+        let mut watch = self.members.clone();
+        let reached = |members: &[Member]| {
+            addresses
+                .iter()
+                .filter(|a| {
+                    members
+                        .iter()
+                        .any(|m| m.addr == **a && m.status == Status::Alive)
+                })
+                .count()
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let now = reached(&watch.borrow_and_update());
+            if now == addresses.len() {
+                return now;
+            }
+            if tokio::time::timeout_at(deadline, watch.changed())
+                .await
+                .is_err()
+            {
+                return reached(&watch.borrow());
+            }
+        }
+    }
+
+    /// Changes this member's tags.
+    pub async fn set_tags(&self, tags: Tags) {
+        let _ = self.commands.send(Command::SetTags(tags)).await;
+    }
+
+    /// Leaves gracefully: peers record this member as left.
+    pub async fn leave(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.commands.send(Command::Leave(done)).await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
+        }
+    }
+
+    /// Marks a failed member as left (`force-leave`); `false` when no
+    /// failed member has that name.
+    pub async fn force_leave(&self, name: &str) -> bool {
+        let (done, wait) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::ForceLeave(name.to_string(), done))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        wait.await.unwrap_or(false)
+    }
+
+    /// Stops at once without telling anyone, as a crash would (peers
+    /// notice the failure).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+
+    /// The keyring (for `keyring` operations).
+    pub fn keyring(&self) -> Arc<Mutex<Keyring>> {
+        self.keyring.clone()
+    }
+}
+
+/// The member table: foca's view plus what we know of those gone.
+struct Table {
+    me: NodeId,
+    by_addr: BTreeMap<SocketAddr, Member>,
+}
+
+impl Table {
+    fn up(&mut self, id: &NodeId) {
+        self.by_addr.insert(
+            id.addr,
+            Member {
+                name: id.name.clone(),
+                addr: id.addr,
+                tags: id.tags.clone(),
+                status: if id.tags.leaving {
+                    Status::Left
+                } else {
+                    Status::Alive
+                },
+            },
+        );
+    }
+
+    fn down(&mut self, id: &NodeId) {
+        let status = if id.tags.leaving {
+            Status::Left
+        } else {
+            Status::Failed
+        };
+        self.by_addr
+            .entry(id.addr)
+            .and_modify(|m| {
+                if m.status != Status::Left {
+                    m.status = status;
+                }
+            })
+            .or_insert_with(|| Member {
+                name: id.name.clone(),
+                addr: id.addr,
+                tags: id.tags.clone(),
+                status,
+            });
+    }
+
+    fn snapshot(&self) -> Vec<Member> {
+        let mut all: Vec<Member> = self
+            .by_addr
+            .values()
+            .filter(|m| m.addr != self.me.addr && m.name != self.me.name)
+            .cloned()
+            .collect();
+        all.push(Member {
+            name: self.me.name.clone(),
+            addr: self.me.addr,
+            tags: self.me.tags.clone(),
+            status: Status::Alive,
+        });
+        // A name seen at several addresses: the live one wins.
+        all.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then((a.status != Status::Alive).cmp(&(b.status != Status::Alive)))
+        });
+        all.dedup_by(|later, first| later.name == first.name);
+        all
+    }
+}
+
+async fn run(
+    socket: UdpSocket,
+    me: NodeId,
+    config: GossipConfig,
+    mut commands: mpsc::Receiver<Command>,
+    members: watch::Sender<Vec<Member>>,
+    keyring: Arc<Mutex<Keyring>>,
+) {
+    let mut foca_config = Config::new_lan(NonZeroU32::new(16).expect("non-zero"));
+    foca_config.probe_period = config.timing.probe_period;
+    foca_config.probe_rtt = config.timing.probe_rtt;
+    foca_config.suspect_to_down_after = config.timing.suspect_to_down_after;
+    foca_config.max_packet_size = NonZeroUsize::new(MAX_DATAGRAM - OVERHEAD).expect("non-zero");
+    let rng: StdRng = rand::SeedableRng::from_os_rng();
+    let mut foca = Foca::new(me.clone(), foca_config, rng, PostcardCodec);
+    let mut runtime = AccumulatingRuntime::new();
+    let mut timers: BinaryHeap<Reverse<(Instant, Timer<NodeId>)>> = BinaryHeap::new();
+    let mut table = Table {
+        me,
+        by_addr: BTreeMap::new(),
+    };
+    let mut buf = vec![0u8; 65536];
+    let mut leaving: Option<oneshot::Sender<()>> = None;
+    loop {
+        let next = timers.peek().map(|Reverse((at, _))| *at);
+        let result = tokio::select! {
+            received = socket.recv_from(&mut buf) => {
+                match received {
+                    Ok((len, from)) => {
+                        let opened = keyring.lock().unwrap_or_else(|e| e.into_inner()).open(&buf[..len]);
+                        match opened {
+                            Some(data) => foca.handle_data(&data, &mut runtime),
+                            None => {
+                                tracing::debug!(%from, "dropped a gossip packet no installed key opens");
+                                Ok(())
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "gossip receive failed");
+                        Ok(())
+                    }
+                }
+            }
+            _ = async { tokio::time::sleep_until(next.expect("guarded")).await }, if next.is_some() => {
+                let now = Instant::now();
+                let mut result = Ok(());
+                while timers.peek().is_some_and(|Reverse((at, _))| *at <= now) {
+                    let Reverse((_, timer)) = timers.pop().expect("peeked");
+                    result = result.and(foca.handle_timer(timer, &mut runtime));
+                }
+                result
+            }
+            command = commands.recv() => match command {
+                Some(Command::Announce(seed)) => foca.announce(
+                    NodeId { addr: seed, name: String::new(), bump: 0, tags: Tags::default() },
+                    &mut runtime,
+                ),
+                Some(Command::SetTags(tags)) => {
+                    let mut id = foca.identity().clone();
+                    id.bump += 1;
+                    id.tags = tags;
+                    table.me = id.clone();
+                    foca.change_identity(id, &mut runtime)
+                }
+                Some(Command::Leave(done)) => {
+                    // Tell peers we are leaving (a new identity), then go.
+                    let mut id = foca.identity().clone();
+                    id.bump += 1;
+                    id.tags.leaving = true;
+                    table.me = id.clone();
+                    let result = foca.change_identity(id, &mut runtime).and_then(|_| foca.leave_cluster(&mut runtime));
+                    leaving = Some(done);
+                    result
+                }
+                Some(Command::ForceLeave(name, done)) => {
+                    let mut found = false;
+                    for m in table.by_addr.values_mut() {
+                        if m.name == name && m.status == Status::Failed {
+                            m.status = Status::Left;
+                            found = true;
+                        }
+                    }
+                    if found {
+                        members.send_replace(table.snapshot());
+                    }
+                    let _ = done.send(found);
+                    Ok(())
+                }
+                None => return,
+            },
+        };
+        if let Err(e) = result {
+            tracing::trace!(error = %e, "gossip");
+        }
+        while let Some((to, data)) = runtime.to_send() {
+            let sealed = keyring
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .seal(&data);
+            let _ = socket.send_to(&sealed, to.addr).await;
+        }
+        let now = Instant::now();
+        while let Some((after, timer)) = runtime.to_schedule() {
+            timers.push(Reverse((now + after, timer)));
+        }
+        let mut changed = false;
+        while let Some(notification) = runtime.to_notify() {
+            match notification {
+                OwnedNotification::MemberUp(id) => {
+                    table.up(&id);
+                    changed = true;
+                }
+                OwnedNotification::MemberDown(id) => {
+                    table.down(&id);
+                    changed = true;
+                }
+                OwnedNotification::Rename(old, new) => {
+                    if old.addr != new.addr {
+                        table.by_addr.remove(&old.addr);
+                    }
+                    table.up(&new);
+                    changed = true;
+                }
+                OwnedNotification::Rejoin(id) => {
+                    table.me = id;
+                    changed = true;
+                }
+                OwnedNotification::Active
+                | OwnedNotification::Idle
+                | OwnedNotification::Defunct => {}
+            }
+        }
+        if changed {
+            members.send_replace(table.snapshot());
+        }
+        if let Some(done) = leaving.take() {
+            let _ = done.send(());
+            return;
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Gossip members on loopback UDP: joining, tags, graceful leave, failure
+//! detection, immediate rejoin after a crash, force-leave, and encryption.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use legate_gossip::{Gossip, GossipConfig, Key, Keyring, Member, Status, Tags, Timing};
+
+async fn member(name: &str, keys: &[&Key], bind: &str) -> Gossip {
+    Gossip::start(GossipConfig {
+        bind: bind.parse().unwrap(),
+        advertise: None,
+        name: name.into(),
+        tags: Tags {
+            role: "client".into(),
+            dc: "dc1".into(),
+            build: "0.1.0".into(),
+            ..Default::default()
+        },
+        bump_file: None,
+        keyring: Keyring::new(keys.iter().map(|k| (*k).clone()).collect()),
+        timing: Timing::fast(),
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until `g` sees a member matching `f`.
+async fn eventually(g: &Gossip, what: &str, f: impl Fn(&[Member]) -> bool) {
+    let mut watch = g.watch();
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if f(&watch.borrow_and_update()) {
+                return;
+            }
+            watch.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        found.is_ok(),
+        "timed out waiting until {what}: {:?}",
+        g.members()
+    );
+}
+
+fn status_of(members: &[Member], name: &str) -> Option<Status> {
+    members.iter().find(|m| m.name == name).map(|m| m.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_join_share_tags_leave_fail_and_rejoin() {
+    let a = member("a", &[], "127.0.0.1:0").await;
+    let b = member("b", &[], "127.0.0.1:0").await;
+    let c = member("c", &[], "127.0.0.1:0").await;
+    let seed: SocketAddr = a.local_addr();
+    assert_eq!(b.join(&[seed], Duration::from_secs(5)).await, 1);
+    assert_eq!(c.join(&[seed], Duration::from_secs(5)).await, 1);
+    for g in [&a, &b, &c] {
+        eventually(g, "all three are alive", |m| {
+            ["a", "b", "c"]
+                .iter()
+                .all(|n| status_of(m, n) == Some(Status::Alive))
+        })
+        .await;
+    }
+    // Tags travel with the membership, and changes reach everyone.
+    let mut tags = c
+        .members()
+        .into_iter()
+        .find(|m| m.name == "c")
+        .unwrap()
+        .tags;
+    tags.features = vec!["si".into(), "fs".into()];
+    c.set_tags(tags).await;
+    eventually(&a, "c's new tags arrived", |m| {
+        m.iter()
+            .any(|x| x.name == "c" && x.tags.features == ["si", "fs"])
+    })
+    .await;
+
+    // A graceful leave is recorded as left, not failed.
+    c.leave().await;
+    eventually(&a, "c left", |m| status_of(m, "c") == Some(Status::Left)).await;
+    eventually(&b, "c left", |m| status_of(m, "c") == Some(Status::Left)).await;
+
+    // A crash is noticed as a failure.
+    let b_addr = b.local_addr();
+    b.stop();
+    eventually(&a, "b failed", |m| {
+        status_of(m, "b") == Some(Status::Failed)
+    })
+    .await;
+
+    // The crashed node restarts on the same address and is alive at once.
+    let b2 = member("b", &[], &b_addr.to_string()).await;
+    assert_eq!(b2.join(&[seed], Duration::from_secs(5)).await, 1);
+    eventually(&a, "b is back", |m| {
+        status_of(m, "b") == Some(Status::Alive)
+    })
+    .await;
+
+    // force-leave only applies to failed members.
+    assert!(!a.force_leave("b").await);
+    b2.stop();
+    eventually(&a, "b failed again", |m| {
+        status_of(m, "b") == Some(Status::Failed)
+    })
+    .await;
+    assert!(a.force_leave("b").await);
+    assert_eq!(status_of(&a.members(), "b"), Some(Status::Left));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_gossip_needs_a_shared_key() {
+    let k1 = Key::parse(&Key::generate()).unwrap();
+    let k2 = Key::parse(&Key::generate()).unwrap();
+    let a = member("a", &[&k1], "127.0.0.1:0").await;
+    let stranger = member("stranger", &[&k2], "127.0.0.1:0").await;
+    let plain = member("plain", &[], "127.0.0.1:0").await;
+    assert_eq!(
+        stranger
+            .join(&[a.local_addr()], Duration::from_millis(1500))
+            .await,
+        0
+    );
+    assert_eq!(
+        plain
+            .join(&[a.local_addr()], Duration::from_millis(1500))
+            .await,
+        0
+    );
+    // A member whose keyring holds both keys (rotation) talks to a.
+    let both = member("both", &[&k2, &k1], "127.0.0.1:0").await;
+    // It seals with k2, which a cannot open: a must install k2 first.
+    a.keyring().lock().unwrap().install(k2.clone());
+    assert_eq!(
+        both.join(&[a.local_addr()], Duration::from_secs(5)).await,
+        1
+    );
+    eventually(&a, "both joined", |m| {
+        status_of(m, "both") == Some(Status::Alive)
+    })
+    .await;
+    assert_eq!(status_of(&a.members(), "stranger"), None);
+}
