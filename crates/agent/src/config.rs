@@ -10,6 +10,7 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use legate_types::keys::canonicalize_keys;
 use legate_types::{CheckDefinition, ServiceDefinition};
@@ -164,6 +165,10 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "acl",
     "alt_domain",
     "dns_config",
+    "encrypt",
+    "retry_interval",
+    "retry_join",
+    "start_join",
     "recursors",
     "translate_wan_addrs",
     "addresses",
@@ -321,6 +326,14 @@ pub struct AgentConfig {
     /// The CA provider and its settings used when the CA is first set up
     /// (`connect { ca_provider = "consul", ca_config { ... } }`).
     pub connect_ca: legate_types::connect::CaConfiguration,
+    /// Gossip addresses to join at start (`start_join`, `-join`).
+    pub start_join: Vec<String>,
+    /// Gossip addresses to join until one answers (`retry_join`, `-retry-join`).
+    pub retry_join: Vec<String>,
+    /// How long to wait between join attempts (`retry_interval`, default 30s).
+    pub retry_interval: Duration,
+    /// The gossip encryption key (`encrypt`, base64 of 16 or 32 bytes).
+    pub encrypt: Option<String>,
     /// Config entries to bootstrap (applied by a later component).
     pub config_entries_bootstrap: Vec<Value>,
     /// Services from config files.
@@ -505,6 +518,23 @@ fn get<'a>(map: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
         current = current.as_object()?.get(*key)?;
     }
     Some(current)
+}
+
+/// A list of strings (a single string counts as a list of one).
+fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ConfigError(format!("{key}: expected a list of addresses")))
+            })
+            .collect(),
+        Some(other) => Err(ConfigError(format!("{key}: expected a list, got {other}"))),
+    }
 }
 
 fn get_str(map: &Map<String, Value>, path: &[&str]) -> Result<Option<String>, ConfigError> {
@@ -714,6 +744,17 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
         connect_ca: connect_ca(&map)?,
         config_entries_bootstrap,
+        start_join: string_list(&map, "start_join")?,
+        retry_join: string_list(&map, "retry_join")?,
+        retry_interval: match get_str(&map, &["retry_interval"])? {
+            None => Duration::from_secs(30),
+            Some(text) => legate_types::duration::parse_go_duration(&text)
+                .map_err(|e| ConfigError(format!("retry_interval: {e}")))?,
+        },
+        encrypt: match get_str(&map, &["encrypt"])? {
+            Some(key) if !key.is_empty() => Some(key),
+            _ => None,
+        },
         services,
         checks,
         warnings,

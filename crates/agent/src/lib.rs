@@ -13,6 +13,7 @@ pub mod dns_config;
 pub mod intention_cache;
 pub mod leaf;
 pub mod local;
+pub mod membership;
 pub mod proxy_sources;
 pub mod shared_watch;
 mod sync;
@@ -93,6 +94,7 @@ pub struct Agent {
     leaf_certs: Arc<leaf::LeafManager>,
     intentions: Arc<intention_cache::IntentionCache>,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
+    membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
 }
 
 impl Agent {
@@ -109,6 +111,7 @@ impl Agent {
             intention_cache::IntentionCache::new(rpc.clone(), config.datacenter.clone());
         let agent = Arc::new(Agent {
             proxycfg: std::sync::OnceLock::new(),
+            membership: std::sync::OnceLock::new(),
             intentions,
             leaf_certs,
             config,
@@ -190,7 +193,17 @@ impl Agent {
         &self.rpc
     }
 
-    /// The proxy configuration manager (snapshots the xDS server serves).
+    /// Cluster membership, when gossip runs.
+    pub fn membership(&self) -> Option<&Arc<dyn membership::Membership>> {
+        self.membership.get()
+    }
+
+    /// Plugs in cluster membership (once; later calls are ignored).
+    pub fn set_membership(&self, membership: Arc<dyn membership::Membership>) {
+        let _ = self.membership.set(membership);
+    }
+
+    /// The proxy configuration manager, when proxies are served.
     pub fn proxycfg(&self) -> Option<&Arc<legate_proxycfg::Manager>> {
         self.proxycfg.get()
     }

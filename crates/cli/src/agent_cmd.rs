@@ -102,13 +102,16 @@ pub struct AgentArgs {
     /// Upstream DNS server for names outside our domains (repeatable).
     #[arg(long = "recursor")]
     recursors: Vec<String>,
-    /// Addresses to join (accepted; joining comes with gossip).
+    /// Addresses to join, retried until one answers.
     #[arg(long = "retry-join")]
     retry_join: Vec<String>,
-    /// Addresses to join at start (accepted; joining comes with gossip).
+    /// Addresses to join at start.
     #[arg(long)]
     join: Vec<String>,
-    /// Gossip encryption key (accepted; encryption comes with gossip).
+    /// Time between -retry-join attempts (default 30s).
+    #[arg(long = "retry-interval")]
+    retry_interval: Option<String>,
+    /// Gossip encryption key (base64 of 16 or 32 bytes; `legate keygen`).
     #[arg(long)]
     encrypt: Option<String>,
     /// Allow script checks registered through the API.
@@ -188,6 +191,9 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     if !args.join.is_empty() {
         put("start_join", json!(args.join));
     }
+    if let Some(v) = &args.retry_interval {
+        put("retry_interval", json!(v));
+    }
     if let Some(v) = &args.alt_domain {
         put("alt_domain", json!(v));
     }
@@ -264,11 +270,13 @@ fn load_config(args: &AgentArgs) -> Result<AgentConfig, String> {
             "client agents join servers over gossip, which Legate does not have yet: run with -server or -dev".into(),
         );
     }
-    if config.server && !config.dev && !config.bootstrap && config.bootstrap_expect != 1 {
-        return Err(format!(
-            "bootstrap_expect = {}: clusters of several servers are not supported yet; use -bootstrap-expect=1 or -bootstrap",
-            config.bootstrap_expect
-        ));
+    if config.server && !config.dev && !config.bootstrap && config.bootstrap_expect == 0 {
+        return Err(
+            "a server needs -bootstrap-expect=N (N servers form the cluster) or -bootstrap".into(),
+        );
+    }
+    if config.bootstrap && config.bootstrap_expect > 1 {
+        return Err("bootstrap and bootstrap_expect cannot both be set".into());
     }
     Ok(config)
 }
@@ -460,6 +468,27 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     }
     let advertise = config.advertise().to_string();
     let server_port = config.ports.server.unwrap_or(8300);
+    // Everything but -dev runs in a cluster: the server port, gossip, Raft
+    // over the network and forwarding to the leader.
+    let clustered = !config.dev;
+    let pool = Arc::new(legate_rpc::Pool::default());
+    let mut listener = if clustered {
+        let address = SocketAddr::new(config.bind_addr, server_port);
+        Some(
+            legate_rpc::Listener::bind(address)
+                .await
+                .map_err(|e| format!("Error starting the server port on {address}: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let transport = if clustered {
+        legate_raft::Transport(Some(Arc::new(legate_server::cluster::PortTransport(
+            pool.clone(),
+        ))))
+    } else {
+        Default::default()
+    };
     let server = Server::start(ServerConfig {
         datacenter: config.datacenter.clone(),
         node_name: config.node_name.clone(),
@@ -477,7 +506,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
                 config.raft_multiplier
             },
             snapshot_threshold: 8192,
-            transport: Default::default(),
+            transport,
         },
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
         config_entries_bootstrap: bootstrap_entries(&config)?,
@@ -487,15 +516,55 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;
-    if !server.wait_for_leader(Duration::from_secs(30)).await {
+    let mut membership = None;
+    if let Some(mut listener) = listener.take() {
+        server.route(&mut listener);
+        tokio::spawn(listener.serve());
+        let rpc_address = SocketAddr::new(config.advertise(), server_port);
+        let (gossip, gossip_membership) =
+            crate::cluster::start_gossip(&config, &node_id, raft_id(&node_id), Some(rpc_address))
+                .await?;
+        crate::cluster::spawn_joins(gossip_membership.clone(), &config);
+        if config.bootstrap_expect > 1 {
+            crate::cluster::spawn_bootstrap_expect(
+                server.clone(),
+                gossip,
+                config.bootstrap_expect,
+                config.datacenter.clone(),
+            );
+        }
+        membership = Some(gossip_membership);
+    }
+    if config.bootstrap_expect > 1 {
+        // The other servers may not have started yet: serve meanwhile.
+        let s = server.clone();
+        tokio::spawn(async move {
+            while !s.wait_for_leader(Duration::from_secs(30)).await {
+                tracing::warn!(
+                    "no cluster leader yet; waiting for bootstrap_expect servers to join"
+                );
+            }
+        });
+    } else if !server.wait_for_leader(Duration::from_secs(30)).await {
         tracing::warn!("no Raft leader after 30s; continuing");
     } else if !server.wait_until_registered(Duration::from_secs(10)).await {
         tracing::warn!("this server's catalog entry is not registered after 10s; continuing");
     }
-    let rpc: Arc<dyn ServerRpc> = server.clone();
+    let rpc: Arc<dyn ServerRpc> = if clustered {
+        Arc::new(legate_rpc::Forwarding::new(
+            server.clone(),
+            server.clone(),
+            pool.clone(),
+        ))
+    } else {
+        server.clone()
+    };
     let agent = Agent::start(config.clone(), node_id, rpc)
         .await
         .map_err(|e| format!("Error starting the agent: {e}"))?;
+    if let Some(m) = &membership {
+        agent.set_membership(m.clone());
+    }
     let reload_args = args.clone();
     agent.set_config_loader(Box::new(move || load_config(&reload_args)));
     spawn_sighup_reload(agent.clone());
@@ -561,9 +630,13 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     };
     println!("==> Legate agent running!");
 
-    tokio::select! {
-        _ = wait_for_signal() => tracing::info!("caught signal; shutting down"),
-        _ = agent.shutdown_requested() => tracing::info!("leave requested; shutting down"),
+    let leaving = tokio::select! {
+        _ = wait_for_signal() => { tracing::info!("caught signal; shutting down"); false }
+        _ = agent.shutdown_requested() => { tracing::info!("leave requested; shutting down"); true }
+    };
+    if let (true, Some(m)) = (leaving, &membership) {
+        use legate_agent::membership::Membership;
+        m.leave().await;
     }
     // Wake blocking queries first so the HTTP server can drain quickly.
     server.begin_shutdown();

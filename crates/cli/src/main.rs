@@ -3,6 +3,7 @@
 
 mod agent_cmd;
 mod client;
+mod cluster;
 mod commands;
 
 use std::process::ExitCode;

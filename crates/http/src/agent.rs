@@ -123,7 +123,22 @@ fn member(st: &AppState) -> Value {
 }
 
 pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
-    Ok(json(&req.params, &vec![member(&st)]))
+    let Some(membership) = st.agent.membership() else {
+        return Ok(json(&req.params, &vec![member(&st)]));
+    };
+    let rows: Vec<Value> = membership
+        .members()
+        .into_iter()
+        .map(|m| {
+            json!({
+                "Name": m.name, "Addr": m.addr, "Port": m.port, "Tags": m.tags,
+                "Status": m.status as u8,
+                "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+                "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+            })
+        })
+        .collect();
+    Ok(json(&req.params, &rows))
 }
 
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
@@ -376,13 +391,28 @@ pub async fn leave(State(st): State<AppState>) -> ApiResult {
     Ok(StatusCode::OK.into_response())
 }
 
-/// Without gossip there is no membership to change; accepted as a no-op
-/// (docs/compat.md says so).
-pub async fn force_leave(Path(_node): Path<String>) -> ApiResult {
+/// `PUT /v1/agent/force-leave/:node`: a failed member becomes left.
+pub async fn force_leave(State(st): State<AppState>, Path(node): Path<String>) -> ApiResult {
+    if let Some(membership) = st.agent.membership() {
+        if !membership.force_leave(&node).await {
+            return Err(ApiError::not_found(format!(
+                "agent: No node found with name '{node}'"
+            )));
+        }
+    }
     Ok(StatusCode::OK.into_response())
 }
 
-/// Without gossip there is nothing to join yet; accepted as a no-op.
-pub async fn join(Path(_address): Path<String>) -> ApiResult {
-    Ok(StatusCode::OK.into_response())
+/// `PUT /v1/agent/join/:address`: contacts a member at `address`.
+pub async fn join(State(st): State<AppState>, Path(address): Path<String>) -> ApiResult {
+    let Some(membership) = st.agent.membership() else {
+        return Ok(StatusCode::OK.into_response());
+    };
+    match membership.join(vec![address.clone()]).await {
+        Ok(n) if n > 0 => Ok(StatusCode::OK.into_response()),
+        Ok(_) => Err(ApiError::internal(format!(
+            "1 error occurred:\n\t* Failed to join {address}: no member answered"
+        ))),
+        Err(e) => Err(ApiError::bad_request(e)),
+    }
 }

@@ -38,6 +38,14 @@ impl ApiError {
             message: message.into(),
         }
     }
+
+    /// A 500.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+        }
+    }
 }
 
 impl From<RpcError> for ApiError {

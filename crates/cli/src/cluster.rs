@@ -1,0 +1,229 @@
+//! Wiring a server or client agent into its cluster: LAN gossip (joins,
+//! retries, membership for the agent), the server port, and Raft
+//! bootstrapping with `-bootstrap-expect`.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use legate_agent::config::AgentConfig;
+use legate_agent::membership::{MemberInfo, MemberStatus, Membership};
+use legate_gossip::{Gossip, GossipConfig, Key, Keyring, Status, Tags, Timing};
+use legate_server::Server;
+
+/// Features this build supports, advertised in gossip tags (the flags the
+/// intentions upgrade logic reads).
+const FEATURES: &[&str] = &["si", "fs"];
+
+/// Resolves `host[:port]` to a gossip address (port 8301 by default).
+fn gossip_address(text: &str, default_port: u16) -> Result<SocketAddr, String> {
+    let with_port = if text.parse::<SocketAddr>().is_ok()
+        || text
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
+    {
+        text.to_string()
+    } else if text.contains(':') && !text.starts_with('[') {
+        format!("[{text}]:{default_port}")
+    } else {
+        format!("{text}:{default_port}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {text:?}: {e}"))?
+        .find(|a| a.is_ipv4())
+        .or_else(|| with_port.to_socket_addrs().ok()?.next())
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
+/// Membership for the agent, over gossip.
+pub struct GossipMembership {
+    gossip: Gossip,
+    default_port: u16,
+}
+
+#[async_trait]
+impl Membership for GossipMembership {
+    fn members(&self) -> Vec<MemberInfo> {
+        self.gossip
+            .members()
+            .into_iter()
+            .map(|m| {
+                let mut tags = BTreeMap::new();
+                tags.insert(
+                    "role".to_string(),
+                    if m.tags.role == "server" {
+                        "consul"
+                    } else {
+                        "node"
+                    }
+                    .to_string(),
+                );
+                tags.insert("dc".into(), m.tags.dc.clone());
+                tags.insert("id".into(), m.tags.node_id.clone());
+                tags.insert("build".into(), m.tags.build.clone());
+                tags.insert("vsn".into(), "2".into());
+                tags.insert("vsn_min".into(), "2".into());
+                tags.insert("vsn_max".into(), "3".into());
+                if let Some((_, port)) = m.tags.rpc_addr.rsplit_once(':') {
+                    tags.insert("port".into(), port.to_string());
+                }
+                for f in &m.tags.features {
+                    tags.insert(format!("ft_{f}"), "1".into());
+                }
+                MemberInfo {
+                    name: m.name,
+                    addr: m.addr.ip().to_string(),
+                    port: m.addr.port(),
+                    tags,
+                    status: match m.status {
+                        Status::Alive => MemberStatus::Alive,
+                        Status::Failed => MemberStatus::Failed,
+                        Status::Left => MemberStatus::Left,
+                    },
+                }
+            })
+            .collect()
+    }
+
+    async fn join(&self, addresses: Vec<String>) -> Result<usize, String> {
+        let resolved: Vec<SocketAddr> = addresses
+            .iter()
+            .map(|a| gossip_address(a, self.default_port))
+            .collect::<Result<_, _>>()?;
+        Ok(self.gossip.join(&resolved, Duration::from_secs(5)).await)
+    }
+
+    async fn force_leave(&self, node: &str) -> bool {
+        self.gossip.force_leave(node).await
+    }
+
+    async fn leave(&self) {
+        self.gossip.leave().await
+    }
+}
+
+/// Starts LAN gossip for this agent.
+pub async fn start_gossip(
+    config: &AgentConfig,
+    node_id: &str,
+    raft_id: u64,
+    server_rpc: Option<SocketAddr>,
+) -> Result<(Gossip, Arc<GossipMembership>), String> {
+    let port = config.ports.serf_lan.unwrap_or(8301);
+    let bind = SocketAddr::new(config.bind_addr, port);
+    let advertise = SocketAddr::new(config.advertise(), port);
+    let keyring = match &config.encrypt {
+        Some(key) => Keyring::new(vec![Key::parse(key).map_err(|e| format!("encrypt: {e}"))?]),
+        None => Keyring::default(),
+    };
+    let bump_file = match &config.data_dir {
+        Some(dir) => {
+            let serf = dir.join("serf");
+            std::fs::create_dir_all(&serf)
+                .map_err(|e| format!("creating {}: {e}", serf.display()))?;
+            Some(serf.join("incarnation"))
+        }
+        None => None,
+    };
+    let gossip = Gossip::start(GossipConfig {
+        bind,
+        advertise: Some(advertise),
+        name: config.node_name.clone(),
+        tags: Tags {
+            role: if config.server { "server" } else { "client" }.into(),
+            dc: config.datacenter.clone(),
+            rpc_addr: server_rpc.map(|a| a.to_string()).unwrap_or_default(),
+            raft_id,
+            build: legate_types::LEGATE_VERSION.to_string(),
+            features: FEATURES.iter().map(|f| f.to_string()).collect(),
+            node_id: node_id.to_string(),
+            leaving: false,
+        },
+        bump_file,
+        keyring,
+        timing: Timing::lan(),
+    })
+    .await
+    .map_err(|e| format!("Error starting gossip on {bind}: {e}"))?;
+    tracing::info!(address = %bind, "LAN gossip listening");
+    let membership = Arc::new(GossipMembership {
+        gossip: gossip.clone(),
+        default_port: port,
+    });
+    Ok((gossip, membership))
+}
+
+/// Joins `start_join` once and keeps trying `retry_join` every
+/// `retry_interval` until one address answers.
+pub fn spawn_joins(membership: Arc<GossipMembership>, config: &AgentConfig) {
+    let start = config.start_join.clone();
+    let retry = config.retry_join.clone();
+    let interval = config.retry_interval;
+    tokio::spawn(async move {
+        if !start.is_empty() {
+            match membership.join(start.clone()).await {
+                Ok(n) => tracing::info!(joined = n, "joined {start:?}"),
+                Err(e) => tracing::error!(error = %e, "join failed"),
+            }
+        }
+        if retry.is_empty() {
+            return;
+        }
+        loop {
+            match membership.join(retry.clone()).await {
+                Ok(n) if n > 0 => {
+                    tracing::info!(joined = n, "retry-join: joined the cluster");
+                    return;
+                }
+                Ok(_) => tracing::warn!(
+                    "retry-join: no member answered at {retry:?}; retrying in {interval:?}"
+                ),
+                Err(e) => tracing::warn!(error = %e, "retry-join failed; retrying in {interval:?}"),
+            }
+            tokio::time::sleep(interval).await;
+        }
+    });
+}
+
+/// With `-bootstrap-expect=N`: once N servers of this datacenter are alive
+/// in gossip, every one of them initialises Raft with the same voters (the
+/// N lowest Raft ids), so exactly one cluster forms; a server that already
+/// has Raft state ignores it.
+pub fn spawn_bootstrap_expect(
+    server: Arc<Server>,
+    gossip: Gossip,
+    expect: u32,
+    datacenter: String,
+) {
+    tokio::spawn(async move {
+        let mut watch = gossip.watch();
+        loop {
+            let voters: BTreeMap<u64, String> = watch
+                .borrow_and_update()
+                .iter()
+                .filter(|m| {
+                    m.status == Status::Alive
+                        && m.tags.role == "server"
+                        && m.tags.dc == datacenter
+                        && m.tags.raft_id != 0
+                })
+                .map(|m| (m.tags.raft_id, m.tags.rpc_addr.clone()))
+                .collect();
+            if voters.len() >= expect as usize {
+                let voters: BTreeMap<u64, String> =
+                    voters.into_iter().take(expect as usize).collect();
+                tracing::info!(?voters, "bootstrap-expect reached; initialising Raft");
+                if let Err(e) = server.initialize_cluster(voters).await {
+                    tracing::error!(error = %e, "Raft bootstrap failed");
+                }
+                return;
+            }
+            if watch.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
