@@ -49,6 +49,14 @@ impl TestAgent {
     /// Like [`TestAgent::start`]; `disable_other_ports` turns off DNS and
     /// gRPC so parallel agents never collide on their default ports.
     pub fn start_with(flags: &[&str], disable_other_ports: bool) -> TestAgent {
+        let agent = TestAgent::spawn(flags, disable_other_ports);
+        agent.wait_ready();
+        agent
+    }
+
+    /// Starts `legate agent` without waiting for a leader (cluster members
+    /// that wait for each other).
+    pub fn spawn(flags: &[&str], disable_other_ports: bool) -> TestAgent {
         let http_port = free_port();
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("agent.log");
@@ -67,17 +75,16 @@ impl TestAgent {
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file);
         let child = command.spawn().expect("spawn legate");
-        let agent = TestAgent {
+        TestAgent {
             child,
             http_port,
             log,
             _log_dir: log_dir,
-        };
-        agent.wait_ready();
-        agent
+        }
     }
 
-    fn wait_ready(&self) {
+    /// Waits until a leader is known and this node is in the catalog.
+    pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some((200, _, out)) =

@@ -1,0 +1,152 @@
+//! Three servers as users start them, on their own loopback addresses:
+//! gossip joins, `-bootstrap-expect=3` elects one leader, writes through
+//! any server are read everywhere, a `kill -9`ed leader is replaced and
+//! restarts from its data dir, and a graceful leave shows as left.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, free_port, TestAgent};
+
+struct Node {
+    agent: TestAgent,
+    name: String,
+    flags: Vec<String>,
+    _data: tempfile::TempDir,
+}
+
+fn start(flags: &[String]) -> TestAgent {
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    TestAgent::spawn(&refs, true)
+}
+
+fn cluster() -> Vec<Node> {
+    let ips = ["127.0.0.21", "127.0.0.22", "127.0.0.23"];
+    let serf: Vec<u16> = ips.iter().map(|_| free_port()).collect();
+    let mut nodes = Vec::new();
+    for (i, ip) in ips.iter().enumerate() {
+        let data = tempfile::tempdir().unwrap();
+        let mut flags = vec![
+            "-server".to_string(),
+            "-bootstrap-expect=3".into(),
+            format!("-node=s{}", i + 1),
+            format!("-bind={ip}"),
+            "-client=127.0.0.1".into(),
+            format!("-data-dir={}", data.path().display()),
+            format!("-server-port={}", free_port()),
+            format!("-serf-lan-port={}", serf[i]),
+            "-retry-interval=1s".into(),
+        ];
+        for (j, other) in ips.iter().enumerate() {
+            if j != i {
+                flags.push(format!("-retry-join={other}:{}", serf[j]));
+            }
+        }
+        nodes.push(Node {
+            agent: start(&flags),
+            name: format!("s{}", i + 1),
+            flags,
+            _data: data,
+        });
+    }
+    for n in &nodes {
+        n.agent.wait_ready();
+    }
+    nodes
+}
+
+fn leader_of(node: &Node) -> String {
+    node.agent.get_text("/v1/status/leader").unwrap_or_default()
+}
+
+fn members(node: &Node) -> String {
+    String::from_utf8_lossy(&node.agent.cli(&["members"]).stdout).to_string()
+}
+
+fn status_in(table: &str, name: &str) -> Option<String> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .map(String::from)
+}
+
+#[test]
+fn three_servers_elect_replicate_survive_kill_9_and_leave() {
+    let mut nodes = cluster();
+    // One leader, the same for everyone; three peers; three alive members.
+    let leader = eventually(Duration::from_secs(20), || {
+        let leaders: Vec<String> = nodes.iter().map(leader_of).collect();
+        (leaders[0].len() > 2 && leaders.iter().all(|l| *l == leaders[0]))
+            .then(|| leaders[0].clone())
+    });
+    let peers = nodes[0].agent.get("/v1/status/peers").unwrap();
+    assert_eq!(peers.as_array().unwrap().len(), 3, "{peers}");
+    eventually(Duration::from_secs(20), || {
+        let table = members(&nodes[0]);
+        nodes
+            .iter()
+            .all(|n| status_in(&table, &n.name).as_deref() == Some("alive"))
+            .then_some(())
+    });
+
+    // Writes through every server, read from every server.
+    for (i, n) in nodes.iter().enumerate() {
+        let (status, body) = n.agent.put(&format!("/v1/kv/k{i}"), &format!("v{i}"));
+        assert_eq!((status, body.as_str()), (200, "true"));
+    }
+    for n in &nodes {
+        for i in 0..3 {
+            let value = eventually(Duration::from_secs(5), || {
+                n.agent.get_text(&format!("/v1/kv/k{i}?raw&stale")).ok()
+            });
+            assert_eq!(value, format!("v{i}"));
+        }
+    }
+
+    // kill -9 the leader: the others elect a new one and keep writing.
+    let leader_ip = leader
+        .trim_matches('"')
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let dead = nodes
+        .iter()
+        .position(|n| n.flags.iter().any(|f| *f == format!("-bind={leader_ip}")))
+        .expect("the leader is one of ours");
+    nodes[dead].agent.kill9();
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != dead).collect();
+    let new_leader = eventually(Duration::from_secs(20), || {
+        let l = leader_of(&nodes[survivors[0]]);
+        (l.len() > 2 && l != leader && l == leader_of(&nodes[survivors[1]])).then_some(l)
+    });
+    assert_ne!(new_leader, leader);
+    let (status, _) = nodes[survivors[0]].agent.put("/v1/kv/after", "kill");
+    assert_eq!(status, 200);
+    eventually(Duration::from_secs(20), || {
+        (status_in(&members(&nodes[survivors[0]]), &nodes[dead].name).as_deref() == Some("failed"))
+            .then_some(())
+    });
+
+    // It restarts from its data dir, rejoins and catches up.
+    nodes[dead].agent = start(&nodes[dead].flags);
+    nodes[dead].agent.wait_ready();
+    let value = eventually(Duration::from_secs(20), || {
+        nodes[dead].agent.get_text("/v1/kv/after?raw&stale").ok()
+    });
+    assert_eq!(value, "kill");
+    eventually(Duration::from_secs(20), || {
+        (status_in(&members(&nodes[survivors[0]]), &nodes[dead].name).as_deref() == Some("alive"))
+            .then_some(())
+    });
+
+    // A graceful leave shows as left.
+    let leaver = survivors[1];
+    assert!(nodes[leaver].agent.cli(&["leave"]).status.success());
+    eventually(Duration::from_secs(20), || {
+        (status_in(&members(&nodes[dead]), &nodes[leaver].name).as_deref() == Some("left"))
+            .then_some(())
+    });
+}
