@@ -520,6 +520,21 @@ fn get<'a>(map: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
     Some(current)
 }
 
+/// `encrypt` must be base64 of 16 or 32 bytes (`legate keygen` makes one).
+fn check_encrypt_key(key: String) -> Result<String, ConfigError> {
+    use base64::Engine;
+    match base64::engine::general_purpose::STANDARD.decode(key.trim()) {
+        Ok(bytes) if bytes.len() == 16 || bytes.len() == 32 => Ok(key),
+        Ok(bytes) => Err(ConfigError(format!(
+            "encrypt: the key must be 16 or 32 bytes (AES-128 or AES-256), not {}",
+            bytes.len()
+        ))),
+        Err(e) => Err(ConfigError(format!(
+            "encrypt: the key is not valid base64: {e}"
+        ))),
+    }
+}
+
 /// A list of strings (a single string counts as a list of one).
 fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
     match map.get(key) {
@@ -752,7 +767,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
                 .map_err(|e| ConfigError(format!("retry_interval: {e}")))?,
         },
         encrypt: match get_str(&map, &["encrypt"])? {
-            Some(key) if !key.is_empty() => Some(key),
+            Some(key) if !key.is_empty() => Some(check_encrypt_key(key)?),
             _ => None,
         },
         services,
@@ -933,10 +948,13 @@ mod tests {
         assert!(err.0.contains("ports.htp"), "{err}");
         let config = load(&[ConfigSource::Json(
             "y.json".into(),
-            json!({"telemetry": {"statsd_address": "x"}, "encrypt": "k"}),
+            json!({"telemetry": {"statsd_address": "x"}, "auto_encrypt": {"tls": true}}),
         )])
         .unwrap();
         assert_eq!(config.warnings.len(), 2);
+        let err =
+            load(&[ConfigSource::Json("z.json".into(), json!({"encrypt": "k"}))]).unwrap_err();
+        assert!(err.0.contains("encrypt: the key"), "{err}");
     }
 
     #[test]

@@ -189,12 +189,12 @@ fn unimplemented_keys_warn_once_and_start() {
     let file = write(
         dir.path(),
         "extra.hcl",
-        "telemetry { prometheus_retention_time = \"24h\" }\nencrypt = \"k\"\n",
+        "telemetry { prometheus_retention_time = \"24h\" }\nauto_encrypt { tls = true }\n",
     );
     let agent = TestAgent::dev(&["-config-file", &file.display().to_string()]);
     let log = agent.log_text();
     assert_eq!(log.matches("\"telemetry\"").count(), 1, "{log}");
-    assert!(log.contains("\"encrypt\""), "{log}");
+    assert!(log.contains("\"auto_encrypt\""), "{log}");
 }
 
 #[test]
