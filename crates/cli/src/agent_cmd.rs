@@ -265,11 +265,6 @@ fn load_config(args: &AgentArgs) -> Result<AgentConfig, String> {
     if !config.dev && config.data_dir.is_none() {
         return Err("data_dir cannot be empty: set -data-dir (or run with -dev)".into());
     }
-    if !config.dev && !config.server {
-        return Err(
-            "client agents join servers over gossip, which Legate does not have yet: run with -server or -dev".into(),
-        );
-    }
     if config.server && !config.dev && !config.bootstrap && config.bootstrap_expect == 0 {
         return Err(
             "a server needs -bootstrap-expect=N (N servers form the cluster) or -bootstrap".into(),
@@ -455,23 +450,24 @@ pub async fn run(args: AgentArgs) -> u8 {
     }
 }
 
-async fn run_inner(args: AgentArgs) -> Result<(), String> {
-    let config = load_config(&args)?;
-    let node_id = node_id(&config)?;
-    init_logging(&config);
-    print_banner(&config, &node_id);
-    for warning in &config.warnings {
-        tracing::warn!("{warning}");
-    }
-    if let Some(pid) = &config.pid_file {
-        write_pid(pid)?;
-    }
+/// What a started server hands the agent: itself, its gossip membership
+/// (clustered servers), and the `ServerRpc` the agent calls.
+type StartedServer = (
+    Option<Arc<Server>>,
+    Option<Arc<crate::cluster::GossipMembership>>,
+    Arc<dyn ServerRpc>,
+);
+
+/// Starts this agent's server: in `-dev` alone in memory; otherwise with
+/// the server port, gossip, Raft over the network and forwarding.
+async fn start_server(
+    config: &AgentConfig,
+    node_id: &str,
+    pool: &Arc<legate_rpc::Pool>,
+) -> Result<StartedServer, String> {
     let advertise = config.advertise().to_string();
     let server_port = config.ports.server.unwrap_or(8300);
-    // Everything but -dev runs in a cluster: the server port, gossip, Raft
-    // over the network and forwarding to the leader.
     let clustered = !config.dev;
-    let pool = Arc::new(legate_rpc::Pool::default());
     let mut listener = if clustered {
         let address = SocketAddr::new(config.bind_addr, server_port);
         Some(
@@ -492,11 +488,11 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let server = Server::start(ServerConfig {
         datacenter: config.datacenter.clone(),
         node_name: config.node_name.clone(),
-        node_id: node_id.clone(),
+        node_id: node_id.to_string(),
         advertise_address: advertise.clone(),
         server_port,
         raft: RaftOptions {
-            node_id: raft_id(&node_id),
+            node_id: raft_id(node_id),
             address: SocketAddr::new(config.advertise(), server_port).to_string(),
             data_dir: config.data_dir.clone(),
             bootstrap: config.dev || config.bootstrap || config.bootstrap_expect == 1,
@@ -509,7 +505,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
             transport,
         },
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
-        config_entries_bootstrap: bootstrap_entries(&config)?,
+        config_entries_bootstrap: bootstrap_entries(config)?,
         connect_ca: config.connect_ca.clone(),
         default_intention_allow: !(config.acl_enabled && config.acl_default_policy == "deny"),
         masked_features: Vec::new(),
@@ -517,14 +513,23 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;
     let mut membership = None;
+    let rpc: Arc<dyn ServerRpc> = if clustered {
+        Arc::new(legate_rpc::Forwarding::new(
+            server.clone(),
+            server.clone(),
+            pool.clone(),
+        ))
+    } else {
+        server.clone()
+    };
     if let Some(mut listener) = listener.take() {
-        server.route(&mut listener);
+        server.route(&mut listener, rpc.clone());
         tokio::spawn(listener.serve());
         let rpc_address = SocketAddr::new(config.advertise(), server_port);
         let (gossip, gossip_membership) =
-            crate::cluster::start_gossip(&config, &node_id, raft_id(&node_id), Some(rpc_address))
+            crate::cluster::start_gossip(config, node_id, raft_id(node_id), Some(rpc_address))
                 .await?;
-        crate::cluster::spawn_joins(gossip_membership.clone(), &config);
+        crate::cluster::spawn_joins(gossip_membership.clone(), config);
         if config.bootstrap_expect > 1 {
             crate::cluster::spawn_bootstrap_expect(
                 server.clone(),
@@ -550,14 +555,30 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     } else if !server.wait_until_registered(Duration::from_secs(10)).await {
         tracing::warn!("this server's catalog entry is not registered after 10s; continuing");
     }
-    let rpc: Arc<dyn ServerRpc> = if clustered {
-        Arc::new(legate_rpc::Forwarding::new(
-            server.clone(),
-            server.clone(),
-            pool.clone(),
-        ))
+    Ok((Some(server), membership, rpc))
+}
+
+async fn run_inner(args: AgentArgs) -> Result<(), String> {
+    let config = load_config(&args)?;
+    let node_id = node_id(&config)?;
+    init_logging(&config);
+    print_banner(&config, &node_id);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    if let Some(pid) = &config.pid_file {
+        write_pid(pid)?;
+    }
+    let pool = Arc::new(legate_rpc::Pool::default());
+    let (server, membership, rpc) = if config.server || config.dev {
+        start_server(&config, &node_id, &pool).await?
     } else {
-        server.clone()
+        // A client agent: no Raft; calls go to the servers gossip knows.
+        let (gossip, membership) = crate::cluster::start_gossip(&config, &node_id, 0, None).await?;
+        crate::cluster::spawn_joins(membership.clone(), &config);
+        let servers = crate::cluster::server_addresses(&gossip, config.datacenter.clone());
+        let rpc: Arc<dyn ServerRpc> = Arc::new(legate_rpc::ServerPool::new(servers, pool.clone()));
+        (None, Some(membership), rpc)
     };
     let agent = Agent::start(config.clone(), node_id, rpc)
         .await
@@ -639,7 +660,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         m.leave().await;
     }
     // Wake blocking queries first so the HTTP server can drain quickly.
-    server.begin_shutdown();
+    if let Some(server) = &server {
+        server.begin_shutdown();
+    }
     agent.stop();
     if let Some((stop, task)) = http {
         let _ = stop.send(());
@@ -657,7 +680,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     if let Some(dns) = dns {
         let _ = tokio::time::timeout(Duration::from_secs(2), dns.stop()).await;
     }
-    server.shutdown().await;
+    if let Some(server) = &server {
+        server.shutdown().await;
+    }
     if let Some(pid) = &config.pid_file {
         let _ = std::fs::remove_file(pid);
     }

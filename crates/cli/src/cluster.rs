@@ -188,6 +188,38 @@ pub fn spawn_joins(membership: Arc<GossipMembership>, config: &AgentConfig) {
     });
 }
 
+/// The server-port addresses of this datacenter's live servers, kept
+/// current from gossip (what a client agent calls).
+pub fn server_addresses(
+    gossip: &Gossip,
+    datacenter: String,
+) -> tokio::sync::watch::Receiver<Vec<String>> {
+    let mut members = gossip.watch();
+    let pick = move |list: &[legate_gossip::Member]| -> Vec<String> {
+        list.iter()
+            .filter(|m| {
+                m.status == Status::Alive
+                    && m.tags.role == "server"
+                    && m.tags.dc == datacenter
+                    && !m.tags.rpc_addr.is_empty()
+            })
+            .map(|m| m.tags.rpc_addr.clone())
+            .collect()
+    };
+    let (tx, rx) = tokio::sync::watch::channel(pick(&members.borrow_and_update()));
+    tokio::spawn(async move {
+        while members.changed().await.is_ok() {
+            let servers = pick(&members.borrow_and_update());
+            tx.send_if_modified(|current| {
+                let changed = *current != servers;
+                *current = servers;
+                changed
+            });
+        }
+    });
+    rx
+}
+
 /// With `-bootstrap-expect=N`: once N servers of this datacenter are alive
 /// in gossip, every one of them initialises Raft with the same voters (the
 /// N lowest Raft ids), so exactly one cluster forms; a server that already

@@ -60,8 +60,8 @@ fn leader_of(node: &Node) -> String {
     node.agent.get_text("/v1/status/leader").unwrap_or_default()
 }
 
-fn members(node: &Node) -> String {
-    String::from_utf8_lossy(&node.agent.cli(&["members"]).stdout).to_string()
+fn members(agent: &TestAgent) -> String {
+    String::from_utf8_lossy(&agent.cli(&["members"]).stdout).to_string()
 }
 
 fn status_in(table: &str, name: &str) -> Option<String> {
@@ -84,12 +84,55 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     let peers = nodes[0].agent.get("/v1/status/peers").unwrap();
     assert_eq!(peers.as_array().unwrap().len(), 3, "{peers}");
     eventually(Duration::from_secs(20), || {
-        let table = members(&nodes[0]);
+        let table = members(&nodes[0].agent);
         nodes
             .iter()
             .all(|n| status_in(&table, &n.name).as_deref() == Some("alive"))
             .then_some(())
     });
+
+    // A client agent joins through one server and works through the servers.
+    let client_data = tempfile::tempdir().unwrap();
+    let client_flags = vec![
+        "-node=c1".to_string(),
+        "-bind=127.0.0.24".into(),
+        "-client=127.0.0.1".into(),
+        format!("-data-dir={}", client_data.path().display()),
+        format!("-serf-lan-port={}", free_port()),
+        "-retry-interval=1s".into(),
+        format!(
+            "-retry-join={}",
+            nodes[0]
+                .flags
+                .iter()
+                .find_map(|f| f.strip_prefix("-serf-lan-port="))
+                .map(|p| format!("127.0.0.21:{p}"))
+                .unwrap()
+        ),
+    ];
+    let client = start(&client_flags);
+    client.wait_ready();
+    let (status, body) = client.put("/v1/kv/from-client", "c");
+    assert_eq!((status, body.as_str()), (200, "true"));
+    let (status, _) = client.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "web", "Port": 80}"#,
+    );
+    assert_eq!(status, 200);
+    eventually(Duration::from_secs(10), || {
+        let instances = nodes[1].agent.get("/v1/catalog/service/web").ok()?;
+        (instances.as_array()?.first()?["Node"] == "c1").then_some(())
+    });
+    eventually(Duration::from_secs(20), || {
+        (status_in(&members(&client), "s1").as_deref() == Some("alive")).then_some(())
+    });
+    let table = String::from_utf8_lossy(&client.cli(&["members"]).stdout).to_string();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("c1 ") && l.contains(" client ")),
+        "{table}"
+    );
 
     // Writes through every server, read from every server.
     for (i, n) in nodes.iter().enumerate() {
@@ -126,8 +169,9 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     let (status, _) = nodes[survivors[0]].agent.put("/v1/kv/after", "kill");
     assert_eq!(status, 200);
     eventually(Duration::from_secs(20), || {
-        (status_in(&members(&nodes[survivors[0]]), &nodes[dead].name).as_deref() == Some("failed"))
-            .then_some(())
+        (status_in(&members(&nodes[survivors[0]].agent), &nodes[dead].name).as_deref()
+            == Some("failed"))
+        .then_some(())
     });
 
     // It restarts from its data dir, rejoins and catches up.
@@ -138,15 +182,16 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     });
     assert_eq!(value, "kill");
     eventually(Duration::from_secs(20), || {
-        (status_in(&members(&nodes[survivors[0]]), &nodes[dead].name).as_deref() == Some("alive"))
-            .then_some(())
+        (status_in(&members(&nodes[survivors[0]].agent), &nodes[dead].name).as_deref()
+            == Some("alive"))
+        .then_some(())
     });
 
     // A graceful leave shows as left.
     let leaver = survivors[1];
     assert!(nodes[leaver].agent.cli(&["leave"]).status.success());
     eventually(Duration::from_secs(20), || {
-        (status_in(&members(&nodes[dead]), &nodes[leaver].name).as_deref() == Some("left"))
+        (status_in(&members(&nodes[dead].agent), &nodes[leaver].name).as_deref() == Some("left"))
             .then_some(())
     });
 }

@@ -17,7 +17,7 @@ mod server_rpc;
 pub use frame::{read_frame, write_frame, MAX_FRAME};
 pub use listener::{FrameHandler, Listener};
 pub use pool::{CallError, Pool};
-pub use server_rpc::{serve_rpc, Forwarding, Leadership, RemoteRpc, RpcHandler};
+pub use server_rpc::{serve_rpc, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool};
 
 /// What a connection carries, named by its first byte (Consul's numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -109,6 +109,35 @@ macro_rules! server_rpc_calls {
         }
 
         #[async_trait]
+        impl ServerRpc for ServerPool {
+            $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
+                let mut tried = Vec::new();
+                loop {
+                    let address = self.pick(&tried).await?;
+                    let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                        .$name( $( $opts, )? $( $arg.clone() ),* )
+                        .await;
+                    if !self.failed_over(&address, &result, &mut tried) {
+                        return result;
+                    }
+                }
+            } )*
+
+            async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+                let mut tried = Vec::new();
+                loop {
+                    let address = self.pick(&tried).await?;
+                    let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                        .txn(opts, ops.clone())
+                        .await;
+                    if !self.failed_over(&address, &result, &mut tried) {
+                        return result;
+                    }
+                }
+            }
+        }
+
+        #[async_trait]
         impl ServerRpc for RemoteRpc {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 self.call(Call::$name { $( $opts: $opts.clone(), )? $( $arg ),* }).await
@@ -242,6 +271,83 @@ impl Forwarding {
         tokio::time::sleep(backoff(*attempt)).await;
         *attempt += 1;
         true
+    }
+}
+
+/// `ServerRpc` for a client agent: every call goes to one of the servers
+/// gossip knows (the last one that answered, else any); a server that
+/// cannot be reached before the request is sent is skipped for the next.
+/// The servers forward to their leader themselves.
+pub struct ServerPool {
+    servers: tokio::sync::watch::Receiver<Vec<String>>,
+    pool: Arc<Pool>,
+    preferred: std::sync::Mutex<Option<String>>,
+}
+
+impl ServerPool {
+    /// Calls the servers in `servers` (their server-port addresses).
+    pub fn new(servers: tokio::sync::watch::Receiver<Vec<String>>, pool: Arc<Pool>) -> ServerPool {
+        ServerPool {
+            servers,
+            pool,
+            preferred: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// A server not yet tried: the preferred one first. Waits up to 7 s for
+    /// servers to be known (an agent that just joined).
+    async fn pick(&self, tried: &[String]) -> Result<String, RpcError> {
+        let mut servers = self.servers.clone();
+        let deadline = tokio::time::Instant::now() + HOLD;
+        loop {
+            let known = servers.borrow_and_update().clone();
+            let preferred = self
+                .preferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .filter(|p| known.contains(p) && !tried.contains(p));
+            let candidate = preferred.or_else(|| {
+                let fresh: Vec<&String> = known.iter().filter(|s| !tried.contains(s)).collect();
+                // Spread clients over servers.
+                let at = (std::process::id() as usize + tried.len()) % fresh.len().max(1);
+                fresh.get(at).map(|s| s.to_string())
+            });
+            if let Some(address) = candidate {
+                return Ok(address);
+            }
+            if !tried.is_empty() {
+                return Err(RpcError::Unreachable(format!(
+                    "no server answered (tried {})",
+                    tried.join(", ")
+                )));
+            }
+            if tokio::time::timeout_at(deadline, servers.changed())
+                .await
+                .is_err()
+            {
+                return Err(RpcError::Internal("No known Consul servers".into()));
+            }
+        }
+    }
+
+    /// Records the outcome; `true` when another server should be tried.
+    fn failed_over<T>(
+        &self,
+        address: &str,
+        result: &Result<T, RpcError>,
+        tried: &mut Vec<String>,
+    ) -> bool {
+        let mut preferred = self.preferred.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(result, Err(RpcError::Unreachable(_))) {
+            if preferred.as_deref() == Some(address) {
+                *preferred = None;
+            }
+            tried.push(address.to_string());
+            return true;
+        }
+        *preferred = Some(address.to_string());
+        false
     }
 }
 

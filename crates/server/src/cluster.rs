@@ -52,11 +52,10 @@ impl Leadership for Server {
 
 impl Server {
     /// Routes the server port to this server: Raft messages to Raft, RPC
-    /// calls to its endpoints (calls from other servers are not forwarded
-    /// again, so a leadership change cannot bounce them around).
-    pub fn route(self: &Arc<Self>, listener: &mut Listener) {
+    /// calls to `rpc` (a [`legate_rpc::Forwarding`] over this server, so
+    /// calls from client agents reach the leader).
+    pub fn route(self: &Arc<Self>, listener: &mut Listener, rpc: Arc<dyn ServerRpc>) {
         listener.route(Kind::Raft, Arc::new(RaftFrames(self.clone())));
-        let rpc: Arc<dyn ServerRpc> = self.clone();
         listener.route(Kind::Rpc, serve_rpc(rpc));
     }
 

@@ -46,10 +46,15 @@ async fn cluster(n: u64) -> Vec<Member> {
         config.raft.transport = Transport(Some(Arc::new(PortTransport(pool.clone()))));
         config.server_port = listener.local_addr().unwrap().port();
         let server = Server::start(config).await.unwrap();
-        server.route(&mut listener);
-        let port = tokio::spawn(listener.serve());
         let local: Arc<dyn ServerRpc> = server.clone();
         let leadership: Arc<dyn Leadership> = server.clone();
+        let forwarding: Arc<dyn ServerRpc> = Arc::new(Forwarding::new(
+            local.clone(),
+            leadership.clone(),
+            pool.clone(),
+        ));
+        server.route(&mut listener, forwarding);
+        let port = tokio::spawn(listener.serve());
         let rpc = Forwarding::new(local, leadership, pool.clone());
         members.push(Member { server, port, rpc });
     }
