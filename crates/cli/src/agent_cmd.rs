@@ -530,6 +530,7 @@ async fn start_server(
             crate::cluster::start_gossip(config, node_id, raft_id(node_id), Some(rpc_address))
                 .await?;
         crate::cluster::spawn_joins(gossip_membership.clone(), config);
+        crate::cluster::spawn_member_sync(server.clone(), &gossip);
         if config.bootstrap_expect > 1 {
             crate::cluster::spawn_bootstrap_expect(
                 server.clone(),

@@ -220,6 +220,43 @@ pub fn server_addresses(
     rx
 }
 
+/// Keeps the server's view of membership (which its leader reconciles into
+/// the catalog) equal to gossip's.
+pub fn spawn_member_sync(server: Arc<Server>, gossip: &Gossip) {
+    let mut members = gossip.watch();
+    tokio::spawn(async move {
+        loop {
+            let list = members
+                .borrow_and_update()
+                .iter()
+                .map(|m| legate_server::ClusterMember {
+                    name: m.name.clone(),
+                    node_id: m.tags.node_id.clone(),
+                    address: m.addr.ip().to_string(),
+                    datacenter: m.tags.dc.clone(),
+                    server_port: (m.tags.role == "server")
+                        .then(|| {
+                            m.tags
+                                .rpc_addr
+                                .rsplit_once(':')
+                                .and_then(|(_, p)| p.parse().ok())
+                        })
+                        .flatten(),
+                    state: match m.status {
+                        Status::Alive => legate_server::MemberState::Alive,
+                        Status::Failed => legate_server::MemberState::Failed,
+                        Status::Left => legate_server::MemberState::Left,
+                    },
+                })
+                .collect();
+            server.update_members(list);
+            if members.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
 /// With `-bootstrap-expect=N`: once N servers of this datacenter are alive
 /// in gossip, every one of them initialises Raft with the same voters (the
 /// N lowest Raft ids), so exactly one cluster forms; a server that already

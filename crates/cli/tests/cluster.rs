@@ -174,6 +174,20 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
         .then_some(())
     });
 
+    // The leader marks it critical in the catalog (serfHealth).
+    let dead_name = nodes[dead].name.clone();
+    eventually(Duration::from_secs(20), || {
+        let checks = nodes[survivors[0]]
+            .agent
+            .get(&format!("/v1/health/node/{dead_name}"))
+            .ok()?;
+        checks
+            .as_array()?
+            .iter()
+            .any(|c| c["CheckID"] == "serfHealth" && c["Status"] == "critical")
+            .then_some(())
+    });
+
     // It restarts from its data dir, rejoins and catches up.
     nodes[dead].agent = start(&nodes[dead].flags);
     nodes[dead].agent.wait_ready();
@@ -187,11 +201,37 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
         .then_some(())
     });
 
-    // A graceful leave shows as left.
+    // Every member has a passing serfHealth, the servers the consul service.
+    eventually(Duration::from_secs(20), || {
+        let checks = nodes[dead].agent.get("/v1/health/state/passing").ok()?;
+        let passing: Vec<String> = checks
+            .as_array()?
+            .iter()
+            .filter(|c| c["CheckID"] == "serfHealth")
+            .filter_map(|c| c["Node"].as_str().map(String::from))
+            .collect();
+        ["s1", "s2", "s3", "c1"]
+            .iter()
+            .all(|n| passing.iter().any(|p| p == n))
+            .then_some(())
+    });
+    let consul = nodes[0].agent.get("/v1/catalog/service/consul").unwrap();
+    assert_eq!(consul.as_array().unwrap().len(), 3, "{consul}");
+
+    // A graceful leave shows as left and removes the node from the catalog.
     let leaver = survivors[1];
+    let leaver_name = nodes[leaver].name.clone();
     assert!(nodes[leaver].agent.cli(&["leave"]).status.success());
     eventually(Duration::from_secs(20), || {
-        (status_in(&members(&nodes[dead].agent), &nodes[leaver].name).as_deref() == Some("left"))
+        (status_in(&members(&nodes[dead].agent), &leaver_name).as_deref() == Some("left"))
             .then_some(())
+    });
+    eventually(Duration::from_secs(20), || {
+        let nodes_now = nodes[dead].agent.get("/v1/catalog/nodes").ok()?;
+        (!nodes_now
+            .as_array()?
+            .iter()
+            .any(|n| n["Node"] == leaver_name.as_str()))
+        .then_some(())
     });
 }

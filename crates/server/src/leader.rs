@@ -56,6 +56,18 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if let Err(e) = reconcile_self(&server).await {
                 tracing::warn!(error = %e, "leader: reconciling this server's catalog entry failed");
             }
+            let members = server
+                .members
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for member in members.iter().filter(|m| {
+                m.name != server.config.node_name && m.datacenter == server.config.datacenter
+            }) {
+                if let Err(e) = reconcile_member(&server, member).await {
+                    tracing::warn!(node = %member.name, error = %e, "leader: reconciling a member failed");
+                }
+            }
             let newest = server.store.read().max_tombstone_index();
             if let Some(upto) = tombstones.tick(newest) {
                 if let Err(e) = server.write(Command::ReapTombstones(upto)).await {
@@ -197,6 +209,117 @@ fn start_session_clocks(server: &Server) {
             if !ttl.is_zero() {
                 server.session_timers.ensure(&session.id, ttl);
             }
+        }
+    }
+}
+
+/// How gossip sees a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Reachable.
+    Alive,
+    /// Not answering.
+    Failed,
+    /// Left (gracefully or forced).
+    Left,
+}
+
+/// A gossip member, as the leader reconciles it into the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterMember {
+    /// Node name.
+    pub name: String,
+    /// Node id.
+    pub node_id: String,
+    /// Its address.
+    pub address: String,
+    /// Its datacenter.
+    pub datacenter: String,
+    /// Its server port, for servers (registers the `consul` service).
+    pub server_port: Option<u16>,
+    /// What gossip says.
+    pub state: MemberState,
+}
+
+impl Server {
+    /// Replaces the membership the leader reconciles into the catalog
+    /// (called on every gossip change).
+    pub fn update_members(&self, members: Vec<ClusterMember>) {
+        *self.members.lock().unwrap_or_else(|e| e.into_inner()) = members;
+    }
+}
+
+/// Brings one member's catalog entry in line with gossip: an alive member
+/// has its node and a passing `serfHealth` (and servers the `consul`
+/// service); a failed one a critical `serfHealth`; a member that left is
+/// deregistered.
+async fn reconcile_member(
+    server: &Server,
+    member: &ClusterMember,
+) -> Result<(), legate_types::RpcError> {
+    let (node_exists, serf_status, has_service) = {
+        let tables = server.store.read();
+        let node = tables.node(&member.name);
+        let (_, checks) = tables.node_checks(&member.name);
+        let serf = checks
+            .iter()
+            .find(|c| c.check_id == SERF_CHECK_ID)
+            .map(|c| c.status);
+        let service = tables.node_service(&member.name, CONSUL_SERVICE).is_some();
+        (node.is_some(), serf, service)
+    };
+    match member.state {
+        MemberState::Left => {
+            if node_exists {
+                tracing::info!(node = %member.name, "leader: member left; deregistering it");
+                let request = legate_types::DeregisterRequest {
+                    node: member.name.clone(),
+                    datacenter: member.datacenter.clone(),
+                    ..Default::default()
+                };
+                server.write(Command::Deregister(request)).await?;
+            }
+            Ok(())
+        }
+        MemberState::Failed | MemberState::Alive => {
+            let (status, output) = if member.state == MemberState::Alive {
+                (HealthStatus::Passing, "Agent alive and reachable")
+            } else {
+                (HealthStatus::Critical, "Agent not live or unreachable")
+            };
+            let service_needed = member.server_port.is_some() && !has_service;
+            if node_exists && serf_status == Some(status) && !service_needed {
+                return Ok(());
+            }
+            let request = RegisterRequest {
+                id: member.node_id.clone(),
+                node: member.name.clone(),
+                address: member.address.clone(),
+                datacenter: member.datacenter.clone(),
+                skip_node_update: node_exists,
+                check: Some(HealthCheck {
+                    node: member.name.clone(),
+                    check_id: SERF_CHECK_ID.to_string(),
+                    name: SERF_CHECK_NAME.to_string(),
+                    status,
+                    output: output.to_string(),
+                    ..Default::default()
+                }),
+                service: member
+                    .server_port
+                    .filter(|_| service_needed)
+                    .map(|port| NodeService {
+                        id: CONSUL_SERVICE.to_string(),
+                        service: CONSUL_SERVICE.to_string(),
+                        port,
+                        ..Default::default()
+                    }),
+                ..Default::default()
+            };
+            server
+                .write(Command::Register(Box::new(request)))
+                .await
+                .map(|_| ())
         }
     }
 }

@@ -28,7 +28,7 @@ pub use intentions::{
     intentions_of, sort_intentions, INTENTIONS_READ_ONLY, INTENTION_FORMAT_CONFIG_ENTRY,
     INTENTION_FORMAT_KEY,
 };
-pub use leader::{CLUSTER_ID_KEY, CONSUL_SERVICE, SERF_CHECK_ID};
+pub use leader::{ClusterMember, MemberState, CLUSTER_ID_KEY, CONSUL_SERVICE, SERF_CHECK_ID};
 use sessions::SessionTimers;
 
 /// Settings of a server.
@@ -103,6 +103,8 @@ pub struct Server {
     authorizer: Arc<dyn Authorizer>,
     session_timers: SessionTimers,
     ca: ca::CaManager,
+    /// Gossip membership the leader reconciles into the catalog.
+    members: std::sync::Mutex<Vec<leader::ClusterMember>>,
     shutdown: tokio_util_shutdown::Shutdown,
 }
 
@@ -145,6 +147,7 @@ impl Server {
             store,
             authorizer: Arc::new(AllowAll),
             session_timers: SessionTimers::default(),
+            members: std::sync::Mutex::new(Vec::new()),
             shutdown: tokio_util_shutdown::Shutdown::new(),
         });
         leader::spawn_leader_loop(server.clone());
