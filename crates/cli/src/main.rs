@@ -53,6 +53,16 @@ enum Command {
     Reload(commands::misc::HttpOnlyArgs),
     /// Controls node and service maintenance mode.
     Maint(commands::misc::MaintArgs),
+    /// Cluster operations (Raft peers).
+    #[command(subcommand)]
+    Operator(commands::operator::OperatorCommand),
+    /// Joins the agent to a cluster through members at these addresses.
+    Join(commands::operator::JoinArgs),
+    /// Marks a failed member as left.
+    #[command(name = "force-leave")]
+    ForceLeave(commands::operator::ForceLeaveArgs),
+    /// Prints a new gossip encryption key.
+    Keygen,
 }
 
 /// Rewrites Go-style single-dash long flags (`-dev`, `-config-file=x`) to
@@ -122,6 +132,10 @@ fn main() -> ExitCode {
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,
             Command::Maint(args) => commands::misc::maint(args).await,
+            Command::Operator(cmd) => commands::operator::run(cmd).await,
+            Command::Join(args) => commands::operator::join(args).await,
+            Command::ForceLeave(args) => commands::operator::force_leave(args).await,
+            Command::Keygen => commands::operator::keygen(),
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -297,3 +297,32 @@ fn reload_rereads_config_services_and_checks() {
         (services.get("hup").is_some() && services.get("new").is_none()).then_some(())
     });
 }
+
+#[test]
+fn keygen_makes_keys_the_agent_accepts_and_bad_keys_stop_it() {
+    let out = Command::new(common::binary())
+        .arg("keygen")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(key.len(), 44, "{key}");
+    let agent = TestAgent::dev(&["-encrypt", &key]);
+    assert!(agent.get("/v1/agent/self").is_ok());
+    let out = Command::new(common::binary())
+        .args([
+            "agent",
+            "-dev",
+            "-encrypt",
+            "not-a-key",
+            "-http-port=-1",
+            "-dns-port=-1",
+            "-grpc-port=-1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("encrypt: the key"), "{text}");
+}

@@ -83,6 +83,18 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     });
     let peers = nodes[0].agent.get("/v1/status/peers").unwrap();
     assert_eq!(peers.as_array().unwrap().len(), 3, "{peers}");
+    // operator raft list-peers: every server by name, one leader, all voters.
+    let table = eventually(Duration::from_secs(20), || {
+        let out = nodes[1].agent.cli(&["operator", "raft", "list-peers"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (["s1", "s2", "s3"]
+            .iter()
+            .all(|n| text.lines().any(|l| l.starts_with(&format!("{n} "))))
+            && text.matches(" leader ").count() == 1)
+            .then_some(text)
+    });
+    assert_eq!(table.matches(" true ").count(), 3, "{table}");
+    assert!(table.starts_with("Node"), "{table}");
     eventually(Duration::from_secs(20), || {
         let table = members(&nodes[0].agent);
         nodes

@@ -148,6 +148,10 @@ pub fn router(state: AppState) -> Router {
         // status, events, coordinates
         .route("/v1/status/leader", get(misc::status_leader))
         .route("/v1/status/peers", get(misc::status_peers))
+        .route(
+            "/v1/operator/raft/configuration",
+            get(misc::raft_configuration),
+        )
         .route("/v1/event/fire/{name}", put(misc::event_fire))
         .route("/v1/event/list", get(misc::event_list))
         .route(

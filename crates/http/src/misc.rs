@@ -101,6 +101,15 @@ pub async fn status_peers(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(&req.params, &st.agent.rpc().status_peers().await?))
 }
 
+/// `GET /v1/operator/raft/configuration`.
+pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
+    Ok(json(
+        &req.params,
+        &st.agent.rpc().raft_configuration(&opts).await?,
+    ))
+}
+
 pub async fn event_fire(
     State(st): State<AppState>,
     Path(name): Path<String>,

@@ -229,6 +229,26 @@ impl RaftNode {
         metrics.current_leader == Some(self.options.node_id)
     }
 
+    /// Every server in the Raft configuration: id, address, whether it
+    /// votes, and whether it leads; and the last log index this node has.
+    pub fn configuration(&self) -> (Vec<(u64, String, bool, bool)>, u64) {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        let servers = membership
+            .nodes()
+            .map(|(id, n)| {
+                (
+                    *id,
+                    n.addr.clone(),
+                    voters.contains(id),
+                    metrics.current_leader == Some(*id),
+                )
+            })
+            .collect();
+        (servers, metrics.last_log_index.unwrap_or(0))
+    }
+
     /// Addresses of every voter.
     pub fn peer_addresses(&self) -> Vec<String> {
         let metrics = self.raft.metrics().borrow().clone();

@@ -11,7 +11,9 @@ use async_trait::async_trait;
 use legate_types::config_entry::ConfigEntry;
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
-use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, TxnOp, TxnResponse};
+use legate_types::rpc::{
+    ChainOverrides, RaftConfiguration, ServerRpc, ServiceQuery, TxnOp, TxnResponse,
+};
 use legate_types::{
     CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
     Node, NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
@@ -358,6 +360,7 @@ fn backoff(attempt: u32) -> Duration {
 server_rpc_calls! {
     status_leader(;) -> String;
     status_peers(;) -> Vec<String>;
+    raft_configuration(opts: &QueryOptions;) -> RaftConfiguration;
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;
     catalog_deregister(opts: &WriteOptions; req: DeregisterRequest) -> u64;
     catalog_datacenters(;) -> Vec<String>;

@@ -152,6 +152,48 @@ impl ServerRpc for Server {
         Ok(self.raft.peer_addresses())
     }
 
+    async fn raft_configuration(
+        &self,
+        _opts: &QueryOptions,
+    ) -> Result<legate_types::rpc::RaftConfiguration, RpcError> {
+        let (servers, index) = self.raft.configuration();
+        // Names from the catalog's `consul` service (address:port).
+        let tables = self.store.read();
+        let (_, instances) = tables.service_nodes(crate::CONSUL_SERVICE, false);
+        let name_of = |address: &str| {
+            instances
+                .iter()
+                .find(|sn| {
+                    let host = if sn.service_address.is_empty() {
+                        &sn.address
+                    } else {
+                        &sn.service_address
+                    };
+                    format!("{host}:{}", sn.service_port) == address
+                })
+                .map(|sn| (sn.node.clone(), sn.id.clone()))
+        };
+        Ok(legate_types::rpc::RaftConfiguration {
+            servers: servers
+                .into_iter()
+                .map(|(id, address, voter, leader)| {
+                    let (node, node_id) =
+                        name_of(&address).unwrap_or_else(|| (String::new(), id.to_string()));
+                    legate_types::rpc::RaftServer {
+                        id: node_id,
+                        node,
+                        address,
+                        leader,
+                        protocol_version: "3".into(),
+                        voter,
+                        last_index: index,
+                    }
+                })
+                .collect(),
+            index,
+        })
+    }
+
     async fn catalog_register(
         &self,
         opts: &WriteOptions,

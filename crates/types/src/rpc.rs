@@ -81,6 +81,37 @@ pub struct TxnResponse {
     pub index: u64,
 }
 
+/// One server of `/v1/operator/raft/configuration`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RaftServer {
+    /// Node id.
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// Node name.
+    pub node: String,
+    /// Server-port address.
+    pub address: String,
+    /// Whether it leads.
+    pub leader: bool,
+    /// Raft protocol version (`3`).
+    pub protocol_version: String,
+    /// Whether it votes.
+    pub voter: bool,
+    /// The last log index (as this server knows it).
+    pub last_index: u64,
+}
+
+/// `/v1/operator/raft/configuration`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct RaftConfiguration {
+    /// The servers.
+    pub servers: Vec<RaftServer>,
+    /// The last log index.
+    pub index: u64,
+}
+
 /// Server endpoints. Every call carries the request's datacenter, token and
 /// (for reads) consistency and blocking options.
 #[async_trait]
@@ -89,6 +120,8 @@ pub trait ServerRpc: Send + Sync + 'static {
     async fn status_leader(&self) -> Result<String, RpcError>;
     /// The Raft peers' RPC addresses.
     async fn status_peers(&self) -> Result<Vec<String>, RpcError>;
+    /// The Raft configuration (`/v1/operator/raft/configuration`).
+    async fn raft_configuration(&self, opts: &QueryOptions) -> Result<RaftConfiguration, RpcError>;
 
     /// Registers a node, and optionally a service and checks on it.
     async fn catalog_register(

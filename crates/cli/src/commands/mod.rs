@@ -7,6 +7,7 @@ pub mod grpc_certs;
 pub mod intention;
 pub mod kv;
 pub mod misc;
+pub mod operator;
 pub mod services;
 pub mod tls;
 

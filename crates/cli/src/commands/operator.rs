@@ -1,0 +1,149 @@
+//! Cluster commands: `operator raft list-peers`, `join`, `force-leave`,
+//! `keygen`.
+
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use serde_json::Value;
+
+use super::{fail, print_columns};
+use crate::client::{Client, HttpFlags};
+
+/// `operator` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum OperatorCommand {
+    /// Raft operations.
+    #[command(subcommand)]
+    Raft(RaftCommand),
+}
+
+/// `operator raft` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum RaftCommand {
+    /// Lists the Raft peers.
+    #[command(name = "list-peers")]
+    ListPeers(ListPeersArgs),
+}
+
+/// Flags of `operator raft list-peers`.
+#[derive(Args, Debug)]
+pub struct ListPeersArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+}
+
+/// Flags of `join`.
+#[derive(Args, Debug)]
+pub struct JoinArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// Join the WAN pool (not supported yet).
+    #[arg(long)]
+    wan: bool,
+    /// Addresses of members to contact.
+    addresses: Vec<String>,
+}
+
+/// Flags of `force-leave`.
+#[derive(Args, Debug)]
+pub struct ForceLeaveArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The failed node to mark as left.
+    node: Option<String>,
+}
+
+/// Runs `operator ...`.
+pub async fn run(cmd: OperatorCommand) -> u8 {
+    match cmd {
+        OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
+    }
+}
+
+async fn list_peers(args: ListPeersArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let config: Value = match client
+        .get_json("/v1/operator/raft/configuration", &[])
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return fail(format!("Error getting peers: {e}")),
+    };
+    let mut rows = vec![vec![
+        "Node".to_string(),
+        "ID".into(),
+        "Address".into(),
+        "State".into(),
+        "Voter".into(),
+        "RaftProtocol".into(),
+    ]];
+    for server in config["Servers"].as_array().into_iter().flatten() {
+        let text = |k: &str| server[k].as_str().unwrap_or("").to_string();
+        rows.push(vec![
+            text("Node"),
+            text("ID"),
+            text("Address"),
+            if server["Leader"].as_bool() == Some(true) {
+                "leader"
+            } else {
+                "follower"
+            }
+            .into(),
+            server["Voter"].as_bool().unwrap_or(false).to_string(),
+            text("ProtocolVersion"),
+        ]);
+    }
+    print_columns(&rows);
+    0
+}
+
+/// Runs `join`.
+pub async fn join(args: JoinArgs) -> u8 {
+    if args.wan {
+        return fail("Error joining the cluster: WAN federation is not supported yet");
+    }
+    if args.addresses.is_empty() {
+        return fail("At least one address to join must be specified.");
+    }
+    let client = Client::new(&args.http);
+    let mut joined = 0;
+    for address in &args.addresses {
+        match client
+            .ok(Method::PUT, &format!("/v1/agent/join/{address}"), &[], None)
+            .await
+        {
+            Ok(_) => joined += 1,
+            Err(e) => eprintln!("Error joining address '{address}': {e}"),
+        }
+    }
+    if joined == 0 {
+        return fail("Failed to join any nodes.");
+    }
+    println!("Successfully joined cluster by contacting {joined} nodes.");
+    0
+}
+
+/// Runs `force-leave`.
+pub async fn force_leave(args: ForceLeaveArgs) -> u8 {
+    let Some(node) = args.node.filter(|n| !n.is_empty()) else {
+        return fail("A node name must be specified to force leave.");
+    };
+    let client = Client::new(&args.http);
+    match client
+        .ok(
+            Method::PUT,
+            &format!("/v1/agent/force-leave/{node}"),
+            &[],
+            None,
+        )
+        .await
+    {
+        Ok(_) => 0,
+        Err(e) => fail(format!("Error force leaving: {e}")),
+    }
+}
+
+/// Runs `keygen`: a new gossip encryption key.
+pub fn keygen() -> u8 {
+    println!("{}", legate_gossip::Key::generate());
+    0
+}
