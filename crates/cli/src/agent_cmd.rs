@@ -508,7 +508,7 @@ async fn start_server(
         config_entries_bootstrap: bootstrap_entries(config)?,
         connect_ca: config.connect_ca.clone(),
         default_intention_allow: !(config.acl_enabled && config.acl_default_policy == "deny"),
-        masked_features: Vec::new(),
+        masked_features: crate::cluster::masked_features(),
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

@@ -13,9 +13,18 @@ use legate_agent::membership::{MemberInfo, MemberStatus, Membership};
 use legate_gossip::{Gossip, GossipConfig, Key, Keyring, Status, Tags, Timing};
 use legate_server::Server;
 
-/// Features this build supports, advertised in gossip tags (the flags the
-/// intentions upgrade logic reads).
-const FEATURES: &[&str] = &["si", "fs"];
+/// The features this server advertises in its gossip tags (the flags the
+/// intentions upgrade logic reads): this build's, minus any masked with
+/// `LEGATE_MASKED_FEATURES` (a comma list; for rehearsing an upgrade from
+/// an older version).
+pub fn masked_features() -> Vec<String> {
+    std::env::var("LEGATE_MASKED_FEATURES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect()
+}
 
 /// Resolves `host[:port]` to a gossip address (port 8301 by default).
 fn gossip_address(text: &str, default_port: u16) -> Result<SocketAddr, String> {
@@ -138,7 +147,9 @@ pub async fn start_gossip(
             rpc_addr: server_rpc.map(|a| a.to_string()).unwrap_or_default(),
             raft_id,
             build: legate_types::LEGATE_VERSION.to_string(),
-            features: FEATURES.iter().map(|f| f.to_string()).collect(),
+            features: legate_server::features::advertised(&masked_features())
+                .into_iter()
+                .collect(),
             node_id: node_id.to_string(),
             leaving: false,
         },
@@ -242,6 +253,7 @@ pub fn spawn_member_sync(server: Arc<Server>, gossip: &Gossip) {
                                 .and_then(|(_, p)| p.parse().ok())
                         })
                         .flatten(),
+                    features: m.tags.features.iter().cloned().collect(),
                     state: match m.status {
                         Status::Alive => legate_server::MemberState::Alive,
                         Status::Failed => legate_server::MemberState::Failed,

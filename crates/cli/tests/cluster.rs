@@ -17,12 +17,21 @@ struct Node {
 }
 
 fn start(flags: &[String]) -> TestAgent {
+    start_with_env(flags, &[])
+}
+
+fn start_with_env(flags: &[String], env: &[(&str, &str)]) -> TestAgent {
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    TestAgent::spawn(&refs, true)
+    TestAgent::spawn_with_env(&refs, true, env)
 }
 
 fn cluster() -> Vec<Node> {
-    let ips = ["127.0.0.21", "127.0.0.22", "127.0.0.23"];
+    cluster_of(["127.0.0.21", "127.0.0.22", "127.0.0.23"], None)
+}
+
+/// Three servers on `ips`; the one at `masked` (if any) advertises no
+/// `si` feature, as a server of an older version would.
+fn cluster_of(ips: [&str; 3], masked: Option<usize>) -> Vec<Node> {
     let serf: Vec<u16> = ips.iter().map(|_| free_port()).collect();
     let mut nodes = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
@@ -43,8 +52,13 @@ fn cluster() -> Vec<Node> {
                 flags.push(format!("-retry-join={other}:{}", serf[j]));
             }
         }
+        let env: &[(&str, &str)] = if masked == Some(i) {
+            &[("LEGATE_MASKED_FEATURES", "si")]
+        } else {
+            &[]
+        };
         nodes.push(Node {
-            agent: start(&flags),
+            agent: start_with_env(&flags, env),
             name: format!("s{}", i + 1),
             flags,
             _data: data,
@@ -246,4 +260,28 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             .any(|n| n["Node"] == leaver_name.as_str()))
         .then_some(())
     });
+}
+
+#[test]
+fn intentions_stay_read_only_until_every_server_supports_them() {
+    let mut nodes = cluster_of(["127.0.0.31", "127.0.0.32", "127.0.0.33"], Some(2));
+    let create = |n: &Node| n.agent.cli(&["intention", "create", "-deny", "web", "db"]);
+    // The masked server's tags say it lacks `si`: writes are refused.
+    eventually(Duration::from_secs(20), || {
+        (nodes.iter().all(|n| leader_of(n).len() > 2)).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let out = create(&nodes[0]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(err.contains("read only while being upgraded"), "{err}");
+    // The old server is upgraded (restarted without the mask): writes work.
+    nodes[2].agent.kill9();
+    nodes[2].agent = start(&nodes[2].flags);
+    nodes[2].agent.wait_ready();
+    let out = eventually(Duration::from_secs(30), || {
+        let out = create(&nodes[1]);
+        out.status.success().then_some(out)
+    });
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Created: web => db (deny)"));
 }

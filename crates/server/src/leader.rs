@@ -40,9 +40,10 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if !was_leader {
                 start_session_clocks(&server);
                 ensure_cluster_id(&server).await;
-                enable_features(&server).await;
                 bootstrap_config_entries(&server).await;
             }
+            // Re-checked every tick: an upgraded server enables features.
+            enable_features(&server, !was_leader).await;
             if let Err(e) = server.ca_initialize().await {
                 tracing::error!(error = %e, "leader: initialising the connect CA failed");
             }
@@ -153,7 +154,7 @@ async fn ensure_cluster_id(server: &Server) {
 
 /// Turns on the features every server supports (today: intentions as
 /// config entries, recorded as system metadata `intention-format`).
-pub(crate) async fn enable_features(server: &Server) {
+pub(crate) async fn enable_features(server: &Server, first: bool) {
     use crate::features;
     use crate::intentions::{INTENTION_FORMAT_CONFIG_ENTRY, INTENTION_FORMAT_KEY};
     let done = server
@@ -166,9 +167,11 @@ pub(crate) async fn enable_features(server: &Server) {
     }
     let servers = server.server_features();
     if !features::cluster_supports(&servers, features::INTENTIONS_AS_CONFIG_ENTRIES) {
-        tracing::warn!(
-            "not every server supports intentions as config entries yet; intentions stay read only"
-        );
+        if first {
+            tracing::warn!(
+                "not every server supports intentions as config entries yet; intentions stay read only"
+            );
+        }
         return;
     }
     let command = Command::SystemMetadataInit {
@@ -237,6 +240,8 @@ pub struct ClusterMember {
     pub datacenter: String,
     /// Its server port, for servers (registers the `consul` service).
     pub server_port: Option<u16>,
+    /// The features it advertises (servers; `ft_*` tags).
+    pub features: std::collections::BTreeSet<String>,
     /// What gossip says.
     pub state: MemberState,
 }

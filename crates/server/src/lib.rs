@@ -164,10 +164,23 @@ impl Server {
         &self.store
     }
 
-    /// The features each known server advertises (this server only, until
-    /// clustering brings the members' tags).
+    /// The features each known server advertises: this server's, and those
+    /// of the other live servers of its datacenter (from their gossip tags).
     pub fn server_features(&self) -> Vec<std::collections::BTreeSet<String>> {
-        vec![features::advertised(&self.config.masked_features)]
+        let mut all = vec![features::advertised(&self.config.masked_features)];
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        all.extend(
+            members
+                .iter()
+                .filter(|m| {
+                    m.server_port.is_some()
+                        && m.state == leader::MemberState::Alive
+                        && m.datacenter == self.config.datacenter
+                        && m.name != self.config.node_name
+                })
+                .map(|m| m.features.clone()),
+        );
+        all
     }
 
     /// Waits until a leader is known.

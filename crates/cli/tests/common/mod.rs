@@ -57,6 +57,15 @@ impl TestAgent {
     /// Starts `legate agent` without waiting for a leader (cluster members
     /// that wait for each other).
     pub fn spawn(flags: &[&str], disable_other_ports: bool) -> TestAgent {
+        TestAgent::spawn_with_env(flags, disable_other_ports, &[])
+    }
+
+    /// [`TestAgent::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        flags: &[&str],
+        disable_other_ports: bool,
+        env: &[(&str, &str)],
+    ) -> TestAgent {
         let http_port = free_port();
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("agent.log");
@@ -71,6 +80,7 @@ impl TestAgent {
             } else {
                 vec![]
             })
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file);
