@@ -260,6 +260,43 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             .any(|n| n["Node"] == leaver_name.as_str()))
         .then_some(())
     });
+    // It is still a Raft voter until removed: remove-peer by address.
+    let flag = |prefix: &str| {
+        nodes[leaver]
+            .flags
+            .iter()
+            .find_map(|f| f.strip_prefix(prefix).map(String::from))
+            .unwrap()
+    };
+    let address = format!("{}:{}", flag("-bind="), flag("-server-port="));
+    let out = nodes[dead]
+        .agent
+        .cli(&["operator", "raft", "remove-peer", "-address", &address]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Removed peer with address"));
+    let peers = eventually(Duration::from_secs(10), || {
+        let peers = nodes[dead].agent.get("/v1/status/peers").ok()?;
+        (peers.as_array()?.len() == 2).then_some(peers)
+    });
+    assert!(!peers.to_string().contains(&address), "{peers}");
+    let out = nodes[dead].agent.cli(&[
+        "operator",
+        "raft",
+        "remove-peer",
+        "-address",
+        "10.9.9.9:8300",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("was not found in the Raft configuration")
+    );
+    // The two left still take writes.
+    let (status, _) = nodes[dead].agent.put("/v1/kv/two", "left");
+    assert_eq!(status, 200);
 }
 
 #[test]

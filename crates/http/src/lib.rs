@@ -152,6 +152,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/operator/raft/configuration",
             get(misc::raft_configuration),
         )
+        .route(
+            "/v1/operator/raft/peer",
+            axum::routing::delete(misc::raft_remove_peer),
+        )
         .route("/v1/event/fire/{name}", put(misc::event_fire))
         .route("/v1/event/list", get(misc::event_list))
         .route(

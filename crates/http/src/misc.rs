@@ -101,6 +101,24 @@ pub async fn status_peers(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(&req.params, &st.agent.rpc().status_peers().await?))
 }
 
+/// `DELETE /v1/operator/raft/peer?id=|address=`.
+pub async fn raft_remove_peer(State(st): State<AppState>, req: Req) -> ApiResult {
+    let target = req
+        .params
+        .get("id")
+        .or_else(|| req.params.get("address"))
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad_request("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?
+        .to_string();
+    st.agent
+        .rpc()
+        .raft_remove_peer(&req.write_options(), target)
+        .await?;
+    Ok(axum::response::IntoResponse::into_response(
+        axum::http::StatusCode::OK,
+    ))
+}
+
 /// `GET /v1/operator/raft/configuration`.
 pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;

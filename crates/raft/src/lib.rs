@@ -249,6 +249,29 @@ impl RaftNode {
         (servers, metrics.last_log_index.unwrap_or(0))
     }
 
+    /// Removes a server from the Raft configuration (on the leader).
+    pub async fn remove_server(&self, id: u64) -> Result<(), RaftError> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let voters: std::collections::BTreeSet<u64> = metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter(|v| *v != id)
+            .collect();
+        if voters.is_empty() {
+            return Err(RaftError::Other("cannot remove the last voter".into()));
+        }
+        match self.raft.change_membership(voters, false).await {
+            Ok(_) => Ok(()),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(f),
+            )) => Err(RaftError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(RaftError::Other(e.to_string())),
+        }
+    }
+
     /// Addresses of every voter.
     pub fn peer_addresses(&self) -> Vec<String> {
         let metrics = self.raft.metrics().borrow().clone();

@@ -361,6 +361,7 @@ server_rpc_calls! {
     status_leader(;) -> String;
     status_peers(;) -> Vec<String>;
     raft_configuration(opts: &QueryOptions;) -> RaftConfiguration;
+    raft_remove_peer(opts: &WriteOptions; id_or_address: String) -> ();
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;
     catalog_deregister(opts: &WriteOptions; req: DeregisterRequest) -> u64;
     catalog_datacenters(;) -> Vec<String>;

@@ -152,6 +152,34 @@ impl ServerRpc for Server {
         Ok(self.raft.peer_addresses())
     }
 
+    async fn raft_remove_peer(
+        &self,
+        _opts: &WriteOptions,
+        id_or_address: String,
+    ) -> Result<(), RpcError> {
+        let configuration = self.raft_configuration(&QueryOptions::default()).await?;
+        let (servers, _) = self.raft.configuration();
+        let wanted = configuration
+            .servers
+            .iter()
+            .find(|s| s.id == id_or_address || s.address == id_or_address)
+            .map(|s| s.address.clone())
+            .ok_or_else(|| {
+                RpcError::BadRequest(format!(
+                    "id/address {id_or_address:?} was not found in the Raft configuration"
+                ))
+            })?;
+        let raft_id = servers
+            .iter()
+            .find(|(_, address, _, _)| *address == wanted)
+            .map(|(id, ..)| *id)
+            .ok_or_else(|| RpcError::Internal("the Raft configuration changed".into()))?;
+        self.raft.remove_server(raft_id).await.map_err(|e| match e {
+            legate_raft::RaftError::NotLeader { .. } => RpcError::NoLeader,
+            other => RpcError::Internal(other.to_string()),
+        })
+    }
+
     async fn raft_configuration(
         &self,
         _opts: &QueryOptions,

@@ -122,6 +122,13 @@ pub trait ServerRpc: Send + Sync + 'static {
     async fn status_peers(&self) -> Result<Vec<String>, RpcError>;
     /// The Raft configuration (`/v1/operator/raft/configuration`).
     async fn raft_configuration(&self, opts: &QueryOptions) -> Result<RaftConfiguration, RpcError>;
+    /// Removes a server from Raft by its node id or server-port address
+    /// (`operator raft remove-peer`).
+    async fn raft_remove_peer(
+        &self,
+        opts: &WriteOptions,
+        id_or_address: String,
+    ) -> Result<(), RpcError>;
 
     /// Registers a node, and optionally a service and checks on it.
     async fn catalog_register(

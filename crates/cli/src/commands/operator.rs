@@ -1,5 +1,5 @@
-//! Cluster commands: `operator raft list-peers`, `join`, `force-leave`,
-//! `keygen`.
+//! Cluster commands: `operator raft list-peers|remove-peer`, `join`,
+//! `force-leave`, `keygen`.
 
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -22,6 +22,22 @@ pub enum RaftCommand {
     /// Lists the Raft peers.
     #[command(name = "list-peers")]
     ListPeers(ListPeersArgs),
+    /// Removes a server from the Raft configuration.
+    #[command(name = "remove-peer")]
+    RemovePeer(RemovePeerArgs),
+}
+
+/// Flags of `operator raft remove-peer`.
+#[derive(Args, Debug)]
+pub struct RemovePeerArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The server's `IP:port` (server port).
+    #[arg(long)]
+    address: Option<String>,
+    /// The server's node ID.
+    #[arg(long)]
+    id: Option<String>,
 }
 
 /// Flags of `operator raft list-peers`.
@@ -56,6 +72,33 @@ pub struct ForceLeaveArgs {
 pub async fn run(cmd: OperatorCommand) -> u8 {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
+        OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
+    }
+}
+
+async fn remove_peer(args: RemovePeerArgs) -> u8 {
+    let (key, value) = match (&args.address, &args.id) {
+        (Some(a), None) => ("address", a.clone()),
+        (None, Some(i)) => ("id", i.clone()),
+        (Some(_), Some(_)) => return fail("Only one of -address or -id may be specified"),
+        (None, None) => return fail("Error removing peer: Must specify either -address or -id"),
+    };
+    let client = Client::new(&args.http);
+    match client
+        .ok(
+            Method::DELETE,
+            "/v1/operator/raft/peer",
+            &[(key, value.clone())],
+            None,
+        )
+        .await
+    {
+        Ok(_) => {
+            let what = if key == "address" { "address" } else { "ID" };
+            println!("Removed peer with {what} \"{value}\"");
+            0
+        }
+        Err(e) => fail(format!("Error removing peer: {e}")),
     }
 }
 
