@@ -72,6 +72,17 @@ async fn reply<R: ResponseHandler>(
     }
 }
 
+/// Sends a response with only a response code.
+async fn reply_code<R: ResponseHandler>(
+    request: &Request,
+    response_handle: R,
+    mut metadata: Metadata,
+    code: ResponseCode,
+) -> ResponseInfo {
+    metadata.response_code = code;
+    reply(request, response_handle, metadata, (&[], &[], &[])).await
+}
+
 #[async_trait::async_trait]
 impl RequestHandler for DnsHandler {
     async fn handle_request<R: ResponseHandler, T: Time>(
@@ -82,21 +93,14 @@ impl RequestHandler for DnsHandler {
         let config = self.resolver.config();
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.recursion_available = !config.recursors.is_empty();
-        let none: &[Record] = &[];
         if request.metadata.op_code != OpCode::Query {
-            metadata.response_code = ResponseCode::NotImp;
-            return reply(request, response_handle, metadata, (none, none, none)).await;
+            return reply_code(request, response_handle, metadata, ResponseCode::NotImp).await;
         }
-        let query = match request.queries.queries() {
-            [query] => query,
-            _ => {
-                metadata.response_code = ResponseCode::FormErr;
-                return reply(request, response_handle, metadata, (none, none, none)).await;
-            }
+        let [query] = request.queries.queries() else {
+            return reply_code(request, response_handle, metadata, ResponseCode::FormErr).await;
         };
         if !matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
-            metadata.response_code = ResponseCode::Refused;
-            return reply(request, response_handle, metadata, (none, none, none)).await;
+            return reply_code(request, response_handle, metadata, ResponseCode::Refused).await;
         }
         let udp = request.protocol() == Protocol::Udp;
         let qname = query.name().clone().into();
@@ -139,15 +143,13 @@ impl RequestHandler for DnsHandler {
                         .await
                     }
                     None => {
-                        metadata.response_code = ResponseCode::ServFail;
-                        reply(request, response_handle, metadata, (none, none, none)).await
+                        reply_code(request, response_handle, metadata, ResponseCode::ServFail).await
                     }
                 }
             }
+            // Not ours and nobody to ask.
             Err(NotOurs) => {
-                // Not ours and nobody to ask.
-                metadata.response_code = ResponseCode::Refused;
-                reply(request, response_handle, metadata, (none, none, none)).await
+                reply_code(request, response_handle, metadata, ResponseCode::Refused).await
             }
         }
     }
