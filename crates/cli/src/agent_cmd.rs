@@ -656,7 +656,10 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         _ = wait_for_signal() => { tracing::info!("caught signal; shutting down"); false }
         _ = agent.shutdown_requested() => { tracing::info!("leave requested; shutting down"); true }
     };
-    if let (true, Some(m)) = (leaving, &membership) {
+    // As Consul's defaults: `leave` always leaves gossip gracefully; on a
+    // signal, client agents leave (leave_on_terminate) and servers do not
+    // (a restarting server should not shrink the cluster).
+    if let (true, Some(m)) = (leaving || !config.server, &membership) {
         use legate_agent::membership::Membership;
         m.leave().await;
     }
