@@ -97,6 +97,19 @@ type PendingWrite = (
 /// Most commands one log entry carries.
 const MAX_BATCH: usize = 256;
 
+/// Most value bytes one log entry carries (KV values up to 512 KiB each),
+/// so an entry always fits a message between servers.
+const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// The value bytes a command carries (what makes entries large).
+fn value_bytes(command: &Command) -> usize {
+    match command {
+        Command::Kv(op) => op.value.len(),
+        Command::Txn(ops) => ops.iter().map(|op| op.kv.value.len()).sum(),
+        _ => 0,
+    }
+}
+
 /// A running Raft node with its state store.
 #[derive(Clone)]
 pub struct RaftNode {
@@ -117,13 +130,24 @@ impl RaftNode {
         store: Arc<StateStore>,
     ) -> Result<RaftNode, RaftError> {
         let multiplier = options.raft_multiplier.max(1);
+        // A lone server elects itself at once; servers talking over a
+        // network get Consul-like margins (an AppendEntries must complete,
+        // follower fsync included, within one heartbeat interval).
+        let (heartbeat, election) = if options.transport.0.is_some() {
+            (150, 1000)
+        } else {
+            (50, 150)
+        };
         let config = Config {
             cluster_name: "legate".to_string(),
-            heartbeat_interval: 50 * multiplier,
-            election_timeout_min: 150 * multiplier,
-            election_timeout_max: 300 * multiplier,
+            heartbeat_interval: heartbeat * multiplier,
+            election_timeout_min: election * multiplier,
+            election_timeout_max: 2 * election * multiplier,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_threshold.max(16)),
             max_in_snapshot_log_to_keep: 256,
+            // Snapshots travel as JSON in 512 KiB chunks with time to spare.
+            install_snapshot_timeout: 10_000 * multiplier,
+            snapshot_max_chunk_size: 512 * 1024,
             ..Default::default()
         }
         .validate()
@@ -152,7 +176,8 @@ impl RaftNode {
             log,
             store,
             options,
-            last_heard: Arc::default(),
+            // Until a leader is heard, staleness counts from the start.
+            last_heard: Arc::new(std::sync::Mutex::new(Some(std::time::Instant::now()))),
         };
         if node.options.bootstrap
             && !node
@@ -395,10 +420,14 @@ async fn run_batcher(
     mut pending: tokio::sync::mpsc::Receiver<PendingWrite>,
 ) {
     while let Some(first) = pending.recv().await {
+        let mut bytes = value_bytes(&first.0);
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match pending.try_recv() {
-                Ok(next) => batch.push(next),
+                Ok(next) => {
+                    bytes += value_bytes(&next.0);
+                    batch.push(next);
+                }
                 Err(_) => break,
             }
         }

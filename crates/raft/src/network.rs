@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::TypeConfig;
 
+/// The largest Raft message sent (the server port's frame limit is 64 MiB).
+pub const MAX_MESSAGE: usize = 48 << 20;
+
 /// Carries encoded Raft messages to another server and brings back its answer.
 #[async_trait]
 pub trait RaftTransport: Send + Sync + 'static {
@@ -107,6 +110,16 @@ impl Client {
         };
         let bytes = serde_json::to_vec(&message)
             .map_err(|e| RPCError::Network(NetworkError::new(&io_error(e.to_string()))))?;
+        if bytes.len() > MAX_MESSAGE {
+            // openraft resends fewer entries at a time (the hint halves them).
+            let entries = match &message {
+                RaftMessage::AppendEntries(r) => r.entries.len() as u64,
+                _ => 1,
+            };
+            return Err(RPCError::PayloadTooLarge(
+                openraft::error::PayloadTooLarge::new_entries_hint((entries / 2).max(1)),
+            ));
+        }
         let started = Instant::now();
         let answer = transport
             .send(&self.address, bytes, option.hard_ttl())

@@ -154,10 +154,15 @@ impl ServerRpc for Server {
 
     async fn raft_remove_peer(
         &self,
-        _opts: &WriteOptions,
+        opts: &WriteOptions,
         id_or_address: String,
     ) -> Result<(), RpcError> {
-        let configuration = self.raft_configuration(&QueryOptions::default()).await?;
+        self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        let read = QueryOptions {
+            token: opts.token.clone(),
+            ..Default::default()
+        };
+        let configuration = self.raft_configuration(&read).await?;
         let (servers, _) = self.raft.configuration();
         let wanted = configuration
             .servers
@@ -182,8 +187,9 @@ impl ServerRpc for Server {
 
     async fn raft_configuration(
         &self,
-        _opts: &QueryOptions,
+        opts: &QueryOptions,
     ) -> Result<legate_types::rpc::RaftConfiguration, RpcError> {
+        self.authorize(&opts.token, Resource::Operator, Access::Read)?;
         let (servers, index) = self.raft.configuration();
         // Names from the catalog's `consul` service (address:port).
         let tables = self.store.read();
