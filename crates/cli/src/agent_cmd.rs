@@ -537,6 +537,7 @@ async fn start_server(
                 gossip,
                 config.bootstrap_expect,
                 config.datacenter.clone(),
+                pool.clone(),
             );
         }
         membership = Some(gossip_membership);

@@ -269,18 +269,21 @@ pub fn spawn_member_sync(server: Arc<Server>, gossip: &Gossip) {
     });
 }
 
-/// With `-bootstrap-expect=N`: once N servers of this datacenter are alive
-/// in gossip, every one of them initialises Raft with the same voters (the
-/// N lowest Raft ids), so exactly one cluster forms; a server that already
-/// has Raft state ignores it.
+/// With `-bootstrap-expect=N`: once exactly N servers of this datacenter
+/// are alive in gossip and none of them already belongs to a Raft cluster,
+/// every one of them initialises Raft with those N voters — the same set
+/// everywhere, so exactly one cluster forms. More than N servers is a
+/// configuration error: nothing is initialised (as Consul refuses to guess).
 pub fn spawn_bootstrap_expect(
     server: Arc<Server>,
     gossip: Gossip,
     expect: u32,
     datacenter: String,
+    pool: Arc<legate_rpc::Pool>,
 ) {
     tokio::spawn(async move {
         let mut watch = gossip.watch();
+        let mut warned = false;
         loop {
             let voters: BTreeMap<u64, String> = watch
                 .borrow_and_update()
@@ -293,9 +296,19 @@ pub fn spawn_bootstrap_expect(
                 })
                 .map(|m| (m.tags.raft_id, m.tags.rpc_addr.clone()))
                 .collect();
-            if voters.len() >= expect as usize {
-                let voters: BTreeMap<u64, String> =
-                    voters.into_iter().take(expect as usize).collect();
+            if voters.len() > expect as usize && !warned {
+                warned = true;
+                tracing::error!(
+                    servers = voters.len(),
+                    expect,
+                    "more servers than bootstrap_expect are alive; not bootstrapping (check -bootstrap-expect on every server)"
+                );
+            }
+            if voters.len() == expect as usize {
+                if already_bootstrapped(&voters, &server, &pool).await {
+                    tracing::info!("a server already belongs to a Raft cluster; not bootstrapping");
+                    return;
+                }
                 tracing::info!(?voters, "bootstrap-expect reached; initialising Raft");
                 if let Err(e) = server.initialize_cluster(voters).await {
                     tracing::error!(error = %e, "Raft bootstrap failed");
@@ -307,4 +320,27 @@ pub fn spawn_bootstrap_expect(
             }
         }
     });
+}
+
+/// Whether any of `voters` (other than this server) already has a Raft
+/// configuration, as Consul checks before it bootstraps.
+async fn already_bootstrapped(
+    voters: &BTreeMap<u64, String>,
+    server: &Arc<Server>,
+    pool: &Arc<legate_rpc::Pool>,
+) -> bool {
+    use legate_types::rpc::ServerRpc;
+    let own = server.raft_peers();
+    for address in voters.values() {
+        if own.contains(address) {
+            continue;
+        }
+        let remote = legate_rpc::RemoteRpc::new(address.clone(), pool.clone());
+        if let Ok(peers) = remote.status_peers().await {
+            if !peers.is_empty() {
+                return true;
+            }
+        }
+    }
+    false
 }

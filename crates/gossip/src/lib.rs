@@ -278,11 +278,9 @@ impl Gossip {
             if now == addresses.len() {
                 return now;
             }
-            if tokio::time::timeout_at(deadline, watch.changed())
-                .await
-                .is_err()
-            {
-                return reached(&watch.borrow());
+            match tokio::time::timeout_at(deadline, watch.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return reached(&watch.borrow()),
             }
         }
     }
@@ -348,6 +346,19 @@ impl Table {
                 },
             },
         );
+    }
+
+    fn renamed(&mut self, id: &NodeId) {
+        match self.by_addr.get_mut(&id.addr) {
+            Some(m) => {
+                m.name = id.name.clone();
+                m.tags = id.tags.clone();
+                if id.tags.leaving {
+                    m.status = Status::Left;
+                }
+            }
+            None => self.up(id),
+        }
     }
 
     fn down(&mut self, id: &NodeId) {
@@ -512,11 +523,10 @@ async fn run(
                     table.down(&id);
                     changed = true;
                 }
-                OwnedNotification::Rename(old, new) => {
-                    if old.addr != new.addr {
-                        table.by_addr.remove(&old.addr);
-                    }
-                    table.up(&new);
+                OwnedNotification::Rename(_, new) => {
+                    // A new identity at the same address: liveness is
+                    // reported by MemberUp/MemberDown, not by the rename.
+                    table.renamed(&new);
                     changed = true;
                 }
                 OwnedNotification::Rejoin(id) => {

@@ -88,14 +88,16 @@ impl Pool {
             Some(s) => (s, true),
             None => (self.connect(address, kind).await.map_err(not_sent)?, false),
         };
-        // A failed write leaves at most a partial frame, which the server
-        // never acts on.
-        if let Err(e) = write_frame(&mut stream, request).await {
+        // A failed (or timed out) write leaves at most a partial frame,
+        // which the server never acts on.
+        if let Err(e) = write_within(&mut stream, request, timeout, address).await {
             if !pooled {
                 return Err(not_sent(e));
             }
             stream = self.connect(address, kind).await.map_err(not_sent)?;
-            write_frame(&mut stream, request).await.map_err(not_sent)?;
+            write_within(&mut stream, request, timeout, address)
+                .await
+                .map_err(not_sent)?;
         }
         let sent = |error| CallError { sent: true, error };
         let answer = tokio::time::timeout(timeout, read_frame(&mut stream))
@@ -118,6 +120,23 @@ impl Pool {
             ))),
         }
     }
+}
+
+/// Writes a frame, giving up after `timeout`.
+async fn write_within(
+    stream: &mut TcpStream,
+    request: &[u8],
+    timeout: Duration,
+    address: &str,
+) -> std::io::Result<()> {
+    tokio::time::timeout(timeout, write_frame(stream, request))
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("sending to {address} timed out"),
+            ))
+        })
 }
 
 /// A failed [`Pool::call`].

@@ -17,7 +17,7 @@ use legate_types::rpc::{
 use legate_types::{
     CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
     Node, NodeServices, Queried, QueryOptions, RegisterRequest, RpcError, ServiceNode, Session,
-    WriteOptions, MAX_BLOCKING_WAIT,
+    WriteOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,7 @@ macro_rules! server_rpc_calls {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 let forward = false $( || forwards($opts) )?;
                 let mut attempt = 0;
+                let started = tokio::time::Instant::now();
                 loop {
                     let result = match self.target(forward) {
                         Target::Local => self.local.$name( $( $opts, )? $( $arg.clone() ),* ).await,
@@ -87,7 +88,7 @@ macro_rules! server_rpc_calls {
                         }
                         Target::NoLeader => Err(RpcError::NoLeader),
                     };
-                    if !self.retry(forward, &result, &mut attempt).await {
+                    if !self.retry(forward, &result, &mut attempt, started).await {
                         return result;
                     }
                 }
@@ -95,6 +96,7 @@ macro_rules! server_rpc_calls {
 
             async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
                 let mut attempt = 0;
+                let started = tokio::time::Instant::now();
                 loop {
                     let result = match self.target(true) {
                         Target::Local => self.local.txn(opts, ops.clone()).await,
@@ -103,7 +105,7 @@ macro_rules! server_rpc_calls {
                         }
                         Target::NoLeader => Err(RpcError::NoLeader),
                     };
-                    if !self.retry(true, &result, &mut attempt).await {
+                    if !self.retry(true, &result, &mut attempt, started).await {
                         return result;
                     }
                 }
@@ -162,12 +164,8 @@ trait BlockingWait {
 
 impl BlockingWait for QueryOptions {
     fn wait(&self) -> Option<Duration> {
-        (self.min_index > 0).then(|| {
-            self.max_wait
-                .unwrap_or(MAX_BLOCKING_WAIT)
-                .min(MAX_BLOCKING_WAIT)
-                * 2
-        })
+        // The server's own wait, plus its jitter of up to wait/16.
+        (self.min_index > 0).then(|| self.effective_wait() * 17 / 16)
     }
 }
 
@@ -258,16 +256,17 @@ impl Forwarding {
     }
 
     /// Waits before another attempt when `result` says the leader was
-    /// missing or unreachable; `false` when the caller should return it.
+    /// missing or unreachable; `false` when the caller should return it
+    /// (including once `HOLD` has passed since the first attempt).
     async fn retry<T>(
         &self,
         forward: bool,
         result: &Result<T, RpcError>,
         attempt: &mut u32,
+        started: tokio::time::Instant,
     ) -> bool {
         let retriable = matches!(result, Err(RpcError::NoLeader | RpcError::Unreachable(_)));
-        let waited: Duration = (0..*attempt).map(backoff).sum();
-        if !forward || !retriable || waited >= HOLD {
+        if !forward || !retriable || started.elapsed() >= HOLD {
             return false;
         }
         tokio::time::sleep(backoff(*attempt)).await;
@@ -324,11 +323,10 @@ impl ServerPool {
                     tried.join(", ")
                 )));
             }
-            if tokio::time::timeout_at(deadline, servers.changed())
-                .await
-                .is_err()
-            {
-                return Err(RpcError::Internal("No known Consul servers".into()));
+            // A closed list (gossip stopped) ends the wait as a timeout does.
+            match tokio::time::timeout_at(deadline, servers.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(RpcError::Internal("No known Consul servers".into())),
             }
         }
     }

@@ -165,7 +165,8 @@ impl Server {
     }
 
     /// The features each known server advertises: this server's, and those
-    /// of the other live servers of its datacenter (from their gossip tags).
+    /// of the other servers of its datacenter that have not left (from
+    /// their gossip tags; a failed server counts, as in Consul).
     pub fn server_features(&self) -> Vec<std::collections::BTreeSet<String>> {
         let mut all = vec![features::advertised(&self.config.masked_features)];
         let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,8 +174,9 @@ impl Server {
             members
                 .iter()
                 .filter(|m| {
+                    // A failed server still runs its version when it returns.
                     m.server_port.is_some()
-                        && m.state == leader::MemberState::Alive
+                        && m.state != leader::MemberState::Left
                         && m.datacenter == self.config.datacenter
                         && m.name != self.config.node_name
                 })
