@@ -385,9 +385,12 @@ fn print_banner(config: &AgentConfig, node_id: &str) {
     println!();
 }
 
+/// The Raft id of a node: the first 8 bytes of its node id (a UUID, which
+/// `node_id` guarantees), never 0.
 fn raft_id(node_id: &str) -> u64 {
-    let uuid = uuid::Uuid::parse_str(node_id).unwrap_or_else(|_| uuid::Uuid::new_v4());
-    let bytes = uuid.as_bytes();
+    let bytes = uuid::Uuid::parse_str(node_id)
+        .map(|u| *u.as_bytes())
+        .unwrap_or_default();
     let mut id = [0u8; 8];
     id.copy_from_slice(&bytes[..8]);
     u64::from_be_bytes(id).max(1)
@@ -524,7 +527,14 @@ async fn start_server(
     };
     if let Some(mut listener) = listener.take() {
         server.route(&mut listener, rpc.clone());
-        tokio::spawn(listener.serve());
+        // The server port (and every connection on it) closes with the server.
+        let s = server.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = listener.serve() => {}
+                _ = s.wait_shutdown() => {}
+            }
+        });
         let rpc_address = SocketAddr::new(config.advertise(), server_port);
         let (gossip, gossip_membership) =
             crate::cluster::start_gossip(config, node_id, raft_id(node_id), Some(rpc_address))

@@ -232,6 +232,11 @@ impl Server {
         }
     }
 
+    /// Resolves once shutdown has begun.
+    pub async fn wait_shutdown(&self) {
+        self.shutdown.wait().await
+    }
+
     /// Wakes blocking queries and stops the leader loops; Raft keeps running
     /// until [`Server::shutdown`].
     pub fn begin_shutdown(&self) {
