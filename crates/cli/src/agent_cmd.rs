@@ -311,7 +311,12 @@ fn node_id(config: &AgentConfig) -> Result<String, String> {
         }
         let id = uuid::Uuid::new_v4().to_string();
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        std::fs::write(&path, &id).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        // Written whole or not at all: a crash mid-write must not change
+        // the node's identity (its Raft id derives from it).
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &id)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
         return Ok(id);
     }
     Ok(uuid::Uuid::new_v4().to_string())

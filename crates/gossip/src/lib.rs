@@ -201,7 +201,9 @@ fn next_bump(file: Option<&PathBuf>) -> u64 {
         .unwrap_or(0);
     let bump = now.max(stored + 1);
     if let Some(f) = file {
-        if let Err(e) = std::fs::write(f, bump.to_string()) {
+        let tmp = f.with_extension("tmp");
+        let written = std::fs::write(&tmp, bump.to_string()).and_then(|_| std::fs::rename(&tmp, f));
+        if let Err(e) = written {
             tracing::warn!(file = %f.display(), error = %e, "cannot persist the gossip incarnation");
         }
     }
