@@ -239,7 +239,8 @@ impl RaftNode {
 
     /// The current leader's address, if one is known.
     pub fn leader_address(&self) -> Option<String> {
-        let metrics = self.raft.metrics().borrow().clone();
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow();
         let leader = metrics.current_leader?;
         metrics
             .membership_config
@@ -250,14 +251,16 @@ impl RaftNode {
 
     /// True when this node is the leader.
     pub fn is_leader(&self) -> bool {
-        let metrics = self.raft.metrics().borrow().clone();
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow();
         metrics.current_leader == Some(self.options.node_id)
     }
 
     /// Every server in the Raft configuration: id, address, whether it
     /// votes, and whether it leads; and the last log index this node has.
     pub fn configuration(&self) -> (Vec<(u64, String, bool, bool)>, u64) {
-        let metrics = self.raft.metrics().borrow().clone();
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow();
         let membership = metrics.membership_config.membership();
         let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
         let servers = membership
@@ -276,7 +279,8 @@ impl RaftNode {
 
     /// Removes a server from the Raft configuration (on the leader).
     pub async fn remove_server(&self, id: u64) -> Result<(), RaftError> {
-        let metrics = self.raft.metrics().borrow().clone();
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow();
         let voters: std::collections::BTreeSet<u64> = metrics
             .membership_config
             .membership()
@@ -299,7 +303,8 @@ impl RaftNode {
 
     /// Addresses of every voter.
     pub fn peer_addresses(&self) -> Vec<String> {
-        let metrics = self.raft.metrics().borrow().clone();
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow();
         metrics
             .membership_config
             .membership()
