@@ -279,9 +279,11 @@ impl RaftNode {
 
     /// Removes a server from the Raft configuration (on the leader).
     pub async fn remove_server(&self, id: u64) -> Result<(), RaftError> {
-        let receiver = self.raft.metrics();
-        let metrics = receiver.borrow();
-        let voters: std::collections::BTreeSet<u64> = metrics
+        // The metrics are borrowed only while the voters are read.
+        let voters: std::collections::BTreeSet<u64> = self
+            .raft
+            .metrics()
+            .borrow()
             .membership_config
             .membership()
             .voter_ids()
