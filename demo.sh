@@ -8,14 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 LEGATE=${LEGATE:-target/release/legate}
 [ -n "${LEGATE_SKIP_BUILD:-}" ] || cargo build --release --quiet -p legate-cli
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/common.sh
+source bench/common.sh
 step() { printf '\n$ %s\n' "$*"; }
 
 cat >"$work/demo.hcl" <<'HCL'
