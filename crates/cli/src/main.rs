@@ -63,6 +63,9 @@ enum Command {
     ForceLeave(commands::operator::ForceLeaveArgs),
     /// Prints a new gossip encryption key.
     Keygen,
+    /// Saves, restores and inspects snapshots of the cluster's state.
+    #[command(subcommand)]
+    Snapshot(commands::snapshot::SnapshotCommand),
 }
 
 /// Rewrites Go-style single-dash long flags (`-dev`, `-config-file=x`) to
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
             Command::Join(args) => commands::operator::join(args).await,
             Command::ForceLeave(args) => commands::operator::force_leave(args).await,
             Command::Keygen => commands::operator::keygen(),
+            Command::Snapshot(cmd) => commands::snapshot::run(cmd).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -70,6 +70,29 @@ fn cluster_of(ips: [&str; 3], masked: Option<usize>) -> Vec<Node> {
     nodes
 }
 
+/// A client agent at `ip` that retry-joins through `via`'s gossip port.
+fn join_client(name: &str, ip: &str, via: &Node) -> (TestAgent, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    let flag = |prefix: &str| {
+        via.flags
+            .iter()
+            .find_map(|f| f.strip_prefix(prefix).map(String::from))
+            .unwrap()
+    };
+    let flags = vec![
+        format!("-node={name}"),
+        format!("-bind={ip}"),
+        "-client=127.0.0.1".into(),
+        format!("-data-dir={}", data.path().display()),
+        format!("-serf-lan-port={}", free_port()),
+        "-retry-interval=1s".into(),
+        format!("-retry-join={}:{}", flag("-bind="), flag("-serf-lan-port=")),
+    ];
+    let agent = start(&flags);
+    agent.wait_ready();
+    (agent, data)
+}
+
 fn leader_of(node: &Node) -> String {
     node.agent.get_text("/v1/status/leader").unwrap_or_default()
 }
@@ -117,27 +140,12 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             .then_some(())
     });
 
-    // A client agent joins through one server and works through the servers.
-    let client_data = tempfile::tempdir().unwrap();
-    let client_flags = vec![
-        "-node=c1".to_string(),
-        "-bind=127.0.0.24".into(),
-        "-client=127.0.0.1".into(),
-        format!("-data-dir={}", client_data.path().display()),
-        format!("-serf-lan-port={}", free_port()),
-        "-retry-interval=1s".into(),
-        format!(
-            "-retry-join={}",
-            nodes[0]
-                .flags
-                .iter()
-                .find_map(|f| f.strip_prefix("-serf-lan-port="))
-                .map(|p| format!("127.0.0.21:{p}"))
-                .unwrap()
-        ),
-    ];
-    let client = start(&client_flags);
-    client.wait_ready();
+    // Two client agents join through different servers and work through
+    // the servers.
+    let (client, _client_data) = join_client("c1", "127.0.0.24", &nodes[0]);
+    let (second_client, _second_data) = join_client("c2", "127.0.0.25", &nodes[1]);
+    let (status, body) = second_client.put("/v1/kv/from-c2", "c2");
+    assert_eq!((status, body.as_str()), (200, "true"));
     let (status, body) = client.put("/v1/kv/from-client", "c");
     assert_eq!((status, body.as_str()), (200, "true"));
     let (status, _) = client.put(
@@ -173,6 +181,8 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             assert_eq!(value, format!("v{i}"));
         }
     }
+
+    snapshot_round_trip(&nodes, &client);
 
     // kill -9 the leader: the others elect a new one and keep writing.
     let leader_ip = leader
@@ -236,7 +246,7 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             .filter(|c| c["CheckID"] == "serfHealth")
             .filter_map(|c| c["Node"].as_str().map(String::from))
             .collect();
-        ["s1", "s2", "s3", "c1"]
+        ["s1", "s2", "s3", "c1", "c2"]
             .iter()
             .all(|n| passing.iter().any(|p| p == n))
             .then_some(())
@@ -297,6 +307,112 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     // The two left still take writes.
     let (status, _) = nodes[dead].agent.put("/v1/kv/two", "left");
     assert_eq!(status, 200);
+}
+
+/// `snapshot save` through a client agent, writes after it, `snapshot
+/// restore` through a follower: every server holds the saved state again,
+/// a blocking query waiting on a key the restore did not change returns,
+/// indexes move forward, and bad files are refused with the reason.
+fn snapshot_round_trip(nodes: &[Node], client: &TestAgent) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backup.snap");
+    let file_arg = file.to_str().unwrap();
+    let out = client.cli(&["snapshot", "save", file_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("Saved and verified snapshot to index "),
+        "{stdout}"
+    );
+    let out = client.cli(&["snapshot", "inspect", file_arg]);
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success());
+    let kv_count = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("KVS "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse::<usize>().ok());
+    assert_eq!(kv_count, Some(5), "from-client, from-c2, k0..k2:\n{table}");
+
+    let (status, _) = nodes[0].agent.put("/v1/kv/after-save", "x");
+    assert_eq!(status, 200);
+    let (status, _, _) = nodes[0].agent.request("DELETE", "/v1/kv/k0", None);
+    assert_eq!(status, 200);
+    let (_, headers, _) = nodes[2].agent.request("GET", "/v1/kv/?recurse&stale", None);
+    let before: u64 = common::header(&headers, "x-consul-index")
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A blocking read of a key the restore leaves alone.
+    let (_, headers, _) = nodes[2].agent.request("GET", "/v1/kv/k1?stale", None);
+    let k1_index = common::header(&headers, "x-consul-index")
+        .unwrap()
+        .to_string();
+    let port = nodes[2]
+        .agent
+        .addr()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap();
+    let blocked = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let path = format!("/v1/kv/k1?stale&index={k1_index}&wait=60s");
+        let (status, _, _) = common::http_request(port, "GET", &path, None);
+        (status, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    let out = nodes[1].agent.cli(&["snapshot", "restore", file_arg]);
+    assert_eq!(common::expect_success(&out), "Restored snapshot");
+    let (status, waited) = blocked.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        waited < Duration::from_secs(30),
+        "the restore ended the wait ({waited:?})"
+    );
+    for n in nodes {
+        eventually(Duration::from_secs(10), || {
+            let (status, _, _) = n.agent.request("GET", "/v1/kv/after-save?stale", None);
+            (status == 404).then_some(())
+        });
+        assert_eq!(n.agent.get_text("/v1/kv/k0?raw&stale").unwrap(), "v0");
+        let (_, headers, _) = n.agent.request("GET", "/v1/kv/?recurse&stale", None);
+        let after: u64 = common::header(&headers, "x-consul-index")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(after > before, "indexes move forward: {after} > {before}");
+    }
+
+    // Bad input: a damaged file, a missing one, no argument.
+    let damaged = dir.path().join("damaged.snap");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let out = nodes[0]
+        .agent
+        .cli(&["snapshot", "restore", damaged.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success());
+    assert!(err.contains("400") && err.contains("snapshot"), "{err}");
+    assert_eq!(
+        nodes[0].agent.get_text("/v1/kv/k0?raw").unwrap(),
+        "v0",
+        "nothing changed"
+    );
+    let out = nodes[0]
+        .agent
+        .cli(&["snapshot", "restore", "/nonexistent.snap"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.snap"));
+    let out = nodes[0].agent.cli(&["snapshot", "save"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Missing FILE argument"));
 }
 
 #[test]

@@ -156,6 +156,14 @@ pub fn router(state: AppState) -> Router {
             "/v1/operator/raft/peer",
             axum::routing::delete(misc::raft_remove_peer),
         )
+        .route(
+            "/v1/snapshot",
+            get(misc::snapshot_save).put(misc::snapshot_restore).layer(
+                axum::extract::DefaultBodyLimit::max(
+                    legate_types::rpc::SnapshotArchive::MAX_RESTORE_BYTES + 1,
+                ),
+            ),
+        )
         .route("/v1/event/fire/{name}", put(misc::event_fire))
         .route("/v1/event/list", get(misc::event_list))
         .route(

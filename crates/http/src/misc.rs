@@ -119,6 +119,37 @@ pub async fn raft_remove_peer(State(st): State<AppState>, req: Req) -> ApiResult
     ))
 }
 
+/// `GET /v1/snapshot`: the state as a gzipped archive, with the index it
+/// was taken at in `X-Consul-Index`.
+pub async fn snapshot_save(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
+    let saved = st.agent.rpc().snapshot_save(&opts).await?;
+    let response = axum::response::IntoResponse::into_response((
+        [(axum::http::header::CONTENT_TYPE, "application/x-gzip")],
+        saved.value.0,
+    ));
+    Ok(crate::util::with_meta(response, &saved.meta))
+}
+
+/// `PUT /v1/snapshot`: replaces the state with the archive in the body.
+pub async fn snapshot_restore(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            "Missing snapshot: the request body must be a snapshot archive",
+        ));
+    }
+    st.agent
+        .rpc()
+        .snapshot_restore(
+            &req.write_options(),
+            legate_types::rpc::SnapshotArchive(body.to_vec()),
+        )
+        .await?;
+    Ok(axum::response::IntoResponse::into_response(
+        axum::http::StatusCode::OK,
+    ))
+}
+
 /// `GET /v1/operator/raft/configuration`.
 pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;

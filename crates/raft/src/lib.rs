@@ -106,6 +106,7 @@ fn value_bytes(command: &Command) -> usize {
     match command {
         Command::Kv(op) => op.value.len(),
         Command::Txn(ops) => ops.iter().map(|op| op.kv.value.len()).sum(),
+        Command::Restore(archive) => archive.0.len(),
         _ => 0,
     }
 }
@@ -117,6 +118,7 @@ pub struct RaftNode {
     writes: tokio::sync::mpsc::Sender<PendingWrite>,
     log: LogStore,
     store: Arc<StateStore>,
+    state_machine: StateMachine,
     options: RaftOptions,
     /// When this follower last heard from a leader (AppendEntries).
     last_heard: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
@@ -164,7 +166,7 @@ impl RaftNode {
             Arc::new(config),
             network::Network::new(options.transport.0.clone()),
             log.clone(),
-            state_machine,
+            state_machine.clone(),
         )
         .await
         .map_err(|e| RaftError::Startup(e.to_string()))?;
@@ -175,6 +177,7 @@ impl RaftNode {
             writes,
             log,
             store,
+            state_machine,
             options,
             // Until a leader is heard, staleness counts from the start.
             last_heard: Arc::new(std::sync::Mutex::new(Some(std::time::Instant::now()))),
@@ -222,6 +225,13 @@ impl RaftNode {
         result
             .await
             .map_err(|_| RaftError::Other("raft is shutting down".into()))?
+    }
+
+    /// A copy of every table with the log index and term it reflects (for
+    /// `snapshot save`): no entry is applied between the copy and the log
+    /// id read with it.
+    pub fn state_copy(&self) -> (legate_state::SnapshotData, u64, u64) {
+        self.state_machine.consistent_copy()
     }
 
     /// Confirms leadership with a quorum (for `?consistent` reads).

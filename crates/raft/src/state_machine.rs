@@ -81,6 +81,17 @@ impl StateMachine {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Copies the tables with the log id of the last entry they include.
+    pub(crate) fn consistent_copy(&self) -> (legate_state::SnapshotData, u64, u64) {
+        let inner = self.lock();
+        let copy = self.store.snapshot_data();
+        let (index, term) = inner
+            .last_applied
+            .map(|l| (l.index, l.leader_id.term))
+            .unwrap_or((0, 0));
+        (copy, index, term)
+    }
+
     fn persist(&self, snapshot: &StoredSnapshot) -> Result<(), StorageError<NodeId>> {
         let Some(path) = &self.snapshot_path else {
             return Ok(());

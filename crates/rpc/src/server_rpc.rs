@@ -12,7 +12,7 @@ use legate_types::config_entry::ConfigEntry;
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 use legate_types::rpc::{
-    ChainOverrides, RaftConfiguration, ServerRpc, ServiceQuery, TxnOp, TxnResponse,
+    ChainOverrides, RaftConfiguration, ServerRpc, ServiceQuery, SnapshotArchive, TxnOp, TxnResponse,
 };
 use legate_types::{
     CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
@@ -360,6 +360,8 @@ server_rpc_calls! {
     status_peers(;) -> Vec<String>;
     raft_configuration(opts: &QueryOptions;) -> RaftConfiguration;
     raft_remove_peer(opts: &WriteOptions; id_or_address: String) -> ();
+    snapshot_save(opts: &QueryOptions;) -> Queried<SnapshotArchive>;
+    snapshot_restore(opts: &WriteOptions; archive: SnapshotArchive) -> ();
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;
     catalog_deregister(opts: &WriteOptions; req: DeregisterRequest) -> u64;
     catalog_datacenters(;) -> Vec<String>;

@@ -17,6 +17,9 @@ pub enum Resource {
     Session(String),
     /// Operator-level state (Raft, status).
     Operator,
+    /// The whole state at once (snapshot save and restore): Consul asks
+    /// for a management token.
+    Snapshot,
 }
 
 /// Read or write.

@@ -21,6 +21,26 @@ impl Server {
         }
     }
 
+    /// Makes a read safe to answer with `consistency`: `?consistent`
+    /// confirms leadership with a quorum; a default read needs a known
+    /// leader (forwarding brings default reads to it); `?stale` needs
+    /// nothing.
+    pub(crate) async fn check_consistency(&self, consistency: Consistency) -> Result<(), RpcError> {
+        match consistency {
+            Consistency::Consistent => self
+                .raft
+                .ensure_linearizable()
+                .await
+                .map_err(|_| RpcError::NoLeader),
+            Consistency::Default
+                if !self.raft.is_leader() && self.raft.leader_address().is_none() =>
+            {
+                Err(RpcError::NoLeader)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Runs a read with the request's consistency and blocking options.
     /// `watch` subscribes to what the read depends on (called before each
     /// read, so no change between read and wait is missed); `read` returns
@@ -32,21 +52,7 @@ impl Server {
         read: impl Fn(&Tables) -> Result<(u64, T), RpcError>,
     ) -> Result<Queried<T>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
-        match opts.consistency {
-            Consistency::Consistent => self
-                .raft
-                .ensure_linearizable()
-                .await
-                .map_err(|_| RpcError::NoLeader)?,
-            // Until forwarding exists, a follower answers default reads only
-            // when it knows a leader (single-server: never reached).
-            Consistency::Default
-                if !self.raft.is_leader() && self.raft.leader_address().is_none() =>
-            {
-                return Err(RpcError::NoLeader);
-            }
-            _ => {}
-        }
+        self.check_consistency(opts.consistency).await?;
         let deadline = if opts.min_index > 0 {
             let wait = opts.effective_wait();
             let jitter_cap = (wait / 16).as_millis() as u64;
@@ -59,13 +65,22 @@ impl Server {
         } else {
             None
         };
+        // A snapshot restore during the wait ends it even when the rows'
+        // indexes went back (the client resets on the lower index).
+        let restores = self.store.read().restores();
         loop {
             let watches = watch(self.store.watches());
-            let (index, value) = read(&self.store.read())?;
+            let (index, value, restored) = {
+                let tables = self.store.read();
+                let (index, value) = read(&tables)?;
+                (index, value, tables.restores() != restores)
+            };
             let index = index.max(1);
             let done = match deadline {
                 None => true,
-                Some(deadline) => index > opts.min_index || tokio::time::Instant::now() >= deadline,
+                Some(deadline) => {
+                    index > opts.min_index || restored || tokio::time::Instant::now() >= deadline
+                }
             };
             if done {
                 return Ok(Queried {

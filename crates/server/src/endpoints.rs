@@ -152,6 +152,21 @@ impl ServerRpc for Server {
         Ok(self.raft.peer_addresses())
     }
 
+    async fn snapshot_save(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<legate_types::rpc::SnapshotArchive>, RpcError> {
+        self.save_snapshot(opts).await
+    }
+
+    async fn snapshot_restore(
+        &self,
+        opts: &WriteOptions,
+        archive: legate_types::rpc::SnapshotArchive,
+    ) -> Result<(), RpcError> {
+        self.restore_snapshot(opts, archive).await
+    }
+
     async fn raft_remove_peer(
         &self,
         opts: &WriteOptions,

@@ -205,7 +205,7 @@ async fn bootstrap_config_entries(server: &Server) {
     }
 }
 
-fn start_session_clocks(server: &Server) {
+pub(crate) fn start_session_clocks(server: &Server) {
     let (_, sessions) = server.store.read().sessions();
     for session in sessions {
         if let Ok(ttl) = parse_go_duration(&session.ttl) {

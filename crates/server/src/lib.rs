@@ -14,6 +14,7 @@ pub mod features;
 mod intentions;
 mod leader;
 mod sessions;
+mod snapshot;
 
 use std::sync::Arc;
 use std::time::Duration;

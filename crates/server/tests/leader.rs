@@ -110,3 +110,68 @@ async fn kind_aware_listing_never_returns_unknown_kinds() {
     assert_eq!(everything.value.len(), 3);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn snapshot_restore_brings_back_saved_state_and_refuses_bad_archives() {
+    let server = Server::start(config(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(5)).await);
+    let opts = WriteOptions::default();
+    server
+        .kv_apply(&opts, KvOp::set("saved", b"1".to_vec()))
+        .await
+        .unwrap();
+    let saved = server
+        .snapshot_save(&QueryOptions::default())
+        .await
+        .unwrap();
+    let (meta, _) = legate_state::archive::read_archive(&saved.value.0).unwrap();
+    assert_eq!(saved.meta.index, meta.index);
+    assert!(meta.term >= 1);
+    server
+        .kv_apply(&opts, KvOp::set("later", b"2".to_vec()))
+        .await
+        .unwrap();
+
+    server
+        .snapshot_restore(&opts, saved.value.clone())
+        .await
+        .unwrap();
+    let read = |key: &str| {
+        let key = key.to_string();
+        let server = &server;
+        async move {
+            server
+                .kv_get(&QueryOptions::default(), key)
+                .await
+                .unwrap()
+                .value
+        }
+    };
+    assert!(read("saved").await.is_some());
+    assert!(read("later").await.is_none());
+
+    for (archive, wanted) in [
+        (b"garbage".to_vec(), "not a valid archive"),
+        (Vec::new(), "empty"),
+        (
+            vec![0; legate_types::rpc::SnapshotArchive::MAX_RESTORE_BYTES + 1],
+            "at most 32 MiB",
+        ),
+    ] {
+        let error = server
+            .snapshot_restore(&opts, legate_types::rpc::SnapshotArchive(archive))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, legate_types::RpcError::BadRequest(m) if m.contains(wanted)),
+            "{error:?}"
+        );
+    }
+    assert!(
+        read("saved").await.is_some(),
+        "refused archives change nothing"
+    );
+    server.shutdown().await;
+}

@@ -79,6 +79,11 @@ pub enum Command {
         /// Check-and-set index of the roots.
         cas: Option<u64>,
     },
+    /// Replace every table with a snapshot archive's (`snapshot restore`).
+    /// The archive is logged compressed and verified again on apply; every
+    /// table's index becomes the command's, so indexes never go back.
+    #[serde(rename = "12")]
+    Restore(legate_types::rpc::SnapshotArchive),
 }
 
 impl Command {
@@ -97,6 +102,7 @@ impl Command {
             Command::ConfigEntryDelete { .. } => 9,
             Command::SystemMetadataInit { .. } => 10,
             Command::CaSet { .. } => 11,
+            Command::Restore(_) => 12,
         }
     }
 }
@@ -164,6 +170,13 @@ pub(crate) fn apply(
             *cas,
             changes,
         )),
+        Command::Restore(archive) => match crate::archive::read_archive(&archive.0) {
+            Ok((_, data)) => {
+                tables.restore_at(index, data, changes);
+                CommandResult::Done
+            }
+            Err(e) => CommandResult::Failed(e.to_string()),
+        },
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);
             CommandResult::Done

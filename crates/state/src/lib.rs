@@ -10,6 +10,7 @@
 //!
 //! Depends only on `legate-types` and `legate-filter`; never on Raft, RPC or HTTP.
 
+pub mod archive;
 mod catalog;
 mod command;
 mod config_entries;
@@ -58,6 +59,9 @@ pub struct Tables {
     pub(crate) service_index: BTreeMap<String, u64>,
     /// Local, unreplicated lock delays: key -> instant the delay ends.
     pub(crate) lock_delays: HashMap<String, Instant>,
+    /// How many snapshot restores this store has applied (not replicated
+    /// state: it only lets blocking queries notice a restore).
+    pub(crate) restores: u64,
 }
 
 /// The serializable form of the tables, used for Raft snapshots.
@@ -112,6 +116,37 @@ impl Tables {
     /// The highest index any table has seen.
     pub fn latest_index(&self) -> u64 {
         self.table_index.values().copied().max().unwrap_or(0)
+    }
+
+    /// How many snapshot restores this store has applied; a blocking query
+    /// that sees it change returns at once, even when its rows' indexes
+    /// went back (clients reset on a lower index, as Consul's do).
+    pub fn restores(&self) -> u64 {
+        self.restores
+    }
+
+    /// Replaces every table with `data` as of `index`: each table's and
+    /// service's index becomes `index` (old names included, so their
+    /// watchers see progress), as does the KV reap floor; lock delays end.
+    pub(crate) fn restore_at(&mut self, index: u64, data: SnapshotData, changes: &mut Changes) {
+        let mut fresh = Tables::from_snapshot(data);
+        let names: Vec<String> = self
+            .service_index
+            .keys()
+            .chain(fresh.service_index.keys())
+            .cloned()
+            .chain(fresh.services.values().map(|s| s.service.clone()))
+            .collect();
+        for name in names {
+            fresh.service_index.insert(name, index);
+        }
+        for table in Table::ALL {
+            fresh.table_index.insert(table.name().to_string(), index);
+        }
+        fresh.kv_reaped_index = fresh.kv_reaped_index.max(index);
+        fresh.restores = self.restores + 1;
+        *self = fresh;
+        changes.everything = true;
     }
 
     pub(crate) fn bump(&mut self, table: Table, index: u64, changes: &mut Changes) {
@@ -232,7 +267,9 @@ impl StateStore {
             let mut tables = self.write();
             command::apply(&mut tables, index, command, &mut changes)
         };
-        if !changes.is_empty() {
+        if changes.everything {
+            self.watches.notify_all(index);
+        } else if !changes.is_empty() {
             self.watches.notify(index, &changes);
         }
         result
@@ -253,9 +290,12 @@ impl StateStore {
     /// Replaces the whole store with a snapshot and wakes every watcher.
     pub fn restore(&self, bytes: &[u8]) -> Result<(), serde_json::Error> {
         let data: SnapshotData = serde_json::from_slice(bytes)?;
-        let tables = Tables::from_snapshot(data);
+        let mut tables = Tables::from_snapshot(data);
         let index = tables.latest_index();
-        *self.write() = tables;
+        let mut current = self.write();
+        tables.restores = current.restores + 1;
+        *current = tables;
+        drop(current);
         self.watches.notify_all(index);
         Ok(())
     }

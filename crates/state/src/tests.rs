@@ -83,6 +83,10 @@ fn command_numbers_are_pinned() {
             },
             11,
         ),
+        (
+            Command::Restore(legate_types::rpc::SnapshotArchive(b"x".to_vec())),
+            12,
+        ),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -558,4 +562,59 @@ fn ca_roots_check_and_set_keep_create_indexes_and_survive_snapshots() {
     copy.restore(&store.snapshot().unwrap()).unwrap();
     assert_eq!(copy.read().ca_roots().1, roots);
     assert_eq!(copy.read().ca_config().0, 7);
+}
+
+#[tokio::test]
+async fn restore_replaces_tables_and_moves_every_index_forward() {
+    let source = StateStore::new();
+    source.apply(3, &register("n1", Some(("db1", "db")), vec![]));
+    source.apply(4, &kv(KvVerb::Set, "kept", "old", 0, ""));
+    let archive = archive::write_archive(&source.snapshot_data(), 4, 1).unwrap();
+
+    let target = StateStore::new();
+    target.apply(10, &register("n2", Some(("web1", "web")), vec![]));
+    target.apply(11, &kv(KvVerb::Set, "gone", "x", 0, ""));
+    let kv_watch = target.watches().kv_prefix("kept");
+    let web_watch = target.watches().service("web");
+    assert_eq!(target.read().restores(), 0);
+
+    let result = target.apply(
+        20,
+        &Command::Restore(legate_types::rpc::SnapshotArchive(archive)),
+    );
+    assert_eq!(result, CommandResult::Done);
+    assert!(
+        kv_watch.wait(Duration::from_millis(10)).await,
+        "KV watcher woke"
+    );
+    assert!(
+        web_watch.wait(Duration::from_millis(10)).await,
+        "service watcher woke"
+    );
+
+    let tables = target.read();
+    assert_eq!(tables.restores(), 1);
+    assert!(tables.kv_get("gone").1.is_none());
+    let (_, kept) = tables.kv_get("kept");
+    assert_eq!(kept.unwrap().modify_index, 4, "rows keep their own indexes");
+    assert_eq!(tables.kv_list("").0, 20, "list indexes move forward");
+    assert!(tables.node("n2").is_none());
+    assert!(tables.node("n1").is_some());
+    for table in Table::ALL {
+        assert_eq!(tables.table_index(table), 20, "{table:?}");
+    }
+    let (index, web) = tables.service_nodes("web", false);
+    assert!(web.is_empty());
+    assert_eq!(index, 20, "a service that vanished still moves forward");
+    drop(tables);
+
+    let refused = target.apply(
+        21,
+        &Command::Restore(legate_types::rpc::SnapshotArchive(b"garbage".to_vec())),
+    );
+    assert!(matches!(refused, CommandResult::Failed(m) if m.contains("not a valid archive")));
+    assert!(
+        target.read().node("n1").is_some(),
+        "a bad archive changes nothing"
+    );
 }

@@ -72,6 +72,8 @@ pub struct Changes {
     pub kv_prefixes: BTreeSet<String>,
     /// Service names whose instances, checks or nodes changed.
     pub services: BTreeSet<String>,
+    /// Everything changed (a snapshot restore): every watcher wakes.
+    pub everything: bool,
 }
 
 impl Changes {
@@ -81,6 +83,7 @@ impl Changes {
             && self.kv_keys.is_empty()
             && self.kv_prefixes.is_empty()
             && self.services.is_empty()
+            && !self.everything
     }
 }
 

@@ -112,6 +112,41 @@ pub struct RaftConfiguration {
     pub index: u64,
 }
 
+/// A snapshot archive as `GET /v1/snapshot` returns it (a gzipped tar of
+/// `meta.json`, `state.json` and `SHA256SUMS`); base64 when serialized.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SnapshotArchive(pub Vec<u8>);
+
+impl SnapshotArchive {
+    /// The largest archive a restore takes: logged base64-encoded in one
+    /// Raft entry, it must still fit one message between servers (48 MiB).
+    pub const MAX_RESTORE_BYTES: usize = 32 << 20;
+}
+
+impl std::fmt::Debug for SnapshotArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SnapshotArchive({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for SnapshotArchive {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for SnapshotArchive {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use base64::Engine;
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map(SnapshotArchive)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Server endpoints. Every call carries the request's datacenter, token and
 /// (for reads) consistency and blocking options.
 #[async_trait]
@@ -131,6 +166,18 @@ pub trait ServerRpc: Send + Sync + 'static {
     ) -> Result<(), RpcError>;
 
     /// Registers a node, and optionally a service and checks on it.
+    /// `GET /v1/snapshot`: the whole state as an archive, with the index
+    /// it was taken at.
+    async fn snapshot_save(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<SnapshotArchive>, RpcError>;
+    /// `PUT /v1/snapshot`: replaces the whole state with an archive's.
+    async fn snapshot_restore(
+        &self,
+        opts: &WriteOptions,
+        archive: SnapshotArchive,
+    ) -> Result<(), RpcError>;
     async fn catalog_register(
         &self,
         opts: &WriteOptions,

@@ -9,6 +9,7 @@ pub mod kv;
 pub mod misc;
 pub mod operator;
 pub mod services;
+pub mod snapshot;
 pub mod tls;
 
 /// Prints rows as left-aligned columns separated by two spaces, like

@@ -192,6 +192,17 @@ impl Drop for TestAgent {
     }
 }
 
+/// Asserts a CLI run succeeded (showing its stderr if not) and returns
+/// its trimmed stdout.
+pub fn expect_success(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Status, headers (lower-cased names) and body of a response.
 pub type Response = (u16, Vec<(String, String)>, String);
 

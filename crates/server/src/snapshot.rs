@@ -1,0 +1,67 @@
+//! `snapshot save` / `snapshot restore`: the whole state as an archive
+//! (`legate_state::archive`), and its replacement through one Raft entry.
+
+use legate_state::archive;
+use legate_state::Command;
+use legate_types::rpc::SnapshotArchive;
+use legate_types::{Queried, QueryOptions, RpcError, WriteOptions};
+
+use crate::{Access, Resource, Server};
+
+impl Server {
+    /// Archives the state this server has applied. Default and
+    /// `?consistent` reads reach here on the leader (forwarding), `?stale`
+    /// on any server.
+    pub(crate) async fn save_snapshot(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<SnapshotArchive>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.authorize(&opts.token, Resource::Snapshot, Access::Read)?;
+        self.check_consistency(opts.consistency).await?;
+        let (copy, index, term) = self.raft.state_copy();
+        // Encoding and compressing a large state takes a while: off the
+        // runtime's threads.
+        let bytes = tokio::task::spawn_blocking(move || archive::write_archive(&copy, index, term))
+            .await
+            .map_err(|e| RpcError::Internal(e.to_string()))?
+            .map_err(|e| RpcError::Internal(e.to_string()))?;
+        Ok(Queried {
+            meta: self.query_meta(index, opts.consistency),
+            value: SnapshotArchive(bytes),
+        })
+    }
+
+    /// Verifies an archive and replaces the state with it through Raft.
+    pub(crate) async fn restore_snapshot(
+        &self,
+        opts: &WriteOptions,
+        snapshot: SnapshotArchive,
+    ) -> Result<(), RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.authorize(&opts.token, Resource::Snapshot, Access::Write)?;
+        if snapshot.0.is_empty() {
+            return Err(RpcError::BadRequest("the snapshot is empty".into()));
+        }
+        if snapshot.0.len() > SnapshotArchive::MAX_RESTORE_BYTES {
+            return Err(RpcError::BadRequest(format!(
+                "the snapshot is {} bytes; a restore takes at most {} MiB",
+                snapshot.0.len(),
+                SnapshotArchive::MAX_RESTORE_BYTES >> 20
+            )));
+        }
+        // Verified here so a bad archive is refused before it is logged
+        // (every server verifies it again when applying).
+        let snapshot = tokio::task::spawn_blocking(move || {
+            archive::read_archive(&snapshot.0).map(|_| snapshot)
+        })
+        .await
+        .map_err(|e| RpcError::Internal(e.to_string()))?
+        .map_err(|e| RpcError::BadRequest(e.to_string()))?;
+        self.write(Command::Restore(snapshot)).await?;
+        // Session clocks start afresh for the restored sessions.
+        self.session_timers.clear_all();
+        crate::leader::start_session_clocks(self);
+        Ok(())
+    }
+}
