@@ -59,6 +59,7 @@ impl From<RpcError> for ApiError {
             RpcError::NoPathToDatacenter(_)
             | RpcError::NoLeader
             | RpcError::Unreachable(_)
+            | RpcError::Indeterminate(_)
             | RpcError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError {

@@ -76,19 +76,22 @@ macro_rules! server_rpc_calls {
         impl ServerRpc for Forwarding {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 let forward = false $( || forwards($opts) )?;
+                let read = false $( || idempotent($opts) )?;
                 let mut attempt = 0;
                 let started = tokio::time::Instant::now();
                 loop {
                     let result = match self.target(forward) {
                         Target::Local => self.local.$name( $( $opts, )? $( $arg.clone() ),* ).await,
                         Target::Leader(address) => {
-                            RemoteRpc::new(address, self.pool.clone())
-                                .$name( $( $opts, )? $( $arg.clone() ),* )
-                                .await
+                            let remote = RemoteRpc::new(address.clone(), self.pool.clone());
+                            tokio::select! {
+                                result = remote.$name( $( $opts, )? $( $arg.clone() ),* ) => result,
+                                moved = self.leader_moved(&address) => Err(moved),
+                            }
                         }
                         Target::NoLeader => Err(RpcError::NoLeader),
                     };
-                    if !self.retry(forward, &result, &mut attempt, started).await {
+                    if !self.retry(forward, read, &result, &mut attempt, started).await {
                         return result;
                     }
                 }
@@ -101,11 +104,15 @@ macro_rules! server_rpc_calls {
                     let result = match self.target(true) {
                         Target::Local => self.local.txn(opts, ops.clone()).await,
                         Target::Leader(address) => {
-                            RemoteRpc::new(address, self.pool.clone()).txn(opts, ops.clone()).await
+                            let remote = RemoteRpc::new(address.clone(), self.pool.clone());
+                            tokio::select! {
+                                result = remote.txn(opts, ops.clone()) => result,
+                                moved = self.leader_moved(&address) => Err(moved),
+                            }
                         }
                         Target::NoLeader => Err(RpcError::NoLeader),
                     };
-                    if !self.retry(true, &result, &mut attempt, started).await {
+                    if !self.retry(true, false, &result, &mut attempt, started).await {
                         return result;
                     }
                 }
@@ -115,13 +122,14 @@ macro_rules! server_rpc_calls {
         #[async_trait]
         impl ServerRpc for ServerPool {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
+                let read = false $( || idempotent($opts) )?;
                 let mut tried = Vec::new();
                 loop {
                     let address = self.pick(&tried).await?;
                     let result = RemoteRpc::new(address.clone(), self.pool.clone())
                         .$name( $( $opts, )? $( $arg.clone() ),* )
                         .await;
-                    if !self.failed_over(&address, &result, &mut tried) {
+                    if !self.failed_over(&address, read, &result, &mut tried) {
                         return result;
                     }
                 }
@@ -134,7 +142,7 @@ macro_rules! server_rpc_calls {
                     let result = RemoteRpc::new(address.clone(), self.pool.clone())
                         .txn(opts, ops.clone())
                         .await;
-                    if !self.failed_over(&address, &result, &mut tried) {
+                    if !self.failed_over(&address, false, &result, &mut tried) {
                         return result;
                     }
                 }
@@ -201,6 +209,28 @@ fn forwards<T: Forwards>(opts: &T) -> bool {
     opts.forwards()
 }
 
+/// Whether a call only reads, so repeating it after an unknown outcome
+/// is harmless.
+trait Idempotent {
+    fn idempotent(&self) -> bool;
+}
+
+impl Idempotent for QueryOptions {
+    fn idempotent(&self) -> bool {
+        true
+    }
+}
+
+impl Idempotent for WriteOptions {
+    fn idempotent(&self) -> bool {
+        false
+    }
+}
+
+fn idempotent<T: Idempotent>(opts: &T) -> bool {
+    opts.idempotent()
+}
+
 /// What a server knows about its cluster's leader.
 pub trait Leadership: Send + Sync + 'static {
     /// This server leads.
@@ -208,6 +238,9 @@ pub trait Leadership: Send + Sync + 'static {
     /// The leader's server-port address, when one is known.
     fn leader_address(&self) -> Option<String>;
 }
+
+/// How often a call forwarded to the leader checks it still leads.
+const LEADER_CHECK: Duration = Duration::from_millis(50);
 
 /// How long a forwarded call keeps retrying while there is no leader or it
 /// cannot be reached (Consul's `rpc_hold_timeout`).
@@ -255,17 +288,39 @@ impl Forwarding {
         }
     }
 
+    /// Resolves once `address` is no longer the leader this server knows
+    /// (an election started or ended elsewhere), with the error a call in
+    /// flight to it ends with: a leader that lost its place may never
+    /// answer, and waiting for the call's timeout would stall every
+    /// forwarded request for that long.
+    async fn leader_moved(&self, address: &str) -> RpcError {
+        loop {
+            tokio::time::sleep(LEADER_CHECK).await;
+            if self.leadership.leader_address().as_deref() != Some(address) {
+                return RpcError::Indeterminate(format!(
+                    "the leader ({address}) changed while the request was in flight; it may have been applied"
+                ));
+            }
+        }
+    }
+
     /// Waits before another attempt when `result` says the leader was
-    /// missing or unreachable; `false` when the caller should return it
-    /// (including once `HOLD` has passed since the first attempt).
+    /// missing or unreachable (or, for a `read`, lost in flight); `false`
+    /// when the caller should return it (including once `HOLD` has passed
+    /// since the first attempt).
     async fn retry<T>(
         &self,
         forward: bool,
+        read: bool,
         result: &Result<T, RpcError>,
         attempt: &mut u32,
         started: tokio::time::Instant,
     ) -> bool {
-        let retriable = matches!(result, Err(RpcError::NoLeader | RpcError::Unreachable(_)));
+        let retriable = match result {
+            Err(RpcError::NoLeader | RpcError::Unreachable(_)) => true,
+            Err(RpcError::Indeterminate(_)) => read,
+            _ => false,
+        };
         if !forward || !retriable || started.elapsed() >= HOLD {
             return false;
         }
@@ -331,15 +386,23 @@ impl ServerPool {
         }
     }
 
-    /// Records the outcome; `true` when another server should be tried.
+    /// Records the outcome; `true` when another server should be tried:
+    /// this one could not be reached, or (for a `read`) it was reached but
+    /// never answered.
     fn failed_over<T>(
         &self,
         address: &str,
+        read: bool,
         result: &Result<T, RpcError>,
         tried: &mut Vec<String>,
     ) -> bool {
         let mut preferred = self.preferred.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(result, Err(RpcError::Unreachable(_))) {
+        let lost = match result {
+            Err(RpcError::Unreachable(_)) => true,
+            Err(RpcError::Indeterminate(_)) => read,
+            _ => false,
+        };
+        if lost {
             if preferred.as_deref() == Some(address) {
                 *preferred = None;
             }
@@ -429,8 +492,8 @@ impl RemoteRpc {
             .await
             .map_err(|e| {
                 if e.sent {
-                    // Indeterminate: never retried as if it had not happened.
-                    RpcError::Internal(format!(
+                    // Never retried as if it had not happened (reads may be).
+                    RpcError::Indeterminate(format!(
                         "no answer from {} ({e}); the request may have been applied",
                         self.address
                     ))

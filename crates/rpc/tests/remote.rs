@@ -216,3 +216,85 @@ async fn a_restarted_listener_is_redialled_and_a_dead_one_is_unreachable() {
     let (_again, _task) = listen(server.clone(), &address).await;
     remote.status_leader().await.unwrap();
 }
+
+/// Leadership as a test sets it.
+struct FakeLeadership(std::sync::Mutex<Option<String>>);
+
+impl legate_rpc::Leadership for FakeLeadership {
+    fn is_leader(&self) -> bool {
+        false
+    }
+    fn leader_address(&self) -> Option<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_to_a_leader_that_loses_its_place_end_at_once() {
+    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    // A "leader" that takes requests and never answers (cut off mid-call).
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_address = silent.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            held.push(connection);
+        }
+    });
+    let (live_address, _task) = listen(server.clone(), "127.0.0.1:0").await;
+    let leadership = Arc::new(FakeLeadership(std::sync::Mutex::new(Some(
+        silent_address.clone(),
+    ))));
+    let local: Arc<dyn ServerRpc> = server.clone();
+    let forwarding = Arc::new(legate_rpc::Forwarding::new(
+        local,
+        leadership.clone(),
+        Arc::new(Pool::new(Duration::from_secs(2))),
+    ));
+    let elect = |address: String| {
+        let leadership = leadership.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            *leadership.0.lock().unwrap() = Some(address);
+        })
+    };
+
+    // A write ends, as "may have been applied", when the leader moves on.
+    elect(live_address.clone());
+    let started = std::time::Instant::now();
+    match forwarding
+        .kv_apply(&WriteOptions::default(), put("w", "1"))
+        .await
+    {
+        Err(RpcError::Indeterminate(message)) => {
+            assert!(message.contains("may have been applied"), "{message}")
+        }
+        other => panic!("expected Indeterminate, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A read is simply asked again of the new leader.
+    *leadership.0.lock().unwrap() = Some(silent_address);
+    elect(live_address);
+    let started = std::time::Instant::now();
+    let read = forwarding
+        .kv_get(&QueryOptions::default(), "w".into())
+        .await
+        .unwrap();
+    assert!(
+        read.value.is_none(),
+        "the write never reached a real server"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -30,6 +30,11 @@ pub enum RpcError {
     /// caller may try another.
     #[error("rpc error: {0}")]
     Unreachable(String),
+    /// The request reached a server but no answer came back (the
+    /// connection broke, the leader changed): it may or may not have been
+    /// applied (HTTP 500). Reads may be retried; writes never are.
+    #[error("{0}")]
+    Indeterminate(String),
     /// Anything else (HTTP 500).
     #[error("{0}")]
     Internal(String),
