@@ -26,7 +26,8 @@ enum Target {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Writes distinct keys with N concurrent clients.
+    /// Writes distinct keys with N concurrent clients (spread over the
+    /// comma-separated `url`s, one per cluster member).
     KvPut {
         #[arg(long)]
         url: String,
@@ -769,8 +770,10 @@ async fn main() -> Result<()> {
             concurrency,
             seconds,
         } => {
+            let urls: Vec<String> = url.split(',').map(str::to_string).collect();
             closed_loop(concurrency, seconds, move |n| {
-                kv_put(client.clone(), url.clone(), target, n)
+                let url = urls[n as usize % urls.len()].clone();
+                kv_put(client.clone(), url, target, n)
             })
             .await
         }
