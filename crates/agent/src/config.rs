@@ -170,6 +170,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "retry_join",
     "start_join",
     "recursors",
+    "autopilot",
     "translate_wan_addrs",
     "addresses",
     "advertise_addr",
@@ -315,6 +316,8 @@ pub struct AgentConfig {
     pub enable_local_script_checks: bool,
     /// Raft timing multiplier.
     pub raft_multiplier: u64,
+    /// Autopilot (`autopilot {}`: dead-server cleanup, stabilization).
+    pub autopilot: legate_types::rpc::AutopilotConfig,
     /// Serve the web UI.
     pub ui: bool,
     /// ACLs (parsed now, enforced later).
@@ -750,6 +753,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),
         raft_multiplier: raft_multiplier as u64,
+        autopilot: autopilot(&map)?,
         ui: get_bool(&map, &["ui"])?
             .or(get_bool(&map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
@@ -774,6 +778,62 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         checks,
         warnings,
     })
+}
+
+/// `autopilot {}`: Consul's keys and defaults; unknown keys are refused.
+fn autopilot(map: &Map<String, Value>) -> Result<legate_types::rpc::AutopilotConfig, ConfigError> {
+    let mut config = legate_types::rpc::AutopilotConfig::default();
+    let Some(block) = map.get("autopilot") else {
+        return Ok(config);
+    };
+    let Value::Object(block) = block else {
+        return Err(ConfigError("autopilot must be a block".into()));
+    };
+    for key in block.keys() {
+        if ![
+            "cleanup_dead_servers",
+            "last_contact_threshold",
+            "max_trailing_logs",
+            "min_quorum",
+            "server_stabilization_time",
+        ]
+        .contains(&key.as_str())
+        {
+            return Err(ConfigError(format!("invalid config key autopilot.{key}")));
+        }
+    }
+    let duration = |key: &str| -> Result<Option<Duration>, ConfigError> {
+        get_str(map, &["autopilot", key])?
+            .map(|text| {
+                legate_types::duration::parse_go_duration(&text)
+                    .map_err(|e| ConfigError(format!("autopilot.{key}: {e}")))
+            })
+            .transpose()
+    };
+    let count = |key: &str| -> Result<Option<u64>, ConfigError> {
+        get_int(map, &["autopilot", key])?
+            .map(|n| {
+                u64::try_from(n)
+                    .map_err(|_| ConfigError(format!("autopilot.{key} cannot be negative ({n})")))
+            })
+            .transpose()
+    };
+    if let Some(v) = get_bool(map, &["autopilot", "cleanup_dead_servers"])? {
+        config.cleanup_dead_servers = v;
+    }
+    if let Some(v) = duration("last_contact_threshold")? {
+        config.last_contact_threshold = v;
+    }
+    if let Some(v) = duration("server_stabilization_time")? {
+        config.server_stabilization_time = v;
+    }
+    if let Some(v) = count("max_trailing_logs")? {
+        config.max_trailing_logs = v;
+    }
+    if let Some(v) = count("min_quorum")? {
+        config.min_quorum = v as usize;
+    }
+    Ok(config)
 }
 
 /// `connect.ca_provider` and `connect.ca_config`, checked with the CA's

@@ -517,6 +517,7 @@ async fn start_server(
         connect_ca: config.connect_ca.clone(),
         default_intention_allow: !(config.acl_enabled && config.acl_default_policy == "deny"),
         masked_features: crate::cluster::masked_features(),
+        autopilot: config.autopilot.clone(),
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

@@ -253,6 +253,8 @@ pub fn spawn_member_sync(server: Arc<Server>, gossip: &Gossip) {
                                 .and_then(|(_, p)| p.parse().ok())
                         })
                         .flatten(),
+                    raft_id: (m.tags.role == "server" && m.tags.raft_id != 0)
+                        .then_some(m.tags.raft_id),
                     features: m.tags.features.iter().cloned().collect(),
                     state: match m.status {
                         Status::Alive => legate_server::MemberState::Alive,

@@ -26,12 +26,13 @@ fn start_with_env(flags: &[String], env: &[(&str, &str)]) -> TestAgent {
 }
 
 fn cluster() -> Vec<Node> {
-    cluster_of(["127.0.0.21", "127.0.0.22", "127.0.0.23"], None)
+    cluster_of(["127.0.0.21", "127.0.0.22", "127.0.0.23"], None, &[])
 }
 
 /// Three servers on `ips`; the one at `masked` (if any) advertises no
-/// `si` feature, as a server of an older version would.
-fn cluster_of(ips: [&str; 3], masked: Option<usize>) -> Vec<Node> {
+/// `si` feature, as a server of an older version would; `extra` flags go
+/// to every server.
+fn cluster_of(ips: [&str; 3], masked: Option<usize>, extra: &[&str]) -> Vec<Node> {
     let serf: Vec<u16> = ips.iter().map(|_| free_port()).collect();
     let mut nodes = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
@@ -47,6 +48,7 @@ fn cluster_of(ips: [&str; 3], masked: Option<usize>) -> Vec<Node> {
             format!("-serf-lan-port={}", serf[i]),
             "-retry-interval=1s".into(),
         ];
+        flags.extend(extra.iter().map(|f| f.to_string()));
         for (j, other) in ips.iter().enumerate() {
             if j != i {
                 flags.push(format!("-retry-join={other}:{}", serf[j]));
@@ -224,6 +226,13 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             .then_some(())
     });
 
+    // Dead-server cleanup: autopilot takes the failed server out of Raft
+    // (one of three failed leaves a safe majority).
+    eventually(Duration::from_secs(20), || {
+        let peers = nodes[survivors[0]].agent.get("/v1/status/peers").ok()?;
+        (peers.as_array()?.len() == 2).then_some(())
+    });
+
     // It restarts from its data dir, rejoins and catches up.
     nodes[dead].agent = start(&nodes[dead].flags);
     nodes[dead].agent.wait_ready();
@@ -253,6 +262,8 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     });
     let consul = nodes[0].agent.get("/v1/catalog/service/consul").unwrap();
     assert_eq!(consul.as_array().unwrap().len(), 3, "{consul}");
+    // Autopilot added it back as a learner and promoted it once stable.
+    wait_healthy_voters(&nodes[survivors[0]], 3);
 
     // A graceful leave shows as left and removes the node from the catalog.
     let leaver = survivors[1];
@@ -270,29 +281,17 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
             .any(|n| n["Node"] == leaver_name.as_str()))
         .then_some(())
     });
-    // It is still a Raft voter until removed: remove-peer by address.
-    let flag = |prefix: &str| {
-        nodes[leaver]
-            .flags
-            .iter()
-            .find_map(|f| f.strip_prefix(prefix).map(String::from))
-            .unwrap()
-    };
-    let address = format!("{}:{}", flag("-bind="), flag("-server-port="));
-    let out = nodes[dead]
-        .agent
-        .cli(&["operator", "raft", "remove-peer", "-address", &address]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Removed peer with address"));
-    let peers = eventually(Duration::from_secs(10), || {
+    // Autopilot removes a server that left from Raft.
+    let peers = eventually(Duration::from_secs(20), || {
         let peers = nodes[dead].agent.get("/v1/status/peers").ok()?;
         (peers.as_array()?.len() == 2).then_some(peers)
     });
-    assert!(!peers.to_string().contains(&address), "{peers}");
+    let leaver_bind = nodes[leaver]
+        .flags
+        .iter()
+        .find_map(|f| f.strip_prefix("-bind=").map(String::from))
+        .unwrap();
+    assert!(!peers.to_string().contains(&leaver_bind), "{peers}");
     let out = nodes[dead].agent.cli(&[
         "operator",
         "raft",
@@ -307,6 +306,74 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     // The two left still take writes.
     let (status, _) = nodes[dead].agent.put("/v1/kv/two", "left");
     assert_eq!(status, 200);
+
+    // A fourth server joins after the first three: a learner first, a
+    // voter once stable, and it serves what was written before it came.
+    let serf_of = |n: &Node| {
+        let flag = |prefix: &str| {
+            n.flags
+                .iter()
+                .find_map(|f| f.strip_prefix(prefix).map(String::from))
+                .unwrap()
+        };
+        format!("{}:{}", flag("-bind="), flag("-serf-lan-port="))
+    };
+    let data = tempfile::tempdir().unwrap();
+    let flags = vec![
+        "-server".to_string(),
+        "-bootstrap-expect=3".into(),
+        "-node=s4".into(),
+        "-bind=127.0.0.26".into(),
+        "-client=127.0.0.1".into(),
+        format!("-data-dir={}", data.path().display()),
+        format!("-server-port={}", free_port()),
+        format!("-serf-lan-port={}", free_port()),
+        "-retry-interval=1s".into(),
+        format!("-retry-join={}", serf_of(&nodes[dead])),
+    ];
+    let fourth = Node {
+        agent: start(&flags),
+        name: "s4".into(),
+        flags,
+        _data: data,
+    };
+    fourth.agent.wait_ready();
+    wait_healthy_voters(&nodes[dead], 3);
+    assert_eq!(
+        fourth.agent.get_text("/v1/kv/two?raw&stale").unwrap(),
+        "left"
+    );
+    let table = common::expect_success(&fourth.agent.cli(&["operator", "raft", "list-peers"]));
+    assert!(table.lines().any(|l| l.starts_with("s4 ")), "{table}");
+}
+
+/// Waits until autopilot reports `voters` healthy voting servers and
+/// `Healthy: true` (HTTP 200; 429 while not).
+fn wait_healthy_voters(node: &Node, voters: usize) {
+    let health = eventually(Duration::from_secs(60), || {
+        let (status, _, body) = node
+            .agent
+            .request("GET", "/v1/operator/autopilot/health", None);
+        let health: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let voting = health["Servers"]
+            .as_array()?
+            .iter()
+            .filter(|s| s["Voter"] == true && s["Healthy"] == true)
+            .count();
+        (status == 200 && health["Healthy"] == true && voting == voters).then_some(health)
+    });
+    assert_eq!(
+        health["FailureTolerance"].as_u64(),
+        Some((voters - (voters / 2 + 1)) as u64),
+        "{health}"
+    );
+    let leaders = health["Servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["Leader"] == true)
+        .count();
+    assert_eq!(leaders, 1, "{health}");
 }
 
 /// `snapshot save` through a client agent, writes after it, `snapshot
@@ -417,7 +484,13 @@ fn snapshot_round_trip(nodes: &[Node], client: &TestAgent) {
 
 #[test]
 fn intentions_stay_read_only_until_every_server_supports_them() {
-    let mut nodes = cluster_of(["127.0.0.31", "127.0.0.32", "127.0.0.33"], Some(2));
+    // Dead-server cleanup off: a failed server stays a voter until an
+    // operator removes it (below).
+    let mut nodes = cluster_of(
+        ["127.0.0.31", "127.0.0.32", "127.0.0.33"],
+        Some(2),
+        &["-hcl=autopilot { cleanup_dead_servers = false }"],
+    );
     let create = |n: &Node| n.agent.cli(&["intention", "create", "-deny", "web", "db"]);
     // The masked server's tags say it lacks `si`: writes are refused.
     eventually(Duration::from_secs(20), || {
@@ -437,4 +510,34 @@ fn intentions_stay_read_only_until_every_server_supports_them() {
         out.status.success().then_some(out)
     });
     assert!(String::from_utf8_lossy(&out.stdout).contains("Created: web => db (deny)"));
+
+    // A dead server stays in Raft (cleanup is off) until remove-peer.
+    nodes[2].agent.kill9();
+    let address = format!(
+        "127.0.0.33:{}",
+        nodes[2]
+            .flags
+            .iter()
+            .find_map(|f| f.strip_prefix("-server-port="))
+            .unwrap()
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    let peers = nodes[0].agent.get("/v1/status/peers").unwrap();
+    assert_eq!(peers.as_array().unwrap().len(), 3, "{peers}");
+    let (status, _, body) = nodes[0]
+        .agent
+        .request("GET", "/v1/operator/autopilot/health", None);
+    assert_eq!(status, 429, "unhealthy while a voter is down: {body}");
+    let out = nodes[0]
+        .agent
+        .cli(&["operator", "raft", "remove-peer", "-address", &address]);
+    assert_eq!(
+        common::expect_success(&out),
+        format!("Removed peer with address \"{address}\"")
+    );
+    let peers = eventually(Duration::from_secs(10), || {
+        let peers = nodes[0].agent.get("/v1/status/peers").ok()?;
+        (peers.as_array()?.len() == 2).then_some(peers)
+    });
+    assert!(!peers.to_string().contains(&address), "{peers}");
 }

@@ -283,6 +283,27 @@ fn client_loop(
     }
 }
 
+/// Polls `f` until it returns `Some`; panics with `context()` (the
+/// servers' logs) after `timeout`.
+fn within<T>(
+    timeout: Duration,
+    context: &dyn Fn() -> String,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no answer within {timeout:?}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn leader_index(servers: &[Server], network: &Network) -> Option<usize> {
     for server in servers.iter().filter(|s| s.child.is_some()) {
         if let Outcome::Answered(200, body) =
@@ -404,8 +425,10 @@ fn history_under_kill_9_and_partitions_is_linearizable() {
     for key in 0..KEYS {
         for server in &servers {
             let invoked = started.elapsed().as_nanos() as u64;
-            let value = eventually(Duration::from_secs(20), || {
-                match exchange(
+            let value = within(
+                Duration::from_secs(30),
+                &|| describe(&servers),
+                || match exchange(
                     server.http(),
                     "GET",
                     &format!("/v1/kv/fault/k{key}?consistent&raw"),
@@ -414,8 +437,8 @@ fn history_under_kill_9_and_partitions_is_linearizable() {
                     Outcome::Answered(200, body) => Some(body.trim().parse::<u64>().ok()),
                     Outcome::Answered(404, _) => Some(None),
                     _ => None,
-                }
-            });
+                },
+            );
             history.push(Op {
                 key: format!("fault/k{key}"),
                 kind: Kind::Read(value),
@@ -445,6 +468,8 @@ fn history_under_kill_9_and_partitions_is_linearizable() {
         describe(&servers)
     );
     assert!(acknowledged >= 100, "too little load to mean anything");
+    // Kept for reading even when the test passes.
+    let _ = describe(&servers);
     let checked = Instant::now();
     if let Err(why) = checker::check(&history) {
         panic!("{why}\n{}", describe(&servers));

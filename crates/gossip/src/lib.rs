@@ -131,6 +131,9 @@ pub struct Timing {
     pub probe_rtt: Duration,
     /// Suspicion before a member is declared failed.
     pub suspect_to_down_after: Duration,
+    /// How often a failed member is asked to rejoin (serf's reconnect):
+    /// after a partition heals, the two sides find each other again.
+    pub reconnect_interval: Duration,
 }
 
 impl Timing {
@@ -140,6 +143,7 @@ impl Timing {
             probe_period: Duration::from_secs(1),
             probe_rtt: Duration::from_millis(500),
             suspect_to_down_after: Duration::from_secs(4),
+            reconnect_interval: Duration::from_secs(3),
         }
     }
 
@@ -149,6 +153,7 @@ impl Timing {
             probe_period: Duration::from_millis(200),
             probe_rtt: Duration::from_millis(100),
             suspect_to_down_after: Duration::from_millis(800),
+            reconnect_interval: Duration::from_millis(500),
         }
     }
 }
@@ -421,6 +426,12 @@ async fn run(
     foca_config.probe_rtt = config.timing.probe_rtt;
     foca_config.suspect_to_down_after = config.timing.suspect_to_down_after;
     foca_config.max_packet_size = NonZeroUsize::new(MAX_DATAGRAM - OVERHEAD).expect("non-zero");
+    // Members declared down are asked to rejoin as often as our own
+    // reconnect runs (foca's LAN default is every 65 s).
+    foca_config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+        frequency: config.timing.reconnect_interval,
+        num_members: NonZeroUsize::new(1).expect("non-zero"),
+    });
     let rng: StdRng = rand::SeedableRng::from_os_rng();
     let mut foca = Foca::new(me.clone(), foca_config, rng, PostcardCodec);
     let mut runtime = AccumulatingRuntime::new();
@@ -431,6 +442,9 @@ async fn run(
     };
     let mut buf = vec![0u8; 65536];
     let mut leaving: Option<oneshot::Sender<()>> = None;
+    let mut reconnect = tokio::time::interval(config.timing.reconnect_interval);
+    reconnect.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut turn = 0usize;
     loop {
         let next = timers.peek().map(|Reverse((at, _))| *at);
         let result = tokio::select! {
@@ -460,6 +474,25 @@ async fn run(
                     result = result.and(foca.handle_timer(timer, &mut runtime));
                 }
                 result
+            }
+            _ = reconnect.tick() => {
+                // One failed member per tick, in turn.
+                let failed: Vec<SocketAddr> = table
+                    .by_addr
+                    .values()
+                    .filter(|m| m.status == Status::Failed)
+                    .map(|m| m.addr)
+                    .collect();
+                match failed.get(turn % failed.len().max(1)) {
+                    Some(addr) => {
+                        turn = turn.wrapping_add(1);
+                        foca.announce(
+                            NodeId { addr: *addr, name: String::new(), bump: 0, tags: Tags::default() },
+                            &mut runtime,
+                        )
+                    }
+                    None => Ok(()),
+                }
             }
             command = commands.recv() => match command {
                 Some(Command::Announce(seed)) => foca.announce(

@@ -144,3 +144,44 @@ async fn encrypted_gossip_needs_a_shared_key() {
     .await;
     assert_eq!(status_of(&a.members(), "stranger"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_two_sides_of_a_healed_partition_find_each_other_again() {
+    let key = Key::parse(&Key::generate()).unwrap();
+    let other = Key::parse(&Key::generate()).unwrap();
+    let a = member("a", &[&key], "127.0.0.1:0").await;
+    let b = member("b", &[&key], "127.0.0.1:0").await;
+    let c = member("c", &[&key], "127.0.0.1:0").await;
+    assert_eq!(b.join(&[a.local_addr()], Duration::from_secs(5)).await, 1);
+    assert_eq!(c.join(&[a.local_addr()], Duration::from_secs(5)).await, 1);
+    eventually(&a, "everyone is alive", |m| {
+        ["b", "c"]
+            .iter()
+            .all(|n| status_of(m, n) == Some(Status::Alive))
+    })
+    .await;
+    // Cut c off: nothing it sends opens elsewhere, and nothing reaches it.
+    *c.keyring().lock().unwrap() = Keyring::new(vec![other]);
+    eventually(&a, "c failed", |m| {
+        status_of(m, "c") == Some(Status::Failed)
+    })
+    .await;
+    eventually(&c, "a and b failed", |m| {
+        ["a", "b"]
+            .iter()
+            .all(|n| status_of(m, n) == Some(Status::Failed))
+    })
+    .await;
+    // Heal: without anyone joining again, both sides reconnect.
+    *c.keyring().lock().unwrap() = Keyring::new(vec![key]);
+    eventually(&a, "c is alive again", |m| {
+        status_of(m, "c") == Some(Status::Alive)
+    })
+    .await;
+    eventually(&c, "a and b are alive again", |m| {
+        ["a", "b"]
+            .iter()
+            .all(|n| status_of(m, n) == Some(Status::Alive))
+    })
+    .await;
+}

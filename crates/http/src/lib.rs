@@ -152,6 +152,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/operator/raft/configuration",
             get(misc::raft_configuration),
         )
+        .route("/v1/operator/autopilot/health", get(misc::autopilot_health))
         .route(
             "/v1/operator/raft/peer",
             axum::routing::delete(misc::raft_remove_peer),

@@ -150,6 +150,18 @@ pub async fn snapshot_restore(State(st): State<AppState>, req: Req, body: Bytes)
     ))
 }
 
+/// `GET /v1/operator/autopilot/health`: 200 when every server is
+/// healthy, 429 otherwise (Consul's codes), the same body either way.
+pub async fn autopilot_health(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
+    let health = st.agent.rpc().autopilot_health(&opts).await?;
+    let mut response = json(&req.params, &health);
+    if !health.healthy {
+        *response.status_mut() = axum::http::StatusCode::TOO_MANY_REQUESTS;
+    }
+    Ok(response)
+}
+
 /// `GET /v1/operator/raft/configuration`.
 pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;

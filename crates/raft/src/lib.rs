@@ -289,28 +289,89 @@ impl RaftNode {
 
     /// Removes a server from the Raft configuration (on the leader).
     pub async fn remove_server(&self, id: u64) -> Result<(), RaftError> {
-        // The metrics are borrowed only while the voters are read.
-        let voters: std::collections::BTreeSet<u64> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .filter(|v| *v != id)
+        self.remove_servers([id].into()).await
+    }
+
+    /// The membership as the leader manages it: voters, learners (with
+    /// addresses), this node's last log index, and on the leader how far
+    /// each follower's log matches it.
+    pub fn membership(&self) -> Membership {
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow();
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        let nodes = membership
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone()))
             .collect();
-        if voters.is_empty() {
-            return Err(RaftError::Other("cannot remove the last voter".into()));
+        let matched = metrics
+            .replication
+            .as_ref()
+            .map(|r| {
+                r.iter()
+                    .map(|(id, log)| (*id, log.map(|l| l.index).unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Membership {
+            voters,
+            nodes,
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            term: metrics.current_term,
+            matched,
         }
-        match self.raft.change_membership(voters, false).await {
-            Ok(_) => Ok(()),
-            Err(openraft::error::RaftError::APIError(
-                openraft::error::ClientWriteError::ForwardToLeader(f),
-            )) => Err(RaftError::NotLeader {
-                leader: f.leader_node.map(|n| n.addr),
-            }),
-            Err(e) => Err(RaftError::Other(e.to_string())),
+    }
+
+    /// Adds a server as a learner (it receives the log but does not vote);
+    /// returns once the change is committed, not once it caught up.
+    pub async fn add_learner(&self, id: u64, address: String) -> Result<(), RaftError> {
+        self.raft
+            .add_learner(id, BasicNode { addr: address }, false)
+            .await
+            .map(|_| ())
+            .map_err(membership_error)
+    }
+
+    /// Makes learners voters.
+    pub async fn promote(&self, ids: std::collections::BTreeSet<u64>) -> Result<(), RaftError> {
+        self.raft
+            .change_membership(openraft::ChangeMembers::AddVoterIds(ids), false)
+            .await
+            .map(|_| ())
+            .map_err(membership_error)
+    }
+
+    /// Removes servers (voters or learners) from the configuration.
+    pub async fn remove_servers(
+        &self,
+        ids: std::collections::BTreeSet<u64>,
+    ) -> Result<(), RaftError> {
+        let membership = self.membership();
+        let voters: std::collections::BTreeSet<u64> =
+            membership.voters.intersection(&ids).copied().collect();
+        if !voters.is_empty() {
+            if voters.len() >= membership.voters.len() {
+                return Err(RaftError::Other("cannot remove every voter".into()));
+            }
+            self.raft
+                .change_membership(openraft::ChangeMembers::RemoveVoters(voters), false)
+                .await
+                .map_err(membership_error)?;
         }
+        let learners: std::collections::BTreeSet<u64> = self
+            .membership()
+            .nodes
+            .keys()
+            .filter(|id| ids.contains(id))
+            .copied()
+            .collect();
+        if !learners.is_empty() {
+            self.raft
+                .change_membership(openraft::ChangeMembers::RemoveNodes(learners), false)
+                .await
+                .map_err(membership_error)?;
+        }
+        Ok(())
     }
 
     /// Addresses of every voter.
@@ -414,6 +475,34 @@ impl RaftNode {
         let _ = self.raft.shutdown().await;
         self.log.close().await;
     }
+}
+
+fn membership_error(
+    e: openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, BasicNode>>,
+) -> RaftError {
+    match e {
+        openraft::error::RaftError::APIError(
+            openraft::error::ClientWriteError::ForwardToLeader(f),
+        ) => RaftError::NotLeader {
+            leader: f.leader_node.map(|n| n.addr),
+        },
+        other => RaftError::Other(other.to_string()),
+    }
+}
+
+/// The Raft configuration as [`RaftNode::membership`] reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Membership {
+    /// Voting members.
+    pub voters: std::collections::BTreeSet<u64>,
+    /// Every member (voters and learners) with its address.
+    pub nodes: BTreeMap<u64, String>,
+    /// This node's last log index.
+    pub last_log_index: u64,
+    /// The current term.
+    pub term: u64,
+    /// On the leader: the last log index each follower is known to hold.
+    pub matched: BTreeMap<u64, u64>,
 }
 
 async fn client_write(

@@ -12,7 +12,8 @@ use legate_types::config_entry::ConfigEntry;
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 use legate_types::rpc::{
-    ChainOverrides, RaftConfiguration, ServerRpc, ServiceQuery, SnapshotArchive, TxnOp, TxnResponse,
+    AutopilotHealth, ChainOverrides, RaftConfiguration, ServerRpc, ServiceQuery, SnapshotArchive,
+    TxnOp, TxnResponse,
 };
 use legate_types::{
     CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
@@ -423,6 +424,7 @@ server_rpc_calls! {
     status_peers(;) -> Vec<String>;
     raft_configuration(opts: &QueryOptions;) -> RaftConfiguration;
     raft_remove_peer(opts: &WriteOptions; id_or_address: String) -> ();
+    autopilot_health(opts: &QueryOptions;) -> AutopilotHealth;
     snapshot_save(opts: &QueryOptions;) -> Queried<SnapshotArchive>;
     snapshot_restore(opts: &WriteOptions; archive: SnapshotArchive) -> ();
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;

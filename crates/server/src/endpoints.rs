@@ -152,6 +152,18 @@ impl ServerRpc for Server {
         Ok(self.raft.peer_addresses())
     }
 
+    async fn autopilot_health(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<legate_types::rpc::AutopilotHealth, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.authorize(&opts.token, Resource::Operator, Access::Read)?;
+        if !self.raft.is_leader() {
+            return Err(RpcError::NoLeader);
+        }
+        Ok(self.autopilot_view())
+    }
+
     async fn snapshot_save(
         &self,
         opts: &QueryOptions,

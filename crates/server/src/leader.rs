@@ -32,6 +32,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if !leader {
                 if was_leader {
                     server.session_timers.clear_all();
+                    server.autopilot.clear();
                     tombstones = TombstoneGc::new(server.config.tombstone_ttl);
                 }
                 was_leader = false;
@@ -69,6 +70,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                     tracing::warn!(node = %member.name, error = %e, "leader: reconciling a member failed");
                 }
             }
+            server.autopilot_tick().await;
             let newest = server.store.read().max_tombstone_index();
             if let Some(upto) = tombstones.tick(newest) {
                 if let Err(e) = server.write(Command::ReapTombstones(upto)).await {
@@ -240,6 +242,8 @@ pub struct ClusterMember {
     pub datacenter: String,
     /// Its server port, for servers (registers the `consul` service).
     pub server_port: Option<u16>,
+    /// Its Raft id, for servers (autopilot adds and removes it).
+    pub raft_id: Option<u64>,
     /// The features it advertises (servers; `ft_*` tags).
     pub features: std::collections::BTreeSet<String>,
     /// What gossip says.

@@ -6,6 +6,7 @@
 //! The binary wires an agent to a server.
 
 mod authorizer;
+pub mod autopilot;
 mod blocking;
 mod ca;
 pub mod cluster;
@@ -63,6 +64,8 @@ pub struct ServerConfig {
     /// Features this server claims not to support (to rehearse a
     /// mixed-version cluster); empty in production.
     pub masked_features: Vec<String>,
+    /// Autopilot's settings (`autopilot {}` in the agent config).
+    pub autopilot: legate_types::rpc::AutopilotConfig,
 }
 
 impl ServerConfig {
@@ -89,6 +92,7 @@ impl ServerConfig {
             connect_ca: Default::default(),
             default_intention_allow: true,
             masked_features: Vec::new(),
+            autopilot: Default::default(),
         }
     }
 }
@@ -106,6 +110,7 @@ pub struct Server {
     ca: ca::CaManager,
     /// Gossip membership the leader reconciles into the catalog.
     members: std::sync::Mutex<Vec<leader::ClusterMember>>,
+    autopilot: autopilot::AutopilotState,
     shutdown: tokio_util_shutdown::Shutdown,
 }
 
@@ -149,6 +154,7 @@ impl Server {
             authorizer: Arc::new(AllowAll),
             session_timers: SessionTimers::default(),
             members: std::sync::Mutex::new(Vec::new()),
+            autopilot: Default::default(),
             shutdown: tokio_util_shutdown::Shutdown::new(),
         });
         leader::spawn_leader_loop(server.clone());

@@ -147,6 +147,77 @@ impl<'de> Deserialize<'de> for SnapshotArchive {
     }
 }
 
+/// Autopilot's settings (Consul's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutopilotConfig {
+    /// Remove failed servers from Raft.
+    pub cleanup_dead_servers: bool,
+    /// How long a follower may go without contact and still be healthy.
+    pub last_contact_threshold: std::time::Duration,
+    /// How many entries a follower may trail by and still be healthy.
+    pub max_trailing_logs: u64,
+    /// Never shrink the voters below this many through cleanup.
+    pub min_quorum: usize,
+    /// How long a new server must be healthy before it votes.
+    pub server_stabilization_time: std::time::Duration,
+}
+
+impl Default for AutopilotConfig {
+    fn default() -> AutopilotConfig {
+        AutopilotConfig {
+            cleanup_dead_servers: true,
+            last_contact_threshold: std::time::Duration::from_millis(200),
+            max_trailing_logs: 250,
+            min_quorum: 0,
+            server_stabilization_time: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// One server in `/v1/operator/autopilot/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AutopilotServerHealth {
+    /// Node id.
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// Node name.
+    pub name: String,
+    /// Server-port address.
+    pub address: String,
+    /// `alive`, `failed`, `left` or `none` (unknown to gossip).
+    pub serf_status: String,
+    /// Build version.
+    pub version: String,
+    /// Whether it leads.
+    pub leader: bool,
+    /// Time since the leader last heard from it (`0s` for the leader,
+    /// `-` when not measured).
+    pub last_contact: String,
+    /// The leader's current term.
+    pub last_term: u64,
+    /// The last log index it is known to hold.
+    pub last_index: u64,
+    /// Caught up (within `MaxTrailingLogs`) and alive in gossip.
+    pub healthy: bool,
+    /// Whether it votes.
+    pub voter: bool,
+    /// Since when it has been healthy (RFC 3339; empty when it is not).
+    pub stable_since: String,
+}
+
+/// `/v1/operator/autopilot/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AutopilotHealth {
+    /// Every server is healthy.
+    pub healthy: bool,
+    /// How many voters could fail without losing quorum.
+    pub failure_tolerance: usize,
+    /// Each server.
+    pub servers: Vec<AutopilotServerHealth>,
+}
+
 /// Server endpoints. Every call carries the request's datacenter, token and
 /// (for reads) consistency and blocking options.
 #[async_trait]
@@ -166,6 +237,9 @@ pub trait ServerRpc: Send + Sync + 'static {
     ) -> Result<(), RpcError>;
 
     /// Registers a node, and optionally a service and checks on it.
+    /// `GET /v1/operator/autopilot/health`: the leader's view of every
+    /// server.
+    async fn autopilot_health(&self, opts: &QueryOptions) -> Result<AutopilotHealth, RpcError>;
     /// `GET /v1/snapshot`: the whole state as an archive, with the index
     /// it was taken at.
     async fn snapshot_save(
