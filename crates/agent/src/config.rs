@@ -171,6 +171,13 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "start_join",
     "recursors",
     "autopilot",
+    "tls",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "verify_incoming",
+    "verify_outgoing",
+    "verify_server_hostname",
     "translate_wan_addrs",
     "addresses",
     "advertise_addr",
@@ -318,6 +325,9 @@ pub struct AgentConfig {
     pub raft_multiplier: u64,
     /// Autopilot (`autopilot {}`: dead-server cleanup, stabilization).
     pub autopilot: legate_types::rpc::AutopilotConfig,
+    /// TLS for the server port (`tls { defaults {...} internal_rpc {...} }`
+    /// or the older top-level keys).
+    pub tls: TlsFiles,
     /// Serve the web UI.
     pub ui: bool,
     /// ACLs (parsed now, enforced later).
@@ -754,6 +764,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
             .unwrap_or(false),
         raft_multiplier: raft_multiplier as u64,
         autopilot: autopilot(&map)?,
+        tls: tls_files(&map)?,
         ui: get_bool(&map, &["ui"])?
             .or(get_bool(&map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
@@ -778,6 +789,78 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         checks,
         warnings,
     })
+}
+
+/// TLS files and switches for the server port.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificate(s) to trust.
+    pub ca_file: Option<PathBuf>,
+    /// This agent's certificate.
+    pub cert_file: Option<PathBuf>,
+    /// Its key.
+    pub key_file: Option<PathBuf>,
+    /// Require TLS and client certificates on the server port.
+    pub verify_incoming: bool,
+    /// Dial servers over TLS and check their certificates.
+    pub verify_outgoing: bool,
+}
+
+/// `tls.internal_rpc.<key>`, else `tls.defaults.<key>`, else the older
+/// top-level `<key>` (Consul's precedence).
+fn tls_files(map: &Map<String, Value>) -> Result<TlsFiles, ConfigError> {
+    if let Some(Value::Object(tls)) = map.get("tls") {
+        for (section, value) in tls {
+            if !["defaults", "internal_rpc", "https", "grpc"].contains(&section.as_str()) {
+                return Err(ConfigError(format!("invalid config key tls.{section}")));
+            }
+            if !value.is_object() {
+                return Err(ConfigError(format!("tls.{section} must be a block")));
+            }
+        }
+    }
+    let text = |key: &str| -> Result<Option<String>, ConfigError> {
+        for path in [
+            &["tls", "internal_rpc", key][..],
+            &["tls", "defaults", key],
+            &[key],
+        ] {
+            if let Some(v) = get_str(map, path)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    };
+    let flag = |key: &str| -> Result<bool, ConfigError> {
+        for path in [
+            &["tls", "internal_rpc", key][..],
+            &["tls", "defaults", key],
+            &[key],
+        ] {
+            if let Some(v) = get_bool(map, path)? {
+                return Ok(v);
+            }
+        }
+        Ok(false)
+    };
+    let files = TlsFiles {
+        ca_file: text("ca_file")?.map(PathBuf::from),
+        cert_file: text("cert_file")?.map(PathBuf::from),
+        key_file: text("key_file")?.map(PathBuf::from),
+        verify_incoming: flag("verify_incoming")?,
+        verify_outgoing: flag("verify_outgoing")?,
+    };
+    if files.cert_file.is_some() != files.key_file.is_some() {
+        return Err(ConfigError(
+            "tls: cert_file and key_file must be set together".into(),
+        ));
+    }
+    if (files.verify_incoming || files.verify_outgoing) && files.ca_file.is_none() {
+        return Err(ConfigError(
+            "tls: verify_incoming and verify_outgoing need ca_file".into(),
+        ));
+    }
+    Ok(files)
 }
 
 /// `autopilot {}`: Consul's keys and defaults; unknown keys are refused.
@@ -1024,6 +1107,24 @@ mod tests {
             (json!({"ports": {"http": 70000}}), "ports.http"),
             (json!({"server": "yes"}), "server"),
             (json!({"client_addr": "nope"}), "client_addr"),
+            (
+                json!({"autopilot": {"max_trailing_logs": -1}}),
+                "autopilot.max_trailing_logs",
+            ),
+            (json!({"autopilot": {"bogus": 1}}), "autopilot.bogus"),
+            (
+                json!({"autopilot": {"server_stabilization_time": "soon"}}),
+                "autopilot.server_stabilization_time",
+            ),
+            (
+                json!({"tls": {"defaults": {"verify_incoming": true}}}),
+                "ca_file",
+            ),
+            (
+                json!({"tls": {"defaults": {"cert_file": "c.pem"}}}),
+                "key_file",
+            ),
+            (json!({"tls": {"everything": {}}}), "tls.everything"),
             (
                 json!({"performance": {"raft_multiplier": 11}}),
                 "raft_multiplier",

@@ -472,6 +472,7 @@ async fn start_server(
     config: &AgentConfig,
     node_id: &str,
     pool: &Arc<legate_rpc::Pool>,
+    tls: &legate_rpc::TlsSettings,
 ) -> Result<StartedServer, String> {
     let advertise = config.advertise().to_string();
     let server_port = config.ports.server.unwrap_or(8300);
@@ -532,6 +533,10 @@ async fn start_server(
         server.clone()
     };
     if let Some(mut listener) = listener.take() {
+        listener.set_tls(
+            tls.server()
+                .map_err(|e| format!("Error loading TLS: {e}"))?,
+        );
         server.route(&mut listener, rpc.clone());
         // The server port (and every connection on it) closes with the server.
         let s = server.clone();
@@ -576,6 +581,26 @@ async fn start_server(
     Ok((Some(server), membership, rpc))
 }
 
+/// The server port's TLS from the agent config: files read now, so a
+/// missing or unreadable one stops the agent naming its key.
+fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, String> {
+    let read = |key: &str, path: &Option<std::path::PathBuf>| -> Result<String, String> {
+        match path {
+            None => Ok(String::new()),
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("Error loading TLS: {key} {}: {e}", path.display())),
+        }
+    };
+    Ok(legate_rpc::TlsSettings {
+        ca_pem: read("ca_file", &config.tls.ca_file)?,
+        cert_pem: read("cert_file", &config.tls.cert_file)?,
+        key_pem: read("key_file", &config.tls.key_file)?,
+        verify_incoming: config.tls.verify_incoming,
+        verify_outgoing: config.tls.verify_outgoing,
+        server_name: format!("server.{}.{}", config.datacenter, config.domain),
+    })
+}
+
 async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let config = load_config(&args)?;
     let node_id = node_id(&config)?;
@@ -587,9 +612,14 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     if let Some(pid) = &config.pid_file {
         write_pid(pid)?;
     }
-    let pool = Arc::new(legate_rpc::Pool::default());
+    let tls = server_port_tls(&config)?;
+    let pool = Arc::new(legate_rpc::Pool::with_tls(
+        Duration::from_secs(5),
+        tls.client()
+            .map_err(|e| format!("Error loading TLS: {e}"))?,
+    ));
     let (server, membership, rpc) = if config.server || config.dev {
-        start_server(&config, &node_id, &pool).await?
+        start_server(&config, &node_id, &pool, &tls).await?
     } else {
         // A client agent: no Raft; calls go to the servers gossip knows.
         let (gossip, membership) = crate::cluster::start_gossip(&config, &node_id, 0, None).await?;

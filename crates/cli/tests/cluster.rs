@@ -74,6 +74,16 @@ fn cluster_of(ips: [&str; 3], masked: Option<usize>, extra: &[&str]) -> Vec<Node
 
 /// A client agent at `ip` that retry-joins through `via`'s gossip port.
 fn join_client(name: &str, ip: &str, via: &Node) -> (TestAgent, tempfile::TempDir) {
+    join_client_with(name, ip, via, &[])
+}
+
+/// [`join_client`] with `extra` flags.
+fn join_client_with(
+    name: &str,
+    ip: &str,
+    via: &Node,
+    extra: &[String],
+) -> (TestAgent, tempfile::TempDir) {
     let data = tempfile::tempdir().unwrap();
     let flag = |prefix: &str| {
         via.flags
@@ -90,6 +100,8 @@ fn join_client(name: &str, ip: &str, via: &Node) -> (TestAgent, tempfile::TempDi
         "-retry-interval=1s".into(),
         format!("-retry-join={}:{}", flag("-bind="), flag("-serf-lan-port=")),
     ];
+    let mut flags = flags;
+    flags.extend(extra.iter().cloned());
     let agent = start(&flags);
     agent.wait_ready();
     (agent, data)
@@ -521,13 +533,17 @@ fn intentions_stay_read_only_until_every_server_supports_them() {
             .find_map(|f| f.strip_prefix("-server-port="))
             .unwrap()
     );
-    std::thread::sleep(Duration::from_secs(6));
+    // Unhealthy (429) once gossip sees it failed; still a voter.
+    let health = eventually(Duration::from_secs(30), || {
+        let (status, _, body) =
+            nodes[0]
+                .agent
+                .request("GET", "/v1/operator/autopilot/health", None);
+        (status == 429).then_some(body)
+    });
+    assert!(health.contains(r#""SerfStatus":"failed""#), "{health}");
     let peers = nodes[0].agent.get("/v1/status/peers").unwrap();
     assert_eq!(peers.as_array().unwrap().len(), 3, "{peers}");
-    let (status, _, body) = nodes[0]
-        .agent
-        .request("GET", "/v1/operator/autopilot/health", None);
-    assert_eq!(status, 429, "unhealthy while a voter is down: {body}");
     let out = nodes[0]
         .agent
         .cli(&["operator", "raft", "remove-peer", "-address", &address]);
@@ -540,4 +556,80 @@ fn intentions_stay_read_only_until_every_server_supports_them() {
         (peers.as_array()?.len() == 2).then_some(peers)
     });
     assert!(!peers.to_string().contains(&address), "{peers}");
+}
+
+/// The server port with `verify_incoming` and `verify_outgoing`, using
+/// certificates from `legate tls ca create` / `tls cert create`: Raft and
+/// RPC between servers and from a client agent run over TLS, and a plain
+/// connection to the server port is refused.
+#[test]
+fn a_cluster_speaks_tls_on_the_server_port() {
+    let certs = tempfile::tempdir().unwrap();
+    let tls = |args: &[&str]| {
+        let out = std::process::Command::new(common::binary())
+            .args(args)
+            .current_dir(certs.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    tls(&["tls", "ca", "create"]);
+    tls(&["tls", "cert", "create", "-server"]);
+    tls(&["tls", "cert", "create", "-client"]);
+    let path = |name: &str| certs.path().join(name).display().to_string();
+    let block = |cert: &str, key: &str| {
+        format!(
+            "-hcl=tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" verify_incoming = true verify_outgoing = true }} }}",
+            path("consul-agent-ca.pem"),
+            path(cert),
+            path(key)
+        )
+    };
+    let server_tls = block("dc1-server-consul-0.pem", "dc1-server-consul-0-key.pem");
+    let nodes = cluster_of(
+        ["127.0.0.41", "127.0.0.42", "127.0.0.43"],
+        None,
+        &[server_tls.as_str()],
+    );
+    eventually(Duration::from_secs(30), || {
+        let leaders: Vec<String> = nodes.iter().map(leader_of).collect();
+        (leaders[0].len() > 2 && leaders.iter().all(|l| *l == leaders[0])).then_some(())
+    });
+    let client_tls = block("dc1-client-consul-0.pem", "dc1-client-consul-0-key.pem");
+    let (client, _data) = join_client_with("tls-client", "127.0.0.44", &nodes[1], &[client_tls]);
+    let (status, body) = client.put("/v1/kv/over-tls", "yes");
+    assert_eq!((status, body.as_str()), (200, "true"));
+    for n in &nodes {
+        let value = eventually(Duration::from_secs(10), || {
+            n.agent.get_text("/v1/kv/over-tls?raw&stale").ok()
+        });
+        assert_eq!(value, "yes");
+    }
+
+    // A plain RPC connection (first byte 0, one frame) is closed unanswered.
+    use std::io::{Read, Write};
+    let port = nodes[0]
+        .flags
+        .iter()
+        .find_map(|f| f.strip_prefix("-server-port="))
+        .unwrap();
+    let mut plain = std::net::TcpStream::connect(format!("127.0.0.41:{port}")).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let call = br#"{"status_leader":{}}"#;
+    let mut frame = vec![0u8];
+    frame.extend((call.len() as u32).to_be_bytes());
+    frame.extend(call);
+    let _ = plain.write_all(&frame);
+    let mut answer = Vec::new();
+    let read = plain.read_to_end(&mut answer);
+    assert!(
+        answer.is_empty(),
+        "the server answered a plain connection: {read:?} {answer:?}"
+    );
 }

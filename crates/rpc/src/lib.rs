@@ -1,6 +1,6 @@
 //! The server port (8300): one TCP listener multiplexed by the first byte
-//! of each connection, as Consul's is — RPC calls, Raft messages, and (later)
-//! TLS — with length-prefixed frames, a pooled dialer, and the `ServerRpc`
+//! of each connection, as Consul's is — RPC calls, Raft messages, and TLS
+//! (whose ALPN protocol names the kind; see [`tls`]) — with length-prefixed frames, a pooled dialer, and the `ServerRpc`
 //! trait carried over it (`RemoteRpc` on the calling side, [`serve_rpc`]
 //! on the answering side) so followers and client agents can forward.
 //!
@@ -13,11 +13,13 @@ mod frame;
 mod listener;
 mod pool;
 mod server_rpc;
+pub mod tls;
 
 pub use frame::{read_frame, write_frame, MAX_FRAME};
 pub use listener::{FrameHandler, Listener};
 pub use pool::{CallError, Pool};
 pub use server_rpc::{serve_rpc, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool};
+pub use tls::TlsSettings;
 
 /// What a connection carries, named by its first byte (Consul's numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

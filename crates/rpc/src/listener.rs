@@ -6,11 +6,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::frame::{read_frame, write_frame};
+use crate::tls::{kind_of_alpn, ServerTls};
 use crate::Kind;
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
 
 /// Answers the frames of one connection kind.
 #[async_trait]
@@ -23,6 +27,7 @@ pub trait FrameHandler: Send + Sync + 'static {
 pub struct Listener {
     listener: TcpListener,
     handlers: HashMap<Kind, Arc<dyn FrameHandler>>,
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Listener {
@@ -31,6 +36,7 @@ impl Listener {
         Ok(Listener {
             listener: TcpListener::bind(address).await?,
             handlers: HashMap::new(),
+            tls: None,
         })
     }
 
@@ -44,10 +50,16 @@ impl Listener {
         self.handlers.insert(kind, handler);
     }
 
+    /// Accepts TLS connections (and, when `tls` requires it, only those).
+    pub fn set_tls(&mut self, tls: Option<Arc<ServerTls>>) {
+        self.tls = tls;
+    }
+
     /// Serves until the task is dropped or aborted, which also closes every
     /// connection it accepted.
     pub async fn serve(self) {
         let handlers = Arc::new(self.handlers);
+        let tls = self.tls;
         let mut connections = tokio::task::JoinSet::new();
         loop {
             while connections.try_join_next().is_some() {}
@@ -61,8 +73,9 @@ impl Listener {
             };
             let _ = stream.set_nodelay(true);
             let handlers = handlers.clone();
+            let tls = tls.clone();
             connections.spawn(async move {
-                if let Err(e) = connection(stream, peer, &handlers).await {
+                if let Err(e) = connection(stream, peer, &handlers, tls.as_deref()).await {
                     tracing::debug!(%peer, error = %e, "server port connection ended");
                 }
             });
@@ -70,20 +83,53 @@ impl Listener {
     }
 }
 
+fn refused(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
+}
+
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     handlers: &HashMap<Kind, Arc<dyn FrameHandler>>,
+    tls: Option<&ServerTls>,
 ) -> std::io::Result<()> {
+    let mut first = [0u8; 1];
+    if stream.peek(&mut first).await? == 0 {
+        return Ok(());
+    }
+    if first[0] == TLS_HANDSHAKE {
+        let tls =
+            tls.ok_or_else(|| refused("a TLS connection, but TLS is not configured".into()))?;
+        let stream = tls.acceptor.accept(stream).await?;
+        let kind = stream
+            .get_ref()
+            .1
+            .alpn_protocol()
+            .and_then(kind_of_alpn)
+            .ok_or_else(|| refused("a TLS connection without a known ALPN protocol".into()))?;
+        let handler = handlers
+            .get(&kind)
+            .ok_or_else(|| refused(format!("no handler for {kind:?}")))?;
+        return serve_frames(stream, peer, handler.as_ref()).await;
+    }
+    if tls.is_some_and(|t| t.required) {
+        return Err(refused(
+            "a plain connection, but verify_incoming requires TLS".into(),
+        ));
+    }
     let first = stream.read_u8().await?;
     let handler = Kind::from_byte(first)
         .and_then(|kind| handlers.get(&kind))
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("unknown connection type {first}"),
-            )
-        })?;
+        .ok_or_else(|| refused(format!("unknown connection type {first}")))?;
+    serve_frames(stream, peer, handler.as_ref()).await
+}
+
+/// Answers each request frame with one frame until the peer closes.
+async fn serve_frames<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    peer: SocketAddr,
+    handler: &dyn FrameHandler,
+) -> std::io::Result<()> {
     while let Some(request) = read_frame(&mut stream).await? {
         let answer = handler.handle(peer, request).await;
         write_frame(&mut stream, &answer).await?;

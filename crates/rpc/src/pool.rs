@@ -2,22 +2,94 @@
 //! for concurrent calls.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::frame::{read_frame, write_frame};
+use crate::tls::ClientTls;
 use crate::Kind;
+
+/// A pooled connection: plain (after its kind byte) or TLS (kind by ALPN).
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// Still open: nothing to read, or bytes waiting (a TLS session
+    /// ticket), but not end of stream. Peeks, so nothing is consumed.
+    fn is_open(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self.tcp().poll_peek(&mut cx, &mut buf) {
+            Poll::Pending => true,
+            Poll::Ready(Ok(n)) => n > 0,
+            Poll::Ready(Err(_)) => false,
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
 
 /// Idle connections kept per (address, kind).
 const MAX_IDLE: usize = 32;
 
 /// The pooled dialer.
 pub struct Pool {
-    idle: Mutex<HashMap<(String, Kind), Vec<TcpStream>>>,
+    idle: Mutex<HashMap<(String, Kind), Vec<Conn>>>,
     connect_timeout: Duration,
+    tls: Option<Arc<ClientTls>>,
 }
 
 impl Default for Pool {
@@ -32,25 +104,32 @@ impl Pool {
         Pool {
             idle: Mutex::new(HashMap::new()),
             connect_timeout,
+            tls: None,
+        }
+    }
+
+    /// A pool that dials over TLS (`verify_outgoing`).
+    pub fn with_tls(connect_timeout: Duration, tls: Option<Arc<ClientTls>>) -> Pool {
+        Pool {
+            tls,
+            ..Pool::new(connect_timeout)
         }
     }
 
     /// An idle connection that is still open (a closed one reads EOF at
     /// once; an open one has nothing to read).
-    fn take(&self, address: &str, kind: Kind) -> Option<TcpStream> {
+    fn take(&self, address: &str, kind: Kind) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(&(address.to_string(), kind))?;
         while let Some(stream) = list.pop() {
-            let mut probe = [0u8; 1];
-            if matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-            {
+            if stream.is_open() {
                 return Some(stream);
             }
         }
         None
     }
 
-    fn put(&self, address: &str, kind: Kind, stream: TcpStream) {
+    fn put(&self, address: &str, kind: Kind, stream: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.entry((address.to_string(), kind)).or_default();
         if list.len() < MAX_IDLE {
@@ -58,18 +137,30 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, address: &str, kind: Kind) -> std::io::Result<TcpStream> {
+    async fn connect(&self, address: &str, kind: Kind) -> std::io::Result<Conn> {
+        let timed_out = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connecting to {address} timed out"),
+            )
+        };
         let mut stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address))
             .await
-            .map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connecting to {address} timed out"),
-                )
-            })??;
+            .map_err(|_| timed_out())??;
         stream.set_nodelay(true)?;
-        stream.write_all(&[kind as u8]).await?;
-        Ok(stream)
+        match &self.tls {
+            None => {
+                stream.write_all(&[kind as u8]).await?;
+                Ok(Conn::Plain(stream))
+            }
+            Some(tls) => {
+                let handshake = tls.connector(kind).connect(tls.server_name.clone(), stream);
+                let stream = tokio::time::timeout(self.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| timed_out())??;
+                Ok(Conn::Tls(Box::new(stream)))
+            }
+        }
     }
 
     /// Sends one request frame to `address` and waits up to `timeout` for
@@ -124,7 +215,7 @@ impl Pool {
 
 /// Writes a frame, giving up after `timeout`.
 async fn write_within(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     request: &[u8],
     timeout: Duration,
     address: &str,

@@ -1,0 +1,173 @@
+//! TLS on the server port. A connection whose first byte is a TLS
+//! handshake (0x16) is a TLS connection; its kind (RPC or Raft) is the ALPN
+//! protocol it negotiated, so one port carries every kind, and anything
+//! that can route on a ClientHello's ALPN (a mesh gateway) can route it.
+//! With `verify_incoming` the server asks for a client certificate signed
+//! by the CA and refuses plain connections; with `verify_outgoing` dialers
+//! speak TLS, check the server's chain against the CA and its name
+//! (`server.<datacenter>.<domain>`, as `tls cert create -server` writes).
+
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::Kind;
+
+/// The ALPN protocol of each kind.
+pub(crate) fn alpn(kind: Kind) -> &'static [u8] {
+    match kind {
+        Kind::Rpc => b"legate/rpc",
+        Kind::Raft => b"legate/raft",
+    }
+}
+
+/// The kind an ALPN protocol names.
+pub(crate) fn kind_of_alpn(protocol: &[u8]) -> Option<Kind> {
+    [Kind::Rpc, Kind::Raft]
+        .into_iter()
+        .find(|k| alpn(*k) == protocol)
+}
+
+/// PEM material and switches, as the agent config gives them.
+#[derive(Debug, Clone, Default)]
+pub struct TlsSettings {
+    /// The CA certificate(s) (PEM).
+    pub ca_pem: String,
+    /// This agent's certificate chain (PEM), empty when it has none.
+    pub cert_pem: String,
+    /// Its private key (PEM).
+    pub key_pem: String,
+    /// Servers: ask for client certificates and refuse plain connections.
+    pub verify_incoming: bool,
+    /// Dial servers over TLS, checking their certificates.
+    pub verify_outgoing: bool,
+    /// The name servers' certificates must carry (`server.dc1.consul`).
+    pub server_name: String,
+}
+
+/// The listener's side.
+pub struct ServerTls {
+    pub(crate) acceptor: TlsAcceptor,
+    /// Plain connections are refused.
+    pub(crate) required: bool,
+}
+
+/// The dialer's side: one client configuration per kind (its ALPN).
+pub struct ClientTls {
+    rpc: TlsConnector,
+    raft: TlsConnector,
+    pub(crate) server_name: ServerName<'static>,
+}
+
+impl ClientTls {
+    pub(crate) fn connector(&self, kind: Kind) -> &TlsConnector {
+        match kind {
+            Kind::Rpc => &self.rpc,
+            Kind::Raft => &self.raft,
+        }
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certificates(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{what}: no certificate in the PEM"));
+    }
+    Ok(certs)
+}
+
+fn roots(ca_pem: &str) -> Result<Arc<rustls::RootCertStore>, String> {
+    let mut store = rustls::RootCertStore::empty();
+    for cert in certificates(ca_pem, "ca_file")? {
+        store
+            .add(cert)
+            .map_err(|e| format!("ca_file: not a usable CA certificate: {e}"))?;
+    }
+    Ok(Arc::new(store))
+}
+
+impl TlsSettings {
+    /// Whether any TLS is configured.
+    pub fn enabled(&self) -> bool {
+        self.verify_incoming || self.verify_outgoing || !self.cert_pem.is_empty()
+    }
+
+    /// The listener's TLS (servers with a certificate), or `None`.
+    pub fn server(&self) -> Result<Option<Arc<ServerTls>>, String> {
+        if self.cert_pem.is_empty() {
+            if self.verify_incoming {
+                return Err("verify_incoming needs cert_file and key_file".into());
+            }
+            return Ok(None);
+        }
+        let chain = certificates(&self.cert_pem, "cert_file")?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| format!("key_file: {e}"))?;
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
+        let builder = if self.verify_incoming {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots(&self.ca_pem)?,
+                provider(),
+            )
+            .build()
+            .map_err(|e| format!("ca_file: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .map_err(|e| format!("cert_file/key_file: {e}"))?;
+        config.alpn_protocols = vec![alpn(Kind::Rpc).to_vec(), alpn(Kind::Raft).to_vec()];
+        Ok(Some(Arc::new(ServerTls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            required: self.verify_incoming,
+        })))
+    }
+
+    /// The dialer's TLS (with `verify_outgoing`), or `None`.
+    pub fn client(&self) -> Result<Option<Arc<ClientTls>>, String> {
+        if !self.verify_outgoing {
+            return Ok(None);
+        }
+        if self.ca_pem.is_empty() {
+            return Err("verify_outgoing needs ca_file".into());
+        }
+        let server_name = ServerName::try_from(self.server_name.clone())
+            .map_err(|e| format!("server name {:?}: {e}", self.server_name))?;
+        let roots = roots(&self.ca_pem)?;
+        let config = |kind: Kind| -> Result<TlsConnector, String> {
+            let builder = rustls::ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots.clone());
+            let mut config = if self.cert_pem.is_empty() {
+                builder.with_no_client_auth()
+            } else {
+                let chain = certificates(&self.cert_pem, "cert_file")?;
+                let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+                    .map_err(|e| format!("key_file: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("cert_file/key_file: {e}"))?
+            };
+            config.alpn_protocols = vec![alpn(kind).to_vec()];
+            Ok(TlsConnector::from(Arc::new(config)))
+        };
+        Ok(Some(Arc::new(ClientTls {
+            rpc: config(Kind::Rpc)?,
+            raft: config(Kind::Raft)?,
+            server_name,
+        })))
+    }
+}
