@@ -32,6 +32,26 @@ pub struct MemberInfo {
     pub status: MemberStatus,
 }
 
+/// The gossip keyring as `keyring -list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyringStatus {
+    /// Each installed key (primary first) and how many alive members hold it.
+    pub keys: Vec<(String, usize)>,
+    /// How many members are alive.
+    pub num_nodes: usize,
+}
+
+/// A keyring change (`keyring -install|-use|-remove`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyringOp {
+    /// Install a key on every member.
+    Install,
+    /// Make a key primary on every member.
+    Use,
+    /// Remove a key from every member.
+    Remove,
+}
+
 /// Membership operations.
 #[async_trait]
 pub trait Membership: Send + Sync + 'static {
@@ -39,8 +59,13 @@ pub trait Membership: Send + Sync + 'static {
     fn members(&self) -> Vec<MemberInfo>;
     /// Contacts `addresses` (`host[:port]`); how many answered.
     async fn join(&self, addresses: Vec<String>) -> Result<usize, String>;
-    /// Marks a failed member as left; `false` when no failed member has that name.
+    /// Marks a failed member as left on every member; `false` when no
+    /// member has that name.
     async fn force_leave(&self, node: &str) -> bool;
     /// Leaves gracefully.
     async fn leave(&self);
+    /// The keyring; `None` when gossip is not encrypted.
+    fn keyring(&self) -> Option<KeyringStatus>;
+    /// Changes the keyring of every member (spread by gossip).
+    async fn change_keyring(&self, op: KeyringOp, key: &str) -> Result<(), String>;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use legate_agent::config::AgentConfig;
-use legate_agent::membership::{MemberInfo, MemberStatus, Membership};
+use legate_agent::membership::{KeyringOp, KeyringStatus, MemberInfo, MemberStatus, Membership};
 use legate_gossip::{Gossip, GossipConfig, Key, Keyring, Status, Tags, Timing};
 use legate_server::Server;
 
@@ -112,6 +112,48 @@ impl Membership for GossipMembership {
     async fn leave(&self) {
         self.gossip.leave().await
     }
+
+    fn keyring(&self) -> Option<KeyringStatus> {
+        let keyring = self.gossip.keyring();
+        let keys: Vec<(String, String)> = {
+            let keyring = keyring.lock().unwrap_or_else(|e| e.into_inner());
+            if !keyring.is_enabled() {
+                return None;
+            }
+            keyring
+                .keys()
+                .iter()
+                .map(|k| (k.encoded().to_string(), k.fingerprint()))
+                .collect()
+        };
+        let alive: Vec<_> = self
+            .gossip
+            .members()
+            .into_iter()
+            .filter(|m| m.status == Status::Alive)
+            .collect();
+        Some(KeyringStatus {
+            keys: keys
+                .into_iter()
+                .map(|(key, fingerprint)| {
+                    let holders = alive
+                        .iter()
+                        .filter(|m| m.tags.keys.contains(&fingerprint))
+                        .count();
+                    (key, holders)
+                })
+                .collect(),
+            num_nodes: alive.len(),
+        })
+    }
+
+    async fn change_keyring(&self, op: KeyringOp, key: &str) -> Result<(), String> {
+        match op {
+            KeyringOp::Install => self.gossip.install_key(key).await,
+            KeyringOp::Use => self.gossip.use_key(key).await,
+            KeyringOp::Remove => self.gossip.remove_key(key).await,
+        }
+    }
 }
 
 /// Starts LAN gossip for this agent.
@@ -152,6 +194,7 @@ pub async fn start_gossip(
                 .collect(),
             node_id: node_id.to_string(),
             leaving: false,
+            keys: Vec::new(),
         },
         bump_file,
         keyring,

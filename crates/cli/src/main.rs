@@ -63,6 +63,8 @@ enum Command {
     ForceLeave(commands::operator::ForceLeaveArgs),
     /// Prints a new gossip encryption key.
     Keygen,
+    /// Lists, installs, changes and removes gossip encryption keys on every member.
+    Keyring(commands::operator::KeyringArgs),
     /// Saves, restores and inspects snapshots of the cluster's state.
     #[command(subcommand)]
     Snapshot(commands::snapshot::SnapshotCommand),
@@ -139,6 +141,7 @@ fn main() -> ExitCode {
             Command::Join(args) => commands::operator::join(args).await,
             Command::ForceLeave(args) => commands::operator::force_leave(args).await,
             Command::Keygen => commands::operator::keygen(),
+            Command::Keyring(args) => commands::operator::keyring(args).await,
             Command::Snapshot(cmd) => commands::snapshot::run(cmd).await,
         }
     });

@@ -157,7 +157,7 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     // Two client agents join through different servers and work through
     // the servers.
     let (client, _client_data) = join_client("c1", "127.0.0.24", &nodes[0]);
-    let (second_client, _second_data) = join_client("c2", "127.0.0.25", &nodes[1]);
+    let (mut second_client, _second_data) = join_client("c2", "127.0.0.25", &nodes[1]);
     let (status, body) = second_client.put("/v1/kv/from-c2", "c2");
     assert_eq!((status, body.as_str()), (200, "true"));
     let (status, body) = client.put("/v1/kv/from-client", "c");
@@ -357,6 +357,28 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     );
     let table = common::expect_success(&fourth.agent.cli(&["operator", "raft", "list-peers"]));
     assert!(table.lines().any(|l| l.starts_with("s4 ")), "{table}");
+
+    // force-leave: a crashed client agent is failed; force-leave on one
+    // server shows it as left on the others and takes it out of the catalog.
+    second_client.kill9();
+    eventually(Duration::from_secs(20), || {
+        (status_in(&members(&nodes[dead].agent), "c2").as_deref() == Some("failed")).then_some(())
+    });
+    let out = fourth.agent.cli(&["force-leave", "c2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(Duration::from_secs(20), || {
+        (status_in(&members(&nodes[dead].agent), "c2").as_deref() == Some("left")).then_some(())
+    });
+    eventually(Duration::from_secs(20), || {
+        let catalog = nodes[dead].agent.get("/v1/catalog/nodes").ok()?;
+        (!catalog.as_array()?.iter().any(|n| n["Node"] == "c2")).then_some(())
+    });
+    let out = fourth.agent.cli(&["force-leave", "nobody"]);
+    assert!(!out.status.success());
 }
 
 /// Waits until autopilot reports `voters` healthy voting servers and
@@ -590,17 +612,31 @@ fn a_cluster_speaks_tls_on_the_server_port() {
         )
     };
     let server_tls = block("dc1-server-consul-0.pem", "dc1-server-consul-0-key.pem");
+    let keygen = |_: ()| {
+        let out = std::process::Command::new(common::binary())
+            .arg("keygen")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let first_key = keygen(());
+    let encrypt = format!("-encrypt={first_key}");
     let nodes = cluster_of(
         ["127.0.0.41", "127.0.0.42", "127.0.0.43"],
         None,
-        &[server_tls.as_str()],
+        &[server_tls.as_str(), encrypt.as_str()],
     );
     eventually(Duration::from_secs(30), || {
         let leaders: Vec<String> = nodes.iter().map(leader_of).collect();
         (leaders[0].len() > 2 && leaders.iter().all(|l| *l == leaders[0])).then_some(())
     });
     let client_tls = block("dc1-client-consul-0.pem", "dc1-client-consul-0-key.pem");
-    let (client, _data) = join_client_with("tls-client", "127.0.0.44", &nodes[1], &[client_tls]);
+    let (client, _data) = join_client_with(
+        "tls-client",
+        "127.0.0.44",
+        &nodes[1],
+        &[client_tls, encrypt.clone()],
+    );
     let (status, body) = client.put("/v1/kv/over-tls", "yes");
     assert_eq!((status, body.as_str()), (200, "true"));
     for n in &nodes {
@@ -609,6 +645,57 @@ fn a_cluster_speaks_tls_on_the_server_port() {
         });
         assert_eq!(value, "yes");
     }
+
+    // Gossip key rotation with `keyring`, through any agent, reaches all
+    // four members.
+    let keyring = |agent: &TestAgent, args: &[&str]| {
+        let mut all = vec!["keyring"];
+        all.extend_from_slice(args);
+        common::expect_success(&agent.cli(&all))
+    };
+    let listed_with = |key: &str, count: &str| {
+        let key = key.to_string();
+        let count = count.to_string();
+        let mut last = String::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = keyring(&nodes[2].agent, &["-list"]);
+            if out.lines().any(|l| l.trim() == format!("{key} {count}")) {
+                return out;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{key} never listed {count}: {last}"
+            );
+            last = out;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let listed = listed_with(&first_key, "[4/4]");
+    assert!(
+        listed.starts_with("==> Gathering installed encryption keys..."),
+        "{listed}"
+    );
+    assert!(listed.contains("dc1 (LAN):"), "{listed}");
+    let second_key = keygen(());
+    keyring(&client, &["-install", &second_key]);
+    listed_with(&second_key, "[4/4]");
+    keyring(&nodes[0].agent, &["-use", &second_key]);
+    keyring(&nodes[0].agent, &["-remove", &first_key]);
+    let after = eventually(Duration::from_secs(20), || {
+        let out = keyring(&nodes[1].agent, &["-list"]);
+        (!out.contains(&first_key)).then_some(out)
+    });
+    assert!(after.contains(&format!("{second_key} [4/4]")), "{after}");
+    let out = nodes[0].agent.cli(&["keyring", "-remove", &second_key]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("primary"));
+    let out = nodes[0]
+        .agent
+        .cli(&["keyring", "-list", "-install", &first_key]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Exactly one"));
+    // Gossip still works after the rotation: a write through the client.
+    let (status, _) = client.put("/v1/kv/after-rotation", "yes");
+    assert_eq!(status, 200);
 
     // A plain RPC connection (first byte 0, one frame) is closed unanswered.
     use std::io::{Read, Write};

@@ -46,6 +46,16 @@ impl Key {
         })
     }
 
+    /// A short fingerprint: the first 8 hex digits of the key's SHA-256
+    /// (it reveals nothing of the key).
+    pub fn fingerprint(&self) -> String {
+        let digest = ring::digest::digest(&ring::digest::SHA256, self.encoded.as_bytes());
+        digest.as_ref()[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// A new random 32-byte key, base64 encoded.
     pub fn generate() -> String {
         let mut bytes = [0u8; 32];
@@ -71,6 +81,12 @@ impl Keyring {
     /// A keyring of `keys` (the first is primary); empty means plain text.
     pub fn new(keys: Vec<Key>) -> Keyring {
         Keyring { keys }
+    }
+
+    /// Short fingerprints of the installed keys, primary first (the first
+    /// 8 hex digits of each key's SHA-256; they reveal nothing of it).
+    pub fn fingerprints(&self) -> Vec<String> {
+        self.keys.iter().map(Key::fingerprint).collect()
     }
 
     /// Whether gossip is encrypted.

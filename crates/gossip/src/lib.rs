@@ -12,6 +12,7 @@
 //!
 //! Not wire-compatible with Consul's serf.
 
+mod changes;
 mod keyring;
 
 use std::cmp::Reverse;
@@ -29,6 +30,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+pub use changes::ClusterChange;
 pub use keyring::{Key, Keyring, OVERHEAD};
 
 /// The largest datagram sent (a conservative path MTU).
@@ -53,6 +55,9 @@ pub struct Tags {
     pub node_id: String,
     /// Set just before a graceful leave.
     pub leaving: bool,
+    /// Fingerprints of the installed gossip keys (`keyring -list` counts
+    /// members by them).
+    pub keys: Vec<String>,
 }
 
 /// A member's identity on the wire.
@@ -182,6 +187,7 @@ enum Command {
     SetTags(Tags),
     Leave(oneshot::Sender<()>),
     ForceLeave(String, oneshot::Sender<bool>),
+    Broadcast(ClusterChange, Option<oneshot::Sender<()>>),
 }
 
 /// A running gossip member.
@@ -225,7 +231,10 @@ impl Gossip {
             addr,
             name: config.name.clone(),
             bump: next_bump(config.bump_file.as_ref()),
-            tags: config.tags.clone(),
+            tags: Tags {
+                keys: config.keyring.fingerprints(),
+                ..config.tags.clone()
+            },
         };
         let (commands, receiver) = mpsc::channel(64);
         let members = watch::channel(vec![Member {
@@ -305,8 +314,9 @@ impl Gossip {
         }
     }
 
-    /// Marks a failed member as left (`force-leave`); `false` when no
-    /// failed member has that name.
+    /// `force-leave`: on every member (through gossip) a failed member is
+    /// marked left at once, one not failed there yet as soon as it fails
+    /// (within a minute); `false` when no member has that name here.
     pub async fn force_leave(&self, name: &str) -> bool {
         let (done, wait) = oneshot::channel();
         if self
@@ -317,7 +327,85 @@ impl Gossip {
         {
             return false;
         }
-        wait.await.unwrap_or(false)
+        let found = wait.await.unwrap_or(false);
+        if found {
+            let _ = self
+                .spread(ClusterChange::ForceLeave(name.to_string()))
+                .await;
+        }
+        found
+    }
+
+    /// Installs a gossip key here and on every member.
+    pub async fn install_key(&self, encoded: &str) -> Result<(), String> {
+        let key = Key::parse(encoded)?;
+        self.encrypted()?;
+        self.spread(ClusterChange::KeyInstall(key.encoded().to_string()))
+            .await
+    }
+
+    /// Makes an installed key primary here and on every member.
+    pub async fn use_key(&self, encoded: &str) -> Result<(), String> {
+        self.encrypted()?;
+        let installed = self
+            .keyring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .iter()
+            .any(|k| k.encoded() == encoded.trim());
+        if !installed {
+            return Err("the key is not installed; install it first".into());
+        }
+        self.spread(ClusterChange::KeyUse(encoded.trim().to_string()))
+            .await
+    }
+
+    /// Removes a key (not the primary one) here and on every member.
+    pub async fn remove_key(&self, encoded: &str) -> Result<(), String> {
+        self.encrypted()?;
+        let keyring = self
+            .keyring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match keyring
+            .keys()
+            .iter()
+            .position(|k| k.encoded() == encoded.trim())
+        {
+            Some(0) => {
+                return Err("the primary key cannot be removed; use another key first".into())
+            }
+            Some(_) => {}
+            None => return Err("the key is not installed".into()),
+        }
+        self.spread(ClusterChange::KeyRemove(encoded.trim().to_string()))
+            .await
+    }
+
+    fn encrypted(&self) -> Result<(), String> {
+        if self
+            .keyring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_enabled()
+        {
+            Ok(())
+        } else {
+            Err("gossip encryption is not enabled (start the agents with encrypt)".into())
+        }
+    }
+
+    /// Broadcasts a change; returns once it is applied here, so changes
+    /// made one after another apply here in that order.
+    async fn spread(&self, change: ClusterChange) -> Result<(), String> {
+        let (done, applied) = oneshot::channel();
+        self.commands
+            .send(Command::Broadcast(change, Some(done)))
+            .await
+            .map_err(|_| "gossip has stopped".to_string())?;
+        applied.await.map_err(|_| "gossip has stopped".to_string())
     }
 
     /// Stops at once without telling anyone, as a crash would (peers
@@ -336,7 +424,15 @@ impl Gossip {
 struct Table {
     me: NodeId,
     by_addr: BTreeMap<SocketAddr, Member>,
+    /// Force-leaves received for members not (yet) failed here.
+    leave_intents: std::collections::HashMap<String, Instant>,
+    /// Key fingerprints members announced after their keyring changed
+    /// (newer than the ones in their tags).
+    key_states: std::collections::HashMap<String, Vec<String>>,
 }
+
+/// How long a force-leave waits for the member to fail here.
+const LEAVE_INTENT: Duration = Duration::from_secs(60);
 
 impl Table {
     fn up(&mut self, id: &NodeId) {
@@ -368,8 +464,27 @@ impl Table {
         }
     }
 
+    /// Marks `name` left if it failed; otherwise remembers the intent for
+    /// a while, so a failure noticed soon after is recorded as left (a
+    /// `force-leave` that reached us before our own failure detector did).
+    fn force_leave(&mut self, name: &str) {
+        let mut failed = false;
+        for m in self.by_addr.values_mut() {
+            if m.name == name && m.status == Status::Failed {
+                m.status = Status::Left;
+                failed = true;
+            }
+        }
+        if !failed {
+            self.leave_intents
+                .insert(name.to_string(), Instant::now() + LEAVE_INTENT);
+        }
+    }
+
     fn down(&mut self, id: &NodeId) {
-        let status = if id.tags.leaving {
+        self.leave_intents
+            .retain(|_, until| *until > Instant::now());
+        let status = if id.tags.leaving || self.leave_intents.remove(&id.name).is_some() {
             Status::Left
         } else {
             Status::Failed
@@ -409,7 +524,48 @@ impl Table {
                 .then((a.status != Status::Alive).cmp(&(b.status != Status::Alive)))
         });
         all.dedup_by(|later, first| later.name == first.name);
+        for member in &mut all {
+            if let Some(keys) = self.key_states.get(&member.name) {
+                member.tags.keys = keys.clone();
+            }
+        }
         all
+    }
+}
+
+/// How long a change that cannot apply yet is retried.
+const CHANGE_RETRY: Duration = Duration::from_secs(30);
+
+/// Applies a change received by gossip (or made here).
+fn apply_change(
+    change: &ClusterChange,
+    table: &mut Table,
+    keyring: &Mutex<Keyring>,
+) -> Result<(), String> {
+    let mut keyring = keyring.lock().unwrap_or_else(|e| e.into_inner());
+    match change {
+        ClusterChange::KeyState { member, keys } => {
+            if *member != table.me.name {
+                table.key_states.insert(member.clone(), keys.clone());
+            }
+            Ok(())
+        }
+        ClusterChange::ForceLeave(name) if *name == table.me.name => Ok(()),
+        ClusterChange::ForceLeave(name) => {
+            table.force_leave(name);
+            Ok(())
+        }
+        // Never turn encryption on by a broadcast a plain-text member got.
+        ClusterChange::KeyInstall(_) if !keyring.is_enabled() => Ok(()),
+        ClusterChange::KeyInstall(encoded) => Key::parse(encoded).map(|k| keyring.install(k)),
+        ClusterChange::KeyUse(encoded) => keyring.use_key(encoded),
+        // Already gone is done.
+        ClusterChange::KeyRemove(encoded)
+            if !keyring.keys().iter().any(|k| k.encoded() == encoded.trim()) =>
+        {
+            Ok(())
+        }
+        ClusterChange::KeyRemove(encoded) => keyring.remove(encoded),
     }
 }
 
@@ -433,15 +589,29 @@ async fn run(
         num_members: NonZeroUsize::new(1).expect("non-zero"),
     });
     let rng: StdRng = rand::SeedableRng::from_os_rng();
-    let mut foca = Foca::new(me.clone(), foca_config, rng, PostcardCodec);
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let mut foca = Foca::with_custom_broadcast(
+        me.clone(),
+        foca_config,
+        rng,
+        PostcardCodec,
+        changes::ChangeHandler::new(received.clone()),
+    );
     let mut runtime = AccumulatingRuntime::new();
     let mut timers: BinaryHeap<Reverse<(Instant, Timer<NodeId>)>> = BinaryHeap::new();
     let mut table = Table {
         me,
         by_addr: BTreeMap::new(),
+        leave_intents: Default::default(),
+        key_states: Default::default(),
     };
     let mut buf = vec![0u8; 65536];
     let mut leaving: Option<oneshot::Sender<()>> = None;
+    // Callers waiting for their change to apply here; changes that could
+    // not apply yet (a key removal that arrived before the `use` of
+    // another key) are retried for a while.
+    let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut retry: Vec<(ClusterChange, Instant)> = Vec::new();
     let mut reconnect = tokio::time::interval(config.timing.reconnect_interval);
     reconnect.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut turn = 0usize;
@@ -516,17 +686,15 @@ async fn run(
                     leaving = Some(done);
                     result
                 }
+                Some(Command::Broadcast(change, done)) => {
+                    waiting.extend(done);
+                    foca.add_broadcast(&changes::encode(change)).map(|_| ())
+                }
                 Some(Command::ForceLeave(name, done)) => {
-                    let mut found = false;
-                    for m in table.by_addr.values_mut() {
-                        if m.name == name && m.status == Status::Failed {
-                            m.status = Status::Left;
-                            found = true;
-                        }
-                    }
-                    if found {
-                        members.send_replace(table.snapshot());
-                    }
+                    // Any member known here but this one (Consul refuses
+                    // only unknown names); the broadcast applies it.
+                    let found = name != table.me.name
+                        && table.by_addr.values().any(|m| m.name == name && m.status != Status::Left);
                     let _ = done.send(found);
                     Ok(())
                 }
@@ -548,6 +716,50 @@ async fn run(
             timers.push(Reverse((now + after, timer)));
         }
         let mut changed = false;
+        let mut applied: Vec<(ClusterChange, Instant)> =
+            std::mem::take(&mut *received.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .map(|c| (c, Instant::now() + CHANGE_RETRY))
+                .collect();
+        applied.append(&mut retry);
+        for (change, until) in applied {
+            let keys_before = keyring
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .fingerprints();
+            changed |= matches!(
+                change,
+                ClusterChange::ForceLeave(_) | ClusterChange::KeyState { .. }
+            );
+            if let Err(e) = apply_change(&change, &mut table, &keyring) {
+                if Instant::now() < until {
+                    retry.push((change, until));
+                } else {
+                    tracing::warn!(?change, error = %e, "gossip: a cluster change could not be applied here");
+                }
+            }
+            let keys_after = keyring
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .fingerprints();
+            if keys_after != keys_before {
+                // Tell everyone what this member holds now (`keyring
+                // -list` counts by it); not an identity change, which
+                // would restart this member's failure detection.
+                table.me.tags.keys = keys_after.clone();
+                let state = ClusterChange::KeyState {
+                    member: table.me.name.clone(),
+                    keys: keys_after,
+                };
+                if let Err(e) = foca.add_broadcast(&changes::encode(state)) {
+                    tracing::debug!(error = %e, "gossip: announcing new key fingerprints failed");
+                }
+                changed = true;
+            }
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
         while let Some(notification) = runtime.to_notify() {
             match notification {
                 OwnedNotification::MemberUp(id) => {

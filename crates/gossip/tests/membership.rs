@@ -100,15 +100,14 @@ async fn members_join_share_tags_leave_fail_and_rejoin() {
     })
     .await;
 
-    // force-leave only applies to failed members.
-    assert!(!a.force_leave("b").await);
-    b2.stop();
-    eventually(&a, "b failed again", |m| {
-        status_of(m, "b") == Some(Status::Failed)
-    })
-    .await;
+    // force-leave: unknown names are refused; a member that is alive
+    // stays alive, and is recorded as left rather than failed when it
+    // fails soon after (serf's leave intent).
+    assert!(!a.force_leave("nobody").await);
     assert!(a.force_leave("b").await);
-    assert_eq!(status_of(&a.members(), "b"), Some(Status::Left));
+    assert_eq!(status_of(&a.members(), "b"), Some(Status::Alive));
+    b2.stop();
+    eventually(&a, "b left", |m| status_of(m, "b") == Some(Status::Left)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,6 +181,116 @@ async fn the_two_sides_of_a_healed_partition_find_each_other_again() {
         ["a", "b"]
             .iter()
             .all(|n| status_of(m, n) == Some(Status::Alive))
+    })
+    .await;
+}
+
+/// Waits until `g`'s keyring holds exactly `keys`, primary first.
+async fn keyring_becomes(g: &Gossip, keys: &[&Key]) {
+    let wanted: Vec<String> = keys.iter().map(|k| k.encoded().to_string()).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: Vec<String> = g
+            .keyring()
+            .lock()
+            .unwrap()
+            .keys()
+            .iter()
+            .map(|k| k.encoded().to_string())
+            .collect();
+        if now == wanted {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "keyring is {now:?}, wanted {wanted:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyring_changes_and_force_leave_reach_every_member() {
+    let k1 = Key::parse(&Key::generate()).unwrap();
+    let k2 = Key::parse(&Key::generate()).unwrap();
+    let a = member("a", &[&k1], "127.0.0.1:0").await;
+    let b = member("b", &[&k1], "127.0.0.1:0").await;
+    let c = member("c", &[&k1], "127.0.0.1:0").await;
+    assert_eq!(b.join(&[a.local_addr()], Duration::from_secs(5)).await, 1);
+    assert_eq!(c.join(&[a.local_addr()], Duration::from_secs(5)).await, 1);
+    eventually(&b, "everyone is alive", |m| {
+        ["a", "c"]
+            .iter()
+            .all(|n| status_of(m, n) == Some(Status::Alive))
+    })
+    .await;
+
+    // Rotation: install everywhere, use everywhere, remove the old key.
+    a.install_key(k2.encoded()).await.unwrap();
+    for g in [&a, &b, &c] {
+        keyring_becomes(g, &[&k1, &k2]).await;
+    }
+    // Members advertise what they hold (keyring -list counts by this).
+    eventually(&a, "every member holds k2", |m| {
+        m.iter()
+            .filter(|m| m.tags.keys.contains(&k2.fingerprint()))
+            .count()
+            == 3
+    })
+    .await;
+    b.use_key(k2.encoded()).await.unwrap();
+    for g in [&a, &b, &c] {
+        keyring_becomes(g, &[&k2, &k1]).await;
+    }
+    b.remove_key(k1.encoded()).await.unwrap();
+    for g in [&a, &b, &c] {
+        keyring_becomes(g, &[&k2]).await;
+    }
+    // Only k2 opens the cluster now.
+    let late = member("late", &[&k2], "127.0.0.1:0").await;
+    assert_eq!(
+        late.join(&[b.local_addr()], Duration::from_secs(5)).await,
+        1
+    );
+    let stale = member("stale", &[&k1], "127.0.0.1:0").await;
+    assert_eq!(
+        stale
+            .join(&[b.local_addr()], Duration::from_millis(1500))
+            .await,
+        0
+    );
+    // Refusals name the reason and change nothing.
+    assert!(a
+        .remove_key(k2.encoded())
+        .await
+        .unwrap_err()
+        .contains("primary"));
+    assert!(a
+        .use_key(k1.encoded())
+        .await
+        .unwrap_err()
+        .contains("not installed"));
+    assert!(a.install_key("garbage").await.is_err());
+    let plain = member("plain", &[], "127.0.0.1:0").await;
+    assert!(plain
+        .install_key(k2.encoded())
+        .await
+        .unwrap_err()
+        .contains("not enabled"));
+
+    // force-leave on one member shows as left on the others.
+    c.stop();
+    eventually(&b, "c failed", |m| {
+        status_of(m, "c") == Some(Status::Failed)
+    })
+    .await;
+    eventually(&a, "c failed", |m| {
+        status_of(m, "c") == Some(Status::Failed)
+    })
+    .await;
+    assert!(a.force_leave("c").await);
+    eventually(&b, "c left everywhere", |m| {
+        status_of(m, "c") == Some(Status::Left)
     })
     .await;
 }

@@ -392,6 +392,67 @@ pub async fn leave(State(st): State<AppState>) -> ApiResult {
 }
 
 /// `PUT /v1/agent/force-leave/:node`: a failed member becomes left.
+/// `/v1/operator/keyring`: GET lists the keys with how many members hold
+/// each; POST installs, PUT makes primary, DELETE removes (`{"Key": ...}`),
+/// spread to every member by gossip.
+pub async fn keyring(
+    State(st): State<AppState>,
+    method: axum::http::Method,
+    req: Req,
+    body: Bytes,
+) -> ApiResult {
+    use legate_agent::membership::KeyringOp;
+    let disabled = || ApiError::bad_request("Gossip encryption is not enabled on this agent");
+    let membership = st.agent.membership().ok_or_else(disabled)?;
+    let op = match method.as_str() {
+        "GET" => {
+            let status = membership.keyring().ok_or_else(disabled)?;
+            let keys: serde_json::Map<String, Value> = status
+                .keys
+                .iter()
+                .map(|(k, n)| (k.clone(), json!(n)))
+                .collect();
+            let primary: serde_json::Map<String, Value> = status
+                .keys
+                .first()
+                .map(|(k, n)| (k.clone(), json!(n)))
+                .into_iter()
+                .collect();
+            return Ok(json(
+                &req.params,
+                &json!([{
+                    "WAN": false,
+                    "Datacenter": st.agent.config().datacenter,
+                    "Segment": "",
+                    "Partition": "",
+                    "Keys": keys,
+                    "PrimaryKeys": primary,
+                    "NumNodes": status.num_nodes,
+                    "Messages": {},
+                }]),
+            ));
+        }
+        "POST" => KeyringOp::Install,
+        "PUT" => KeyringOp::Use,
+        "DELETE" => KeyringOp::Remove,
+        _ => return Err(ApiError::bad_request("Method not allowed")),
+    };
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct KeyBody {
+        key: String,
+    }
+    let KeyBody { key } = decode_body(&body)?;
+    if key.trim().is_empty() {
+        return Err(ApiError::bad_request("Missing Key"));
+    }
+    membership
+        .change_keyring(op, &key)
+        .await
+        .map_err(ApiError::bad_request)?;
+    Ok(StatusCode::OK.into_response())
+}
+
 pub async fn force_leave(State(st): State<AppState>, Path(node): Path<String>) -> ApiResult {
     if let Some(membership) = st.agent.membership() {
         if !membership.force_leave(&node).await {

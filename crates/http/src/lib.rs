@@ -154,6 +154,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/operator/autopilot/health", get(misc::autopilot_health))
         .route(
+            "/v1/operator/keyring",
+            get(agent::keyring)
+                .post(agent::keyring)
+                .put(agent::keyring)
+                .delete(agent::keyring),
+        )
+        .route(
             "/v1/operator/raft/peer",
             axum::routing::delete(misc::raft_remove_peer),
         )

@@ -1,5 +1,5 @@
 //! Cluster commands: `operator raft list-peers|remove-peer`, `join`,
-//! `force-leave`, `keygen`.
+//! `force-leave`, `keygen`, `keyring`.
 
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -57,6 +57,83 @@ pub struct JoinArgs {
     wan: bool,
     /// Addresses of members to contact.
     addresses: Vec<String>,
+}
+
+/// Flags of `keyring`: exactly one action.
+#[derive(Args, Debug)]
+pub struct KeyringArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// List the installed keys and how many members hold each.
+    #[arg(long)]
+    list: bool,
+    /// Install a key on every member.
+    #[arg(long)]
+    install: Option<String>,
+    /// Make an installed key the primary (encrypting) key everywhere.
+    #[arg(long = "use")]
+    use_key: Option<String>,
+    /// Remove a key (not the primary one) from every member.
+    #[arg(long)]
+    remove: Option<String>,
+}
+
+/// Runs `keyring`.
+pub async fn keyring(args: KeyringArgs) -> u8 {
+    let actions = [
+        args.list,
+        args.install.is_some(),
+        args.use_key.is_some(),
+        args.remove.is_some(),
+    ]
+    .iter()
+    .filter(|a| **a)
+    .count();
+    if actions != 1 {
+        return fail("Exactly one of -list, -install, -use, or -remove is required");
+    }
+    let client = Client::new(&args.http);
+    if args.list {
+        println!("==> Gathering installed encryption keys...");
+        let pools: Value = match client.get_json("/v1/operator/keyring", &[]).await {
+            Ok(v) => v,
+            Err(e) => return fail(format!("Error: {e}")),
+        };
+        for pool in pools.as_array().into_iter().flatten() {
+            let total = pool["NumNodes"].as_u64().unwrap_or(0);
+            println!();
+            println!("{} (LAN):", pool["Datacenter"].as_str().unwrap_or(""));
+            for (key, count) in pool["Keys"].as_object().into_iter().flatten() {
+                println!("  {key} [{}/{total}]", count.as_u64().unwrap_or(0));
+            }
+        }
+        return 0;
+    }
+    let (banner, method, key) = if let Some(key) = args.install {
+        (
+            "==> Installing new gossip encryption key...",
+            Method::POST,
+            key,
+        )
+    } else if let Some(key) = args.use_key {
+        (
+            "==> Changing primary gossip encryption key...",
+            Method::PUT,
+            key,
+        )
+    } else {
+        let key = args.remove.unwrap_or_default();
+        ("==> Removing gossip encryption key...", Method::DELETE, key)
+    };
+    println!("{banner}");
+    let body = serde_json::json!({ "Key": key }).to_string().into_bytes();
+    match client
+        .ok(method, "/v1/operator/keyring", &[], Some(body))
+        .await
+    {
+        Ok(_) => 0,
+        Err(e) => fail(format!("Error: {e}")),
+    }
 }
 
 /// Flags of `force-leave`.

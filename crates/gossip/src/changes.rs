@@ -1,0 +1,117 @@
+//! Cluster-wide changes spread by gossip (foca custom broadcasts):
+//! `force-leave` and keyring operations reach every member, each applying
+//! the change once; a broadcast is known by a random id and forwarded a
+//! bounded number of times, as foca does for its own updates.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use foca::{BroadcastHandler, Invalidates};
+use serde::{Deserialize, Serialize};
+
+/// A change every member applies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterChange {
+    /// Mark a failed member as left.
+    ForceLeave(String),
+    /// Install a gossip key (base64).
+    KeyInstall(String),
+    /// Make an installed key primary.
+    KeyUse(String),
+    /// Remove an installed key that is not primary.
+    KeyRemove(String),
+    /// What a member's keyring holds now (key fingerprints, primary first).
+    KeyState {
+        /// The member's name.
+        member: String,
+        /// Its key fingerprints.
+        keys: Vec<String>,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct Broadcast {
+    id: u128,
+    change: ClusterChange,
+}
+
+/// Encodes a new broadcast of `change`.
+pub(crate) fn encode(change: ClusterChange) -> Vec<u8> {
+    let broadcast = Broadcast {
+        id: rand::random(),
+        change,
+    };
+    serde_json::to_vec(&broadcast).unwrap_or_default()
+}
+
+/// A broadcast's identity: foca keeps one copy per id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BroadcastKey(u128);
+
+impl Invalidates for BroadcastKey {
+    fn invalidates(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+/// A broadcast that does not decode.
+#[derive(Debug)]
+pub(crate) struct BadBroadcast(String);
+
+impl std::fmt::Display for BadBroadcast {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "undecodable cluster change: {}", self.0)
+    }
+}
+
+impl std::error::Error for BadBroadcast {}
+
+/// How many broadcast ids are remembered (older ones could be applied
+/// twice, which every change tolerates).
+const REMEMBERED: usize = 4096;
+
+/// Receives broadcasts: new ones are queued for the gossip loop to apply
+/// and handed back to foca to forward; repeats are dropped.
+pub(crate) struct ChangeHandler {
+    seen: HashSet<u128>,
+    order: VecDeque<u128>,
+    received: Arc<Mutex<Vec<ClusterChange>>>,
+}
+
+impl ChangeHandler {
+    pub(crate) fn new(received: Arc<Mutex<Vec<ClusterChange>>>) -> ChangeHandler {
+        ChangeHandler {
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+            received,
+        }
+    }
+}
+
+impl<T> BroadcastHandler<T> for ChangeHandler {
+    type Key = BroadcastKey;
+    type Error = BadBroadcast;
+
+    fn receive_item(
+        &mut self,
+        data: &[u8],
+        _sender: Option<&T>,
+    ) -> Result<Option<BroadcastKey>, BadBroadcast> {
+        let broadcast: Broadcast =
+            serde_json::from_slice(data).map_err(|e| BadBroadcast(e.to_string()))?;
+        if !self.seen.insert(broadcast.id) {
+            return Ok(None);
+        }
+        self.order.push_back(broadcast.id);
+        if self.order.len() > REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        self.received
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(broadcast.change);
+        Ok(Some(BroadcastKey(broadcast.id)))
+    }
+}
