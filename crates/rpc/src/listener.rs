@@ -13,6 +13,11 @@ use crate::frame::{read_frame, write_frame};
 use crate::tls::{kind_of_alpn, ServerTls};
 use crate::Kind;
 
+/// Most connections served at once; more are closed on arrival (each
+/// server and client agent pools up to 32 idle connections per server and
+/// kind, and blocking queries hold theirs).
+pub const MAX_CONNECTIONS: usize = 8192;
+
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
 
@@ -28,6 +33,7 @@ pub struct Listener {
     listener: TcpListener,
     handlers: HashMap<Kind, Arc<dyn FrameHandler>>,
     tls: Option<Arc<ServerTls>>,
+    max_connections: usize,
 }
 
 impl Listener {
@@ -37,6 +43,7 @@ impl Listener {
             listener: TcpListener::bind(address).await?,
             handlers: HashMap::new(),
             tls: None,
+            max_connections: MAX_CONNECTIONS,
         })
     }
 
@@ -50,6 +57,12 @@ impl Listener {
         self.handlers.insert(kind, handler);
     }
 
+    /// Serves at most `limit` connections at once (default
+    /// [`MAX_CONNECTIONS`]).
+    pub fn set_max_connections(&mut self, limit: usize) {
+        self.max_connections = limit;
+    }
+
     /// Accepts TLS connections (and, when `tls` requires it, only those).
     pub fn set_tls(&mut self, tls: Option<Arc<ServerTls>>) {
         self.tls = tls;
@@ -60,6 +73,7 @@ impl Listener {
     pub async fn serve(self) {
         let handlers = Arc::new(self.handlers);
         let tls = self.tls;
+        let limit = self.max_connections;
         let mut connections = tokio::task::JoinSet::new();
         loop {
             while connections.try_join_next().is_some() {}
@@ -71,6 +85,12 @@ impl Listener {
                     continue;
                 }
             };
+            while connections.try_join_next().is_some() {}
+            if connections.len() >= limit {
+                tracing::warn!(%peer, limit, "server port: too many connections; closing a new one");
+                drop(stream);
+                continue;
+            }
             let _ = stream.set_nodelay(true);
             let handlers = handlers.clone();
             let tls = tls.clone();

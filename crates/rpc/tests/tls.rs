@@ -179,3 +179,25 @@ fn bad_settings_name_what_is_wrong() {
     };
     assert!(garbage.client().err().unwrap().contains("ca_file"));
 }
+
+#[tokio::test]
+async fn connections_beyond_the_limit_are_closed() {
+    let mut listener = Listener::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    listener.route(Kind::Rpc, Arc::new(Tagged("rpc:")));
+    listener.set_max_connections(2);
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(listener.serve());
+    // Two pools hold one connection each; a third is refused while they
+    // stay open, and accepted once one closes.
+    let first = Pool::new(Duration::from_secs(2));
+    let second = Pool::new(Duration::from_secs(2));
+    assert_eq!(call(&first, &address, Kind::Rpc).await.unwrap(), "rpc:hi");
+    assert_eq!(call(&second, &address, Kind::Rpc).await.unwrap(), "rpc:hi");
+    let third = Pool::new(Duration::from_secs(2));
+    assert!(call(&third, &address, Kind::Rpc).await.is_err());
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(call(&third, &address, Kind::Rpc).await.unwrap(), "rpc:hi");
+}

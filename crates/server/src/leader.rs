@@ -22,6 +22,8 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut was_leader = false;
+        let mut leading_since = tokio::time::Instant::now();
+        let mut last_reap = tokio::time::Instant::now();
         let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
         loop {
             tokio::select! {
@@ -39,6 +41,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 continue;
             }
             if !was_leader {
+                leading_since = tokio::time::Instant::now();
                 start_session_clocks(&server);
                 ensure_cluster_id(&server).await;
                 bootstrap_config_entries(&server).await;
@@ -71,6 +74,15 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 }
             }
             server.autopilot_tick().await;
+            // Once gossip has had time to settle under this leader, nodes
+            // the catalog keeps from an earlier membership (a full restart)
+            // but gossip does not know at all are removed.
+            if leading_since.elapsed() >= server.config.reap_settle
+                && last_reap.elapsed() >= REAP_EVERY.min(server.config.reap_settle)
+            {
+                last_reap = tokio::time::Instant::now();
+                reap_unknown_nodes(&server).await;
+            }
             let newest = server.store.read().max_tombstone_index();
             if let Some(upto) = tombstones.tick(newest) {
                 if let Err(e) = server.write(Command::ReapTombstones(upto)).await {
@@ -85,6 +97,45 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             }
         }
     });
+}
+
+/// How often it looks for them afterwards.
+const REAP_EVERY: Duration = Duration::from_secs(10);
+
+/// Deregisters catalog nodes that carry a `serfHealth` check (so gossip
+/// put them there) but that gossip does not know under any status.
+async fn reap_unknown_nodes(server: &Server) {
+    let known: std::collections::HashSet<String> = {
+        let members = server.members.lock().unwrap_or_else(|e| e.into_inner());
+        if members.is_empty() {
+            return; // Not clustered: nothing to compare with.
+        }
+        members.iter().map(|m| m.name.clone()).collect()
+    };
+    let unknown: Vec<String> = {
+        let tables = server.store.read();
+        let (_, checks) = tables.checks_in_state(None);
+        let mut nodes: Vec<String> = checks
+            .into_iter()
+            .filter(|c| c.check_id == SERF_CHECK_ID)
+            .map(|c| c.node)
+            .filter(|n| *n != server.config.node_name && !known.contains(n))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    };
+    for node in unknown {
+        tracing::info!(%node, "leader: reaping a catalog node gossip does not know");
+        let request = legate_types::DeregisterRequest {
+            node,
+            datacenter: server.config.datacenter.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = server.write(Command::Deregister(request)).await {
+            tracing::warn!(error = %e, "leader: reaping a node failed");
+        }
+    }
 }
 
 /// Tombstone GC, as Consul's: tombstones are kept for the TTL so that

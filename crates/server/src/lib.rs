@@ -66,6 +66,9 @@ pub struct ServerConfig {
     pub masked_features: Vec<String>,
     /// Autopilot's settings (`autopilot {}` in the agent config).
     pub autopilot: legate_types::rpc::AutopilotConfig,
+    /// How long a new leader lets gossip settle before it removes catalog
+    /// nodes gossip does not know (30 s).
+    pub reap_settle: Duration,
 }
 
 impl ServerConfig {
@@ -93,6 +96,7 @@ impl ServerConfig {
             default_intention_allow: true,
             masked_features: Vec::new(),
             autopilot: Default::default(),
+            reap_settle: Duration::from_secs(30),
         }
     }
 }

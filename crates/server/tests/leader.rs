@@ -175,3 +175,72 @@ async fn snapshot_restore_brings_back_saved_state_and_refuses_bad_archives() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn nodes_gossip_does_not_know_are_reaped_once_settled() {
+    let server = Server::start(ServerConfig {
+        reap_settle: Duration::from_millis(500),
+        ..config(Duration::from_secs(60))
+    })
+    .await
+    .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(5)).await);
+    let opts = WriteOptions::default();
+    let node = |name: &str, serf: bool| legate_types::RegisterRequest {
+        node: name.into(),
+        address: "10.0.0.9".into(),
+        checks: if serf {
+            vec![legate_types::HealthCheck {
+                check_id: "serfHealth".into(),
+                name: "Serf Health Status".into(),
+                status: legate_types::HealthStatus::Passing,
+                ..Default::default()
+            }]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    };
+    // A node from an earlier membership, an external node (no serfHealth),
+    // and a member gossip knows.
+    server
+        .catalog_register(&opts, node("ghost", true))
+        .await
+        .unwrap();
+    server
+        .catalog_register(&opts, node("external", false))
+        .await
+        .unwrap();
+    server
+        .catalog_register(&opts, node("friend", true))
+        .await
+        .unwrap();
+    server.update_members(vec![legate_server::ClusterMember {
+        name: "friend".into(),
+        node_id: String::new(),
+        address: "10.0.0.9".into(),
+        datacenter: "dc1".into(),
+        server_port: None,
+        raft_id: None,
+        features: Default::default(),
+        state: legate_server::MemberState::Alive,
+    }]);
+    let names = || {
+        let (_, nodes) = server.store().read().nodes();
+        nodes.into_iter().map(|n| n.node).collect::<Vec<_>>()
+    };
+    let mut reaped = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !names().contains(&"ghost".to_string()) {
+            reaped = true;
+            break;
+        }
+    }
+    assert!(reaped, "ghost was not reaped: {:?}", names());
+    let left = names();
+    assert!(left.contains(&"external".to_string()), "{left:?}");
+    assert!(left.contains(&"friend".to_string()), "{left:?}");
+    assert!(left.contains(&"leader-test".to_string()), "{left:?}");
+    server.shutdown().await;
+}
