@@ -720,3 +720,14 @@ fn a_cluster_speaks_tls_on_the_server_port() {
         "the server answered a plain connection: {read:?} {answer:?}"
     );
 }
+
+#[test]
+fn transfer_leader_is_refused_with_the_reason() {
+    let out = std::process::Command::new(common::binary())
+        .args(["operator", "raft", "transfer-leader", "-id", "s2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not supported by Legate"), "{err}");
+}

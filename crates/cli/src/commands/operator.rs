@@ -25,6 +25,19 @@ pub enum RaftCommand {
     /// Removes a server from the Raft configuration.
     #[command(name = "remove-peer")]
     RemovePeer(RemovePeerArgs),
+    /// Not supported: Legate cannot hand Raft leadership to another server.
+    #[command(name = "transfer-leader")]
+    TransferLeader(TransferLeaderArgs),
+}
+
+/// Flags of `operator raft transfer-leader` (accepted, then refused).
+#[derive(Args, Debug)]
+pub struct TransferLeaderArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The server to hand leadership to.
+    #[arg(long)]
+    id: Option<String>,
 }
 
 /// Flags of `operator raft remove-peer`.
@@ -150,6 +163,12 @@ pub async fn run(cmd: OperatorCommand) -> u8 {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
+        OperatorCommand::Raft(RaftCommand::TransferLeader(_)) => fail(
+            "Error transferring leadership: not supported by Legate. Its Raft library \
+             (openraft 0.9) has no leadership transfer, and emulating one would stall \
+             writes; stop the leader with `legate leave` to move leadership (see \
+             docs/compat.md).",
+        ),
     }
 }
 
