@@ -848,7 +848,9 @@ fn tls_files(map: &Map<String, Value>) -> Result<TlsFiles, ConfigError> {
         cert_file: text("cert_file")?.map(PathBuf::from),
         key_file: text("key_file")?.map(PathBuf::from),
         verify_incoming: flag("verify_incoming")?,
-        verify_outgoing: flag("verify_outgoing")?,
+        // Legate always checks the server name when it dials over TLS, so
+        // asking for the check asks for TLS.
+        verify_outgoing: flag("verify_outgoing")? || flag("verify_server_hostname")?,
     };
     if files.cert_file.is_some() != files.key_file.is_some() {
         return Err(ConfigError(

@@ -519,7 +519,7 @@ async fn start_server(
         default_intention_allow: !(config.acl_enabled && config.acl_default_policy == "deny"),
         masked_features: crate::cluster::masked_features(),
         autopilot: config.autopilot.clone(),
-        reap_settle: Duration::from_secs(30),
+        reap_settle: Duration::from_secs(15 * 60),
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

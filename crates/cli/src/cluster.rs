@@ -166,18 +166,39 @@ pub async fn start_gossip(
     let port = config.ports.serf_lan.unwrap_or(8301);
     let bind = SocketAddr::new(config.bind_addr, port);
     let advertise = SocketAddr::new(config.advertise(), port);
-    let keyring = match &config.encrypt {
-        Some(key) => Keyring::new(vec![Key::parse(key).map_err(|e| format!("encrypt: {e}"))?]),
-        None => Keyring::default(),
-    };
-    let bump_file = match &config.data_dir {
+    let serf_dir = match &config.data_dir {
         Some(dir) => {
             let serf = dir.join("serf");
             std::fs::create_dir_all(&serf)
                 .map_err(|e| format!("creating {}: {e}", serf.display()))?;
-            Some(serf.join("incarnation"))
+            Some(serf)
         }
         None => None,
+    };
+    let bump_file = serf_dir.as_ref().map(|d| d.join("incarnation"));
+    // The keyring kept in the data dir (changed by `keyring` since) wins
+    // over `encrypt`, as Consul's `serf/local.keyring` does.
+    let keyring_file = serf_dir.as_ref().map(|d| d.join("local.keyring"));
+    let saved = match &keyring_file {
+        Some(file) if file.exists() => Some(
+            legate_gossip::load_keyring(file)
+                .map_err(|e| format!("loading {}: {e}", file.display()))?,
+        ),
+        _ => None,
+    };
+    let keyring = match (saved, &config.encrypt) {
+        (Some(saved), encrypt) => {
+            if encrypt.is_some() {
+                tracing::warn!(
+                    "the keyring in the data dir is used; the encrypt setting is ignored"
+                );
+            }
+            saved
+        }
+        (None, Some(key)) => {
+            Keyring::new(vec![Key::parse(key).map_err(|e| format!("encrypt: {e}"))?])
+        }
+        (None, None) => Keyring::default(),
     };
     let gossip = Gossip::start(GossipConfig {
         bind,
@@ -197,6 +218,7 @@ pub async fn start_gossip(
             keys: Vec::new(),
         },
         bump_file,
+        keyring_file,
         keyring,
         timing: Timing::lan(),
     })

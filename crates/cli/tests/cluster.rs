@@ -174,6 +174,18 @@ fn three_servers_elect_replicate_survive_kill_9_and_leave() {
     eventually(Duration::from_secs(20), || {
         (status_in(&members(&client), "s1").as_deref() == Some("alive")).then_some(())
     });
+    let detailed = common::expect_success(&nodes[0].agent.cli(&["members", "-detailed"]));
+    assert!(detailed.starts_with("Node"), "{detailed}");
+    assert!(
+        detailed.lines().next().unwrap().contains("Tags"),
+        "{detailed}"
+    );
+    let s1 = detailed
+        .lines()
+        .find(|l| l.starts_with("s1 "))
+        .unwrap_or_else(|| panic!("{detailed}"));
+    assert!(s1.contains("127.0.0.21:") && s1.contains(" alive "), "{s1}");
+    assert!(s1.contains("role=consul") && s1.contains("dc=dc1"), "{s1}");
     let table = String::from_utf8_lossy(&client.cli(&["members"]).stdout).to_string();
     assert!(
         table
@@ -621,7 +633,7 @@ fn a_cluster_speaks_tls_on_the_server_port() {
     };
     let first_key = keygen(());
     let encrypt = format!("-encrypt={first_key}");
-    let nodes = cluster_of(
+    let mut nodes = cluster_of(
         ["127.0.0.41", "127.0.0.42", "127.0.0.43"],
         None,
         &[server_tls.as_str(), encrypt.as_str()],
@@ -653,13 +665,14 @@ fn a_cluster_speaks_tls_on_the_server_port() {
         all.extend_from_slice(args);
         common::expect_success(&agent.cli(&all))
     };
-    let listed_with = |key: &str, count: &str| {
+    let listed_with = |agent: &TestAgent, key: &str, count: &str| {
         let key = key.to_string();
         let count = count.to_string();
         let mut last = String::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // Up to 30 s for members' tags to carry new key fingerprints.
+        let deadline = std::time::Instant::now() + Duration::from_secs(45);
         loop {
-            let out = keyring(&nodes[2].agent, &["-list"]);
+            let out = keyring(agent, &["-list"]);
             if out.lines().any(|l| l.trim() == format!("{key} {count}")) {
                 return out;
             }
@@ -671,7 +684,7 @@ fn a_cluster_speaks_tls_on_the_server_port() {
             std::thread::sleep(Duration::from_millis(200));
         }
     };
-    let listed = listed_with(&first_key, "[4/4]");
+    let listed = listed_with(&nodes[2].agent, &first_key, "[4/4]");
     assert!(
         listed.starts_with("==> Gathering installed encryption keys..."),
         "{listed}"
@@ -679,7 +692,7 @@ fn a_cluster_speaks_tls_on_the_server_port() {
     assert!(listed.contains("dc1 (LAN):"), "{listed}");
     let second_key = keygen(());
     keyring(&client, &["-install", &second_key]);
-    listed_with(&second_key, "[4/4]");
+    listed_with(&nodes[2].agent, &second_key, "[4/4]");
     keyring(&nodes[0].agent, &["-use", &second_key]);
     keyring(&nodes[0].agent, &["-remove", &first_key]);
     let after = eventually(Duration::from_secs(20), || {
@@ -696,6 +709,16 @@ fn a_cluster_speaks_tls_on_the_server_port() {
     // Gossip still works after the rotation: a write through the client.
     let (status, _) = client.put("/v1/kv/after-rotation", "yes");
     assert_eq!(status, 200);
+    // A server restarted with its old `-encrypt` flag uses the keyring kept
+    // in its data dir and rejoins.
+    nodes[2].agent.kill9();
+    nodes[2].agent = start(&nodes[2].flags);
+    nodes[2].agent.wait_ready();
+    eventually(Duration::from_secs(30), || {
+        let table = members(&nodes[0].agent);
+        (status_in(&table, "s3").as_deref() == Some("alive")).then_some(())
+    });
+    listed_with(&nodes[2].agent, &second_key, "[4/4]");
 
     // A plain RPC connection (first byte 0, one frame) is closed unanswered.
     use std::io::{Read, Write};

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use foca::{BroadcastHandler, Invalidates};
 use serde::{Deserialize, Serialize};
 
-/// A change every member applies.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A change every member applies. Shown (`Display`, `Debug`) without key
+/// material: keys appear as fingerprints.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClusterChange {
     /// Mark a failed member as left.
     ForceLeave(String),
@@ -27,6 +28,31 @@ pub enum ClusterChange {
         /// Its key fingerprints.
         keys: Vec<String>,
     },
+}
+
+impl std::fmt::Display for ClusterChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fingerprint = |encoded: &str| {
+            crate::Key::parse(encoded)
+                .map(|k| k.fingerprint())
+                .unwrap_or_else(|_| "<not a key>".into())
+        };
+        match self {
+            ClusterChange::ForceLeave(name) => write!(f, "force-leave {name}"),
+            ClusterChange::KeyInstall(k) => write!(f, "install key {}", fingerprint(k)),
+            ClusterChange::KeyUse(k) => write!(f, "use key {}", fingerprint(k)),
+            ClusterChange::KeyRemove(k) => write!(f, "remove key {}", fingerprint(k)),
+            ClusterChange::KeyState { member, keys } => {
+                write!(f, "{member} holds keys {}", keys.join(","))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ClusterChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -113,5 +139,24 @@ impl<T> BroadcastHandler<T> for ChangeHandler {
             .unwrap_or_else(|e| e.into_inner())
             .push(broadcast.change);
         Ok(Some(BroadcastKey(broadcast.id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_never_show_key_material() {
+        let key = crate::Key::generate();
+        for change in [
+            ClusterChange::KeyInstall(key.clone()),
+            ClusterChange::KeyUse(key.clone()),
+            ClusterChange::KeyRemove(key.clone()),
+        ] {
+            let shown = format!("{change} {change:?}");
+            assert!(!shown.contains(&key), "{shown}");
+            assert!(shown.contains(&crate::Key::parse(&key).unwrap().fingerprint()));
+        }
     }
 }

@@ -171,6 +171,45 @@ impl Keyring {
     }
 }
 
+/// Saves the keyring (a JSON list of base64 keys, primary first) next to
+/// `file` and renames it into place; readable by the owner only.
+pub fn save_keyring(file: &std::path::Path, keyring: &Keyring) -> std::io::Result<()> {
+    use std::io::Write;
+    let keys: Vec<String> = keyring
+        .keys()
+        .iter()
+        .map(|k| format!("\"{}\"", k.encoded()))
+        .collect();
+    let text = format!("[{}]\n", keys.join(", "));
+    let tmp = file.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut out = options.open(&tmp)?;
+    out.write_all(text.as_bytes())?;
+    out.sync_all()?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Loads a keyring saved by [`save_keyring`] (or written by hand as a JSON
+/// list of base64 keys, primary first).
+pub fn load_keyring(file: &std::path::Path) -> Result<Keyring, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let inner = text
+        .trim()
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .ok_or("expected a JSON list of keys")?;
+    let keys = inner
+        .split(',')
+        .map(|k| k.trim().trim_matches('"'))
+        .filter(|k| !k.is_empty())
+        .map(Key::parse)
+        .collect::<Result<Vec<Key>, String>>()?;
+    Ok(Keyring::new(keys))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +240,24 @@ mod tests {
         ring.use_key(b.encoded()).unwrap();
         ring.remove(a.encoded()).unwrap();
         assert_eq!(ring.keys().len(), 1);
+    }
+
+    #[test]
+    fn saved_keyrings_load_back_in_order_and_stay_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("local.keyring");
+        let first = Key::parse(&Key::generate()).unwrap();
+        let second = Key::parse(&Key::generate()).unwrap();
+        save_keyring(&file, &Keyring::new(vec![second.clone(), first.clone()])).unwrap();
+        let loaded = load_keyring(&file).unwrap();
+        let keys: Vec<&str> = loaded.keys().iter().map(Key::encoded).collect();
+        assert_eq!(keys, vec![second.encoded(), first.encoded()]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::write(&file, "not a list").unwrap();
+        assert!(load_keyring(&file).is_err());
+        std::fs::write(&file, "[\"short\"]").unwrap();
+        assert!(load_keyring(&file).is_err());
     }
 }

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 pub use changes::ClusterChange;
-pub use keyring::{Key, Keyring, OVERHEAD};
+pub use keyring::{load_keyring, save_keyring, Key, Keyring, OVERHEAD};
 
 /// The largest datagram sent (a conservative path MTU).
 const MAX_DATAGRAM: usize = 1400;
@@ -178,6 +178,8 @@ pub struct GossipConfig {
     pub bump_file: Option<PathBuf>,
     /// Encryption keys, primary first (empty: plain text).
     pub keyring: Keyring,
+    /// Where the keyring is saved after every change (`None`: not kept).
+    pub keyring_file: Option<PathBuf>,
     /// Failure detection timing.
     pub timing: Timing,
 }
@@ -436,6 +438,8 @@ const LEAVE_INTENT: Duration = Duration::from_secs(60);
 
 impl Table {
     fn up(&mut self, id: &NodeId) {
+        // A new identity (a restart) carries its keys in its tags again.
+        self.key_states.remove(&id.name);
         self.by_addr.insert(
             id.addr,
             Member {
@@ -452,6 +456,7 @@ impl Table {
     }
 
     fn renamed(&mut self, id: &NodeId) {
+        self.key_states.remove(&id.name);
         match self.by_addr.get_mut(&id.addr) {
             Some(m) => {
                 m.name = id.name.clone();
@@ -612,6 +617,7 @@ async fn run(
     // another key) are retried for a while.
     let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
     let mut retry: Vec<(ClusterChange, Instant)> = Vec::new();
+    let mut tags_refresh_at: Option<Instant> = None;
     let mut reconnect = tokio::time::interval(config.timing.reconnect_interval);
     reconnect.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut turn = 0usize;
@@ -672,7 +678,11 @@ async fn run(
                 Some(Command::SetTags(tags)) => {
                     let mut id = foca.identity().clone();
                     id.bump += 1;
-                    id.tags = tags;
+                    // The key fingerprints are this loop's to keep.
+                    id.tags = Tags {
+                        keys: table.me.tags.keys.clone(),
+                        ..tags
+                    };
                     table.me = id.clone();
                     foca.change_identity(id, &mut runtime)
                 }
@@ -735,7 +745,7 @@ async fn run(
                 if Instant::now() < until {
                     retry.push((change, until));
                 } else {
-                    tracing::warn!(?change, error = %e, "gossip: a cluster change could not be applied here");
+                    tracing::warn!(%change, error = %e, "gossip: a cluster change could not be applied here");
                 }
             }
             let keys_after = keyring
@@ -743,10 +753,23 @@ async fn run(
                 .unwrap_or_else(|e| e.into_inner())
                 .fingerprints();
             if keys_after != keys_before {
+                if let Some(file) = &config.keyring_file {
+                    let current = keyring.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    if let Err(e) = save_keyring(file, &current) {
+                        tracing::error!(file = %file.display(), error = %e, "gossip: saving the keyring failed");
+                    }
+                }
                 // Tell everyone what this member holds now (`keyring
-                // -list` counts by it); not an identity change, which
-                // would restart this member's failure detection.
+                // -list` counts by it). The identity (whose tags members
+                // that join later read) follows later, at a random point
+                // 10–30 s on: every member's keyring changes at once in a
+                // rotation, and identity changes all at once stall gossip.
                 table.me.tags.keys = keys_after.clone();
+                tags_refresh_at = Some(
+                    Instant::now()
+                        + config.timing.reconnect_interval * 3
+                        + Duration::from_millis(rand::random::<u64>() % 20_000),
+                );
                 let state = ClusterChange::KeyState {
                     member: table.me.name.clone(),
                     keys: keys_after,
@@ -755,6 +778,18 @@ async fn run(
                     tracing::debug!(error = %e, "gossip: announcing new key fingerprints failed");
                 }
                 changed = true;
+            }
+        }
+        if tags_refresh_at.is_some_and(|at| at <= Instant::now()) {
+            tags_refresh_at = None;
+            if foca.identity().tags.keys != table.me.tags.keys {
+                let mut id = foca.identity().clone();
+                id.bump += 1;
+                id.tags.keys = table.me.tags.keys.clone();
+                table.me = id.clone();
+                if let Err(e) = foca.change_identity(id, &mut runtime) {
+                    tracing::debug!(error = %e, "gossip: refreshing key fingerprints in the tags failed");
+                }
             }
         }
         for done in waiting.drain(..) {

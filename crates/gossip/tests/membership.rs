@@ -18,6 +18,7 @@ async fn member(name: &str, keys: &[&Key], bind: &str) -> Gossip {
             ..Default::default()
         },
         bump_file: None,
+        keyring_file: None,
         keyring: Keyring::new(keys.iter().map(|k| (*k).clone()).collect()),
         timing: Timing::fast(),
     })

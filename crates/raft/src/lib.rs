@@ -304,16 +304,22 @@ impl RaftNode {
             .nodes()
             .map(|(id, n)| (*id, n.addr.clone()))
             .collect();
+        // Followers replication has never reached are left out.
         let matched = metrics
             .replication
             .as_ref()
             .map(|r| {
                 r.iter()
-                    .map(|(id, log)| (*id, log.map(|l| l.index).unwrap_or(0)))
+                    .filter_map(|(id, log)| log.map(|l| (*id, l.index)))
                     .collect()
             })
             .unwrap_or_default();
         Membership {
+            membership_index: metrics
+                .membership_config
+                .log_id()
+                .map(|l| l.index)
+                .unwrap_or(0),
             voters,
             nodes,
             last_log_index: metrics.last_log_index.unwrap_or(0),
@@ -501,8 +507,12 @@ pub struct Membership {
     pub last_log_index: u64,
     /// The current term.
     pub term: u64,
-    /// On the leader: the last log index each follower is known to hold.
+    /// On the leader: the last log index each follower is known to hold
+    /// (absent for followers replication has not reached yet).
     pub matched: BTreeMap<u64, u64>,
+    /// The log index of the membership in force (a server added by it
+    /// has been reached once its matched index passes this).
+    pub membership_index: u64,
 }
 
 async fn client_write(
@@ -525,11 +535,25 @@ async fn run_batcher(
     raft: Raft<TypeConfig>,
     mut pending: tokio::sync::mpsc::Receiver<PendingWrite>,
 ) {
-    while let Some(first) = pending.recv().await {
+    // A large write (a snapshot restore) that arrived while a batch was
+    // being gathered goes into the next entry, alone.
+    let mut carried: Option<PendingWrite> = None;
+    loop {
+        let first = match carried.take() {
+            Some(write) => write,
+            None => match pending.recv().await {
+                Some(write) => write,
+                None => return,
+            },
+        };
         let mut bytes = value_bytes(&first.0);
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match pending.try_recv() {
+                Ok(next) if value_bytes(&next.0) > MAX_BATCH_BYTES => {
+                    carried = Some(next);
+                    break;
+                }
                 Ok(next) => {
                     bytes += value_bytes(&next.0);
                     batch.push(next);

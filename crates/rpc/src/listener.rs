@@ -13,10 +13,14 @@ use crate::frame::{read_frame, write_frame};
 use crate::tls::{kind_of_alpn, ServerTls};
 use crate::Kind;
 
-/// Most connections served at once; more are closed on arrival (each
-/// server and client agent pools up to 32 idle connections per server and
-/// kind, and blocking queries hold theirs).
-pub const MAX_CONNECTIONS: usize = 8192;
+/// Most connections served at once; more are closed on arrival. Generous:
+/// every blocking query forwarded by a client agent holds a connection,
+/// and Raft between servers must not be starved.
+pub const MAX_CONNECTIONS: usize = 65536;
+
+/// How long a new connection may take to say what it is (its first byte,
+/// or its TLS handshake); silent connections are closed.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -113,20 +117,33 @@ async fn connection(
     handlers: &HashMap<Kind, Arc<dyn FrameHandler>>,
     tls: Option<&ServerTls>,
 ) -> std::io::Result<()> {
+    let silent = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the connection said nothing in time",
+        )
+    };
     let mut first = [0u8; 1];
-    if stream.peek(&mut first).await? == 0 {
+    let peeked = tokio::time::timeout(HELLO_TIMEOUT, stream.peek(&mut first))
+        .await
+        .map_err(|_| silent())??;
+    if peeked == 0 {
         return Ok(());
     }
     if first[0] == TLS_HANDSHAKE {
         let tls =
             tls.ok_or_else(|| refused("a TLS connection, but TLS is not configured".into()))?;
-        let stream = tls.acceptor.accept(stream).await?;
+        let stream = tokio::time::timeout(HELLO_TIMEOUT, tls.acceptor.accept(stream))
+            .await
+            .map_err(|_| silent())??;
         let kind = stream
             .get_ref()
             .1
             .alpn_protocol()
             .and_then(kind_of_alpn)
             .ok_or_else(|| refused("a TLS connection without a known ALPN protocol".into()))?;
+        tls.admits(kind, stream.get_ref().1.peer_certificates())
+            .map_err(refused)?;
         let handler = handlers
             .get(&kind)
             .ok_or_else(|| refused(format!("no handler for {kind:?}")))?;

@@ -240,6 +240,9 @@ pub trait Leadership: Send + Sync + 'static {
     fn leader_address(&self) -> Option<String>;
 }
 
+/// How many times a read lost in flight is asked again.
+const MAX_READ_RETRIES: u32 = 10;
+
 /// How often a call forwarded to the leader checks it still leads.
 const LEADER_CHECK: Duration = Duration::from_millis(50);
 
@@ -318,11 +321,13 @@ impl Forwarding {
         started: tokio::time::Instant,
     ) -> bool {
         let retriable = match result {
-            Err(RpcError::NoLeader | RpcError::Unreachable(_)) => true,
-            Err(RpcError::Indeterminate(_)) => read,
+            Err(RpcError::NoLeader | RpcError::Unreachable(_)) => started.elapsed() < HOLD,
+            // A read lost in flight (a blocking query may have waited for
+            // minutes) is asked again, a bounded number of times.
+            Err(RpcError::Indeterminate(_)) => read && *attempt < MAX_READ_RETRIES,
             _ => false,
         };
-        if !forward || !retriable || started.elapsed() >= HOLD {
+        if !forward || !retriable {
             return false;
         }
         tokio::time::sleep(backoff(*attempt)).await;

@@ -52,6 +52,29 @@ pub struct ServerTls {
     pub(crate) acceptor: TlsAcceptor,
     /// Plain connections are refused.
     pub(crate) required: bool,
+    /// With `verify_incoming`, Raft connections must present a server
+    /// certificate (this name), not just any certificate of the CA: a
+    /// client agent's certificate must not let it speak Raft.
+    pub(crate) raft_peer_name: Option<ServerName<'static>>,
+}
+
+impl ServerTls {
+    /// Whether the peer of an accepted connection may carry `kind`.
+    pub(crate) fn admits(
+        &self,
+        kind: Kind,
+        peer: Option<&[CertificateDer<'_>]>,
+    ) -> Result<(), String> {
+        let (Kind::Raft, Some(name)) = (kind, &self.raft_peer_name) else {
+            return Ok(());
+        };
+        let leaf = peer
+            .and_then(|chain| chain.first())
+            .ok_or("a Raft connection without a client certificate")?;
+        let cert = webpki::EndEntityCert::try_from(leaf).map_err(|e| e.to_string())?;
+        cert.verify_is_valid_for_subject_name(name)
+            .map_err(|_| format!("a Raft connection whose certificate is not for {name:?}"))
+    }
 }
 
 /// The dialer's side: one client configuration per kind (its ALPN).
@@ -129,9 +152,18 @@ impl TlsSettings {
             .with_single_cert(chain, key)
             .map_err(|e| format!("cert_file/key_file: {e}"))?;
         config.alpn_protocols = vec![alpn(Kind::Rpc).to_vec(), alpn(Kind::Raft).to_vec()];
+        let raft_peer_name = if self.verify_incoming {
+            Some(
+                ServerName::try_from(self.server_name.clone())
+                    .map_err(|e| format!("server name {:?}: {e}", self.server_name))?,
+            )
+        } else {
+            None
+        };
         Ok(Some(Arc::new(ServerTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             required: self.verify_incoming,
+            raft_peer_name,
         })))
     }
 

@@ -95,9 +95,15 @@ async fn tls_connections_route_by_alpn_and_check_both_sides() {
     };
     let pool = dialer(&client);
     assert_eq!(call(&pool, &address, Kind::Rpc).await.unwrap(), "rpc:hi");
-    assert_eq!(call(&pool, &address, Kind::Raft).await.unwrap(), "raft:hi");
     // Pooled TLS connections are reused.
     assert_eq!(call(&pool, &address, Kind::Rpc).await.unwrap(), "rpc:hi");
+    // Raft needs a server's certificate: a client agent's is refused.
+    assert!(call(&pool, &address, Kind::Raft).await.is_err());
+    let peer_server = dialer(&server);
+    assert_eq!(
+        call(&peer_server, &address, Kind::Raft).await.unwrap(),
+        "raft:hi"
+    );
 
     // verify_incoming: plain connections and clients without a
     // certificate from the CA are refused.

@@ -41,7 +41,9 @@ fn raft_servers<'a>(
     members.iter().filter_map(move |m| {
         let raft_id = m.raft_id?;
         let port = m.server_port?;
-        (m.datacenter == datacenter).then(|| (m, raft_id, format!("{}:{port}", m.address)))
+        let ip: std::net::IpAddr = m.address.parse().ok()?;
+        (m.datacenter == datacenter)
+            .then(|| (m, raft_id, std::net::SocketAddr::new(ip, port).to_string()))
     })
 }
 
@@ -236,8 +238,9 @@ impl Server {
     }
 }
 
-/// Whether a server's log is within `max_trailing_logs` of the leader's
-/// (the leader itself always is).
+/// Whether a server is healthy as far as the leader can tell (the leader
+/// itself always is). `last_contact_threshold` is not applied: openraft 0.9
+/// reports no per-follower contact time.
 fn server_healthy(
     id: u64,
     own_id: u64,
@@ -247,8 +250,11 @@ fn server_healthy(
     if id == own_id {
         return true;
     }
-    membership
-        .matched
-        .get(&id)
-        .is_some_and(|m| m + config.max_trailing_logs >= membership.last_log_index)
+    // Reached since the configuration in force was written (a new learner
+    // replication never reached is not healthy, however short the log),
+    // and no further behind than `max_trailing_logs`.
+    membership.matched.get(&id).is_some_and(|m| {
+        *m >= membership.membership_index
+            && m + config.max_trailing_logs >= membership.last_log_index
+    })
 }

@@ -22,8 +22,9 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut was_leader = false;
-        let mut leading_since = tokio::time::Instant::now();
         let mut last_reap = tokio::time::Instant::now();
+        let mut unknown_since: std::collections::HashMap<String, tokio::time::Instant> =
+            Default::default();
         let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
         loop {
             tokio::select! {
@@ -41,7 +42,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 continue;
             }
             if !was_leader {
-                leading_since = tokio::time::Instant::now();
+                unknown_since.clear();
                 start_session_clocks(&server);
                 ensure_cluster_id(&server).await;
                 bootstrap_config_entries(&server).await;
@@ -74,14 +75,13 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 }
             }
             server.autopilot_tick().await;
-            // Once gossip has had time to settle under this leader, nodes
-            // the catalog keeps from an earlier membership (a full restart)
-            // but gossip does not know at all are removed.
-            if leading_since.elapsed() >= server.config.reap_settle
-                && last_reap.elapsed() >= REAP_EVERY.min(server.config.reap_settle)
-            {
+            // Nodes the catalog keeps from an earlier membership (a full
+            // restart) that gossip has not known for `reap_settle` are
+            // removed (gossip has no full-state sync, so a server may take
+            // minutes to hear of every member).
+            if last_reap.elapsed() >= REAP_EVERY.min(server.config.reap_settle) {
                 last_reap = tokio::time::Instant::now();
-                reap_unknown_nodes(&server).await;
+                reap_unknown_nodes(&server, &mut unknown_since).await;
             }
             let newest = server.store.read().max_tombstone_index();
             if let Some(upto) = tombstones.tick(newest) {
@@ -103,8 +103,12 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
 const REAP_EVERY: Duration = Duration::from_secs(10);
 
 /// Deregisters catalog nodes that carry a `serfHealth` check (so gossip
-/// put them there) but that gossip does not know under any status.
-async fn reap_unknown_nodes(server: &Server) {
+/// put them there) but that gossip has not known under any status for
+/// `reap_settle`.
+async fn reap_unknown_nodes(
+    server: &Server,
+    unknown_since: &mut std::collections::HashMap<String, tokio::time::Instant>,
+) {
     let known: std::collections::HashSet<String> = {
         let members = server.members.lock().unwrap_or_else(|e| e.into_inner());
         if members.is_empty() {
@@ -125,6 +129,15 @@ async fn reap_unknown_nodes(server: &Server) {
         nodes.dedup();
         nodes
     };
+    let now = tokio::time::Instant::now();
+    unknown_since.retain(|node, _| unknown.contains(node));
+    let unknown: Vec<String> = unknown
+        .into_iter()
+        .filter(|node| {
+            now.duration_since(*unknown_since.entry(node.clone()).or_insert(now))
+                >= server.config.reap_settle
+        })
+        .collect();
     for node in unknown {
         tracing::info!(%node, "leader: reaping a catalog node gossip does not know");
         let request = legate_types::DeregisterRequest {

@@ -66,8 +66,8 @@ pub struct ServerConfig {
     pub masked_features: Vec<String>,
     /// Autopilot's settings (`autopilot {}` in the agent config).
     pub autopilot: legate_types::rpc::AutopilotConfig,
-    /// How long a new leader lets gossip settle before it removes catalog
-    /// nodes gossip does not know (30 s).
+    /// How long a catalog node gossip does not know is kept before the
+    /// leader removes it (15 minutes).
     pub reap_settle: Duration,
 }
 
@@ -96,7 +96,7 @@ impl ServerConfig {
             default_intention_allow: true,
             masked_features: Vec::new(),
             autopilot: Default::default(),
-            reap_settle: Duration::from_secs(30),
+            reap_settle: Duration::from_secs(15 * 60),
         }
     }
 }

@@ -122,11 +122,7 @@ pub async fn members(args: MembersArgs) -> u8 {
             .to_string();
         rows.push(vec![
             m["Name"].as_str().unwrap_or("").to_string(),
-            format!(
-                "{}:{}",
-                m["Addr"].as_str().unwrap_or(""),
-                m["Port"].as_i64().unwrap_or(0)
-            ),
+            member_address(m),
             status.to_string(),
             role.to_string(),
             build,
@@ -137,7 +133,18 @@ pub async fn members(args: MembersArgs) -> u8 {
         ]);
     }
     if args.detailed {
+        // Consul's detailed form: Node, Address, Status, and every tag.
+        let mut detailed = vec![vec![
+            "Node".to_string(),
+            "Address".into(),
+            "Status".into(),
+            "Tags".into(),
+        ]];
         for m in &members {
+            let status = status_name(m["Status"].as_i64().unwrap_or(0));
+            if status_filter.as_ref().is_some_and(|filter| !filter(status)) {
+                continue;
+            }
             let tags = m["Tags"].as_object().map(|t| {
                 let mut pairs: Vec<String> = t
                     .iter()
@@ -146,17 +153,27 @@ pub async fn members(args: MembersArgs) -> u8 {
                 pairs.sort();
                 pairs.join(",")
             });
-            println!(
-                "{}  {}  {}",
-                m["Name"].as_str().unwrap_or(""),
-                status_name(m["Status"].as_i64().unwrap_or(0)),
-                tags.unwrap_or_default()
-            );
+            detailed.push(vec![
+                m["Name"].as_str().unwrap_or("").to_string(),
+                member_address(m),
+                status.to_string(),
+                tags.unwrap_or_default(),
+            ]);
         }
+        print_columns(&detailed);
         return 0;
     }
     print_columns(&rows);
     0
+}
+
+/// `addr:port` of a `/v1/agent/members` row.
+fn member_address(m: &serde_json::Value) -> String {
+    format!(
+        "{}:{}",
+        m["Addr"].as_str().unwrap_or(""),
+        m["Port"].as_i64().unwrap_or(0)
+    )
 }
 
 type Matcher = Box<dyn Fn(&str) -> bool>;
