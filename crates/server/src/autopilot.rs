@@ -77,7 +77,19 @@ impl Server {
             })
             .map(|(_, id, _)| id)
             .collect();
-        let mut remove = left;
+        // Even servers that left are kept while removing them would go
+        // below `min_quorum` (a force-left server may only have blipped).
+        let mut remove = if membership.voters.len().saturating_sub(
+            left.iter()
+                .filter(|id| membership.voters.contains(id))
+                .count(),
+        ) < config.min_quorum.max(1)
+        {
+            tracing::debug!("autopilot: not removing servers that left below MinQuorum");
+            BTreeSet::new()
+        } else {
+            left
+        };
         if config.cleanup_dead_servers && !failed_voters.is_empty() {
             let voters = membership.voters.len();
             let remaining = voters - failed_voters.len();
