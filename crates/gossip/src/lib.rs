@@ -14,6 +14,7 @@
 
 mod changes;
 mod keyring;
+mod pushpull;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -139,6 +140,9 @@ pub struct Timing {
     /// How often a failed member is asked to rejoin (serf's reconnect):
     /// after a partition heals, the two sides find each other again.
     pub reconnect_interval: Duration,
+    /// How often the whole membership is exchanged with a random member
+    /// (serf's push-pull).
+    pub push_pull_interval: Duration,
 }
 
 impl Timing {
@@ -149,6 +153,7 @@ impl Timing {
             probe_rtt: Duration::from_millis(500),
             suspect_to_down_after: Duration::from_secs(4),
             reconnect_interval: Duration::from_secs(3),
+            push_pull_interval: Duration::from_secs(30),
         }
     }
 
@@ -159,6 +164,7 @@ impl Timing {
             probe_rtt: Duration::from_millis(100),
             suspect_to_down_after: Duration::from_millis(800),
             reconnect_interval: Duration::from_millis(500),
+            push_pull_interval: Duration::from_secs(2),
         }
     }
 }
@@ -538,6 +544,27 @@ impl Table {
     }
 }
 
+/// Sends this member's whole membership table to `to`.
+async fn send_state<B: foca::BroadcastHandler<NodeId>>(
+    socket: &UdpSocket,
+    keyring: &Mutex<Keyring>,
+    foca: &Foca<NodeId, PostcardCodec, StdRng, B>,
+    to: SocketAddr,
+    wants_answer: bool,
+) {
+    let mut state: Vec<foca::Member<NodeId>> = foca.iter_membership_state().cloned().collect();
+    // Our own entry, as we are now (foca's table holds the others).
+    state.push(foca::Member::alive(foca.identity().clone()));
+    let chunks = pushpull::encode_state(state.iter(), rand::random(), wants_answer);
+    for chunk in chunks {
+        let sealed = keyring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .seal(&chunk);
+        let _ = socket.send_to(&sealed, to).await;
+    }
+}
+
 /// How long a change that cannot apply yet is retried.
 const CHANGE_RETRY: Duration = Duration::from_secs(30);
 
@@ -621,6 +648,10 @@ async fn run(
     let mut reconnect = tokio::time::interval(config.timing.reconnect_interval);
     reconnect.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut turn = 0usize;
+    let mut push_pull = tokio::time::interval(config.timing.push_pull_interval);
+    push_pull.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Pushes already answered (each chunk of a push asks for an answer).
+    let mut answered: std::collections::VecDeque<u64> = Default::default();
     loop {
         let next = timers.peek().map(|Reverse((at, _))| *at);
         let result = tokio::select! {
@@ -629,7 +660,25 @@ async fn run(
                     Ok((len, from)) => {
                         let opened = keyring.lock().unwrap_or_else(|e| e.into_inner()).open(&buf[..len]);
                         match opened {
-                            Some(data) => foca.handle_data(&data, &mut runtime),
+                            Some(data) if data.first() == Some(&pushpull::FOCA) => {
+                                foca.handle_data(&data[1..], &mut runtime)
+                            }
+                            Some(data) => match pushpull::decode_state(&data) {
+                                Some(chunk) => {
+                                    if chunk.wants_answer && !answered.contains(&chunk.id) {
+                                        answered.push_back(chunk.id);
+                                        if answered.len() > 256 {
+                                            answered.pop_front();
+                                        }
+                                        send_state(&socket, &keyring, &foca, from, false).await;
+                                    }
+                                    foca.apply_many(chunk.members.into_iter(), false, &mut runtime)
+                                }
+                                None => {
+                                    tracing::debug!(%from, "dropped an undecodable gossip packet");
+                                    Ok(())
+                                }
+                            },
                             None => {
                                 tracing::debug!(%from, "dropped a gossip packet no installed key opens");
                                 Ok(())
@@ -651,6 +700,14 @@ async fn run(
                 }
                 result
             }
+            _ = push_pull.tick() => {
+                let active: Vec<SocketAddr> = foca.iter_members().map(|m| m.id().addr).collect();
+                if !active.is_empty() {
+                    let to = active[rand::random::<u64>() as usize % active.len()];
+                    send_state(&socket, &keyring, &foca, to, true).await;
+                }
+                Ok(())
+            }
             _ = reconnect.tick() => {
                 // One failed member per tick, in turn.
                 let failed: Vec<SocketAddr> = table
@@ -671,10 +728,14 @@ async fn run(
                 }
             }
             command = commands.recv() => match command {
-                Some(Command::Announce(seed)) => foca.announce(
-                    NodeId { addr: seed, name: String::new(), bump: 0, tags: Tags::default() },
-                    &mut runtime,
-                ),
+                Some(Command::Announce(seed)) => {
+                    // A joiner also swaps whole states with the seed.
+                    send_state(&socket, &keyring, &foca, seed, true).await;
+                    foca.announce(
+                        NodeId { addr: seed, name: String::new(), bump: 0, tags: Tags::default() },
+                        &mut runtime,
+                    )
+                }
                 Some(Command::SetTags(tags)) => {
                     let mut id = foca.identity().clone();
                     id.bump += 1;
@@ -718,7 +779,7 @@ async fn run(
             let sealed = keyring
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .seal(&data);
+                .seal(&pushpull::foca_datagram(&data));
             let _ = socket.send_to(&sealed, to.addr).await;
         }
         let now = Instant::now();

@@ -295,3 +295,80 @@ async fn keyring_changes_and_force_leave_reach_every_member() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_learns_the_whole_membership_at_once() {
+    // Forty members whose identities are too large for one announce reply
+    // to carry them all; gossip alone spreads joins to only some of them
+    // (each update is sent a bounded number of times), the periodic
+    // push-pull fills in the rest.
+    let start = |name: String| async move {
+        Gossip::start(GossipConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name,
+            tags: Tags {
+                role: "client".into(),
+                dc: "dc1".into(),
+                build: "0.1.0".into(),
+                node_id: "00000000-0000-0000-0000-000000000000".into(),
+                features: (0..8).map(|i| format!("feature-{i}")).collect(),
+                ..Default::default()
+            },
+            bump_file: None,
+            keyring_file: None,
+            keyring: Keyring::default(),
+            timing: Timing::fast(),
+        })
+        .await
+        .unwrap()
+    };
+    let seed = start("member-00".into()).await;
+    let mut members = vec![];
+    for i in 1..40 {
+        let m = start(format!("member-{i:02}")).await;
+        assert_eq!(
+            m.join(&[seed.local_addr()], Duration::from_secs(5)).await,
+            1
+        );
+        members.push(m);
+    }
+    for g in [&seed, &members[5]] {
+        eventually(g, "all forty are known", |m| {
+            m.iter().filter(|m| m.status == Status::Alive).count() == 40
+        })
+        .await;
+    }
+    // A newcomer joins through one member and, within a second or two,
+    // knows all of them (gossip alone would take many probe rounds).
+    let newcomer = start("newcomer".into()).await;
+    assert_eq!(
+        newcomer
+            .join(&[members[5].local_addr()], Duration::from_secs(5))
+            .await,
+        1
+    );
+    let started = std::time::Instant::now();
+    let mut watch = newcomer.watch();
+    let all = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            if watch
+                .borrow_and_update()
+                .iter()
+                .filter(|m| m.status == Status::Alive)
+                .count()
+                == 41
+            {
+                return;
+            }
+            watch.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        all.is_ok(),
+        "after {:?} the newcomer knows {} members",
+        started.elapsed(),
+        newcomer.members().len()
+    );
+}
