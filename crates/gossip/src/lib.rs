@@ -544,6 +544,13 @@ impl Table {
     }
 }
 
+/// How many times an update is retransmitted in a cluster of `members`
+/// (foca's LAN rule: 4 × log10(n + 1), at least 4 as for 16 members).
+fn max_transmissions_for(members: usize) -> std::num::NonZeroU8 {
+    let n = NonZeroU32::new((members.max(16)).min(u32::MAX as usize) as u32).expect("non-zero");
+    Config::new_lan(n).max_transmissions
+}
+
 /// Sends this member's whole membership table to `to`.
 async fn send_state<B: foca::BroadcastHandler<NodeId>>(
     socket: &UdpSocket,
@@ -624,7 +631,7 @@ async fn run(
     let received = Arc::new(Mutex::new(Vec::new()));
     let mut foca = Foca::with_custom_broadcast(
         me.clone(),
-        foca_config,
+        foca_config.clone(),
         rng,
         PostcardCodec,
         changes::ChangeHandler::new(received.clone()),
@@ -883,10 +890,31 @@ async fn run(
         }
         if changed {
             members.send_replace(table.snapshot());
+            // Updates are retransmitted as often as the cluster's size
+            // asks for (foca's LAN rule), not as for the 16 it started with.
+            let wanted = max_transmissions_for(foca.num_members() + 1);
+            if wanted != foca_config.max_transmissions {
+                foca_config.max_transmissions = wanted;
+                if let Err(e) = foca.set_config(foca_config.clone()) {
+                    tracing::debug!(error = %e, "gossip: resizing the retransmissions failed");
+                }
+            }
         }
         if let Some(done) = leaving.take() {
             let _ = done.send(());
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn retransmissions_grow_with_the_cluster() {
+        let small = super::max_transmissions_for(3).get();
+        let sixteen = super::max_transmissions_for(16).get();
+        let large = super::max_transmissions_for(1000).get();
+        assert_eq!(small, sixteen, "never fewer than for 16 members");
+        assert!(large > sixteen + 5, "{large} vs {sixteen}");
     }
 }
