@@ -557,6 +557,23 @@ fn intentions_stay_read_only_until_every_server_supports_them() {
     });
     assert!(String::from_utf8_lossy(&out.stdout).contains("Created: web => db (deny)"));
 
+    // The settings come from the agent config, in Consul's form.
+    let settings =
+        common::expect_success(&nodes[1].agent.cli(&["operator", "autopilot", "get-config"]));
+    assert!(
+        settings.starts_with("CleanupDeadServers = false\n"),
+        "{settings}"
+    );
+    for line in [
+        "LastContactThreshold = 200ms",
+        "MaxTrailingLogs = 250",
+        "MinQuorum = 0",
+        "ServerStabilizationTime = 10s",
+        "RedundancyZoneTag = \"\"",
+    ] {
+        assert!(settings.lines().any(|l| l == line), "{line} in {settings}");
+    }
+
     // A dead server stays in Raft (cleanup is off) until remove-peer.
     nodes[2].agent.kill9();
     let address = format!(

@@ -154,6 +154,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/operator/autopilot/health", get(misc::autopilot_health))
         .route(
+            "/v1/operator/autopilot/configuration",
+            get(misc::autopilot_config),
+        )
+        .route(
             "/v1/operator/keyring",
             get(agent::keyring)
                 .post(agent::keyring)

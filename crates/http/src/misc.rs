@@ -162,6 +162,15 @@ pub async fn autopilot_health(State(st): State<AppState>, req: Req) -> ApiResult
     Ok(response)
 }
 
+/// `GET /v1/operator/autopilot/configuration`.
+pub async fn autopilot_config(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
+    Ok(json(
+        &req.params,
+        &st.agent.rpc().autopilot_config(&opts).await?,
+    ))
+}
+
 /// `GET /v1/operator/raft/configuration`.
 pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;

@@ -12,8 +12,8 @@ use legate_types::config_entry::ConfigEntry;
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 use legate_types::rpc::{
-    AutopilotHealth, ChainOverrides, RaftConfiguration, ServerRpc, ServiceQuery, SnapshotArchive,
-    TxnOp, TxnResponse,
+    AutopilotConfiguration, AutopilotHealth, ChainOverrides, RaftConfiguration, ServerRpc,
+    ServiceQuery, SnapshotArchive, TxnOp, TxnResponse,
 };
 use legate_types::{
     CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
@@ -430,6 +430,7 @@ server_rpc_calls! {
     raft_configuration(opts: &QueryOptions;) -> RaftConfiguration;
     raft_remove_peer(opts: &WriteOptions; id_or_address: String) -> ();
     autopilot_health(opts: &QueryOptions;) -> AutopilotHealth;
+    autopilot_config(opts: &QueryOptions;) -> AutopilotConfiguration;
     snapshot_save(opts: &QueryOptions;) -> Queried<SnapshotArchive>;
     snapshot_restore(opts: &WriteOptions; archive: SnapshotArchive) -> ();
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;

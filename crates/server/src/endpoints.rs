@@ -164,6 +164,16 @@ impl ServerRpc for Server {
         Ok(self.autopilot_view())
     }
 
+    async fn autopilot_config(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<legate_types::rpc::AutopilotConfiguration, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.authorize(&opts.token, Resource::Operator, Access::Read)?;
+        self.check_consistency(opts.consistency).await?;
+        Ok((&self.config.autopilot).into())
+    }
+
     async fn snapshot_save(
         &self,
         opts: &QueryOptions,

@@ -174,6 +174,51 @@ impl Default for AutopilotConfig {
     }
 }
 
+/// `/v1/operator/autopilot/configuration`, in Consul's shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AutopilotConfiguration {
+    /// Remove failed servers.
+    pub cleanup_dead_servers: bool,
+    /// A Go duration (`200ms`).
+    pub last_contact_threshold: String,
+    /// Entries a server may trail by.
+    pub max_trailing_logs: u64,
+    /// Voters cleanup never goes below.
+    pub min_quorum: usize,
+    /// A Go duration (`10s`).
+    pub server_stabilization_time: String,
+    /// Enterprise; always empty.
+    pub redundancy_zone_tag: String,
+    /// Enterprise; always false.
+    pub disable_upgrade_migration: bool,
+    /// Enterprise; always empty.
+    pub upgrade_version_tag: String,
+    /// Raft index of the configuration (0: from the agent config).
+    pub create_index: u64,
+    /// Raft index of its last change (0: from the agent config).
+    pub modify_index: u64,
+}
+
+impl From<&AutopilotConfig> for AutopilotConfiguration {
+    fn from(c: &AutopilotConfig) -> AutopilotConfiguration {
+        AutopilotConfiguration {
+            cleanup_dead_servers: c.cleanup_dead_servers,
+            last_contact_threshold: crate::duration::format_go_duration(c.last_contact_threshold),
+            max_trailing_logs: c.max_trailing_logs,
+            min_quorum: c.min_quorum,
+            server_stabilization_time: crate::duration::format_go_duration(
+                c.server_stabilization_time,
+            ),
+            redundancy_zone_tag: String::new(),
+            disable_upgrade_migration: false,
+            upgrade_version_tag: String::new(),
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+}
+
 /// One server in `/v1/operator/autopilot/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -240,6 +285,12 @@ pub trait ServerRpc: Send + Sync + 'static {
     /// `GET /v1/operator/autopilot/health`: the leader's view of every
     /// server.
     async fn autopilot_health(&self, opts: &QueryOptions) -> Result<AutopilotHealth, RpcError>;
+    /// `GET /v1/operator/autopilot/configuration`: the settings the
+    /// leader runs autopilot with.
+    async fn autopilot_config(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<AutopilotConfiguration, RpcError>;
     /// `GET /v1/snapshot`: the whole state as an archive, with the index
     /// it was taken at.
     async fn snapshot_save(

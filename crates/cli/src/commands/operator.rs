@@ -14,6 +14,17 @@ pub enum OperatorCommand {
     /// Raft operations.
     #[command(subcommand)]
     Raft(RaftCommand),
+    /// Autopilot settings.
+    #[command(subcommand)]
+    Autopilot(AutopilotCommand),
+}
+
+/// `operator autopilot` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum AutopilotCommand {
+    /// Prints the settings autopilot runs with.
+    #[command(name = "get-config")]
+    GetConfig(ListPeersArgs),
 }
 
 /// `operator raft` subcommands.
@@ -162,6 +173,9 @@ pub struct ForceLeaveArgs {
 pub async fn run(cmd: OperatorCommand) -> u8 {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(args)) => list_peers(args).await,
+        OperatorCommand::Autopilot(AutopilotCommand::GetConfig(args)) => {
+            autopilot_get_config(args).await
+        }
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
         OperatorCommand::Raft(RaftCommand::TransferLeader(_)) => fail(
             "Error transferring leadership: not supported by Legate. Its Raft library \
@@ -196,6 +210,33 @@ async fn remove_peer(args: RemovePeerArgs) -> u8 {
         }
         Err(e) => fail(format!("Error removing peer: {e}")),
     }
+}
+
+async fn autopilot_get_config(args: ListPeersArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let config: Value = match client
+        .get_json("/v1/operator/autopilot/configuration", &[])
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return fail(format!("Error querying Autopilot configuration: {e}")),
+    };
+    let text = |k: &str| config[k].as_str().unwrap_or("").to_string();
+    println!("CleanupDeadServers = {}", config["CleanupDeadServers"]);
+    println!("LastContactThreshold = {}", text("LastContactThreshold"));
+    println!("MaxTrailingLogs = {}", config["MaxTrailingLogs"]);
+    println!("MinQuorum = {}", config["MinQuorum"]);
+    println!(
+        "ServerStabilizationTime = {}",
+        text("ServerStabilizationTime")
+    );
+    println!("RedundancyZoneTag = {:?}", text("RedundancyZoneTag"));
+    println!(
+        "DisableUpgradeMigration = {}",
+        config["DisableUpgradeMigration"]
+    );
+    println!("UpgradeVersionTag = {:?}", text("UpgradeVersionTag"));
+    0
 }
 
 async fn list_peers(args: ListPeersArgs) -> u8 {
