@@ -420,6 +420,10 @@ fn wait_healthy_voters(node: &Node, voters: usize) {
         .filter(|s| s["Leader"] == true)
         .count();
     assert_eq!(leaders, 1, "{health}");
+    for server in health["Servers"].as_array().unwrap() {
+        let since = server["StableSince"].as_str().unwrap_or("");
+        assert!(since.len() > 18 && since.ends_with('Z'), "{health}");
+    }
 }
 
 /// `snapshot save` through a client agent, writes after it, `snapshot
@@ -584,15 +588,15 @@ fn intentions_stay_read_only_until_every_server_supports_them() {
             .find_map(|f| f.strip_prefix("-server-port="))
             .unwrap()
     );
-    // Unhealthy (429) once gossip sees it failed; still a voter.
+    // Unhealthy (429), and failed once gossip notices; still a voter.
     let health = eventually(Duration::from_secs(30), || {
         let (status, _, body) =
             nodes[0]
                 .agent
                 .request("GET", "/v1/operator/autopilot/health", None);
-        (status == 429).then_some(body)
+        (status == 429 && body.contains(r#""SerfStatus":"failed""#)).then_some(body)
     });
-    assert!(health.contains(r#""SerfStatus":"failed""#), "{health}");
+    assert!(health.contains(r#""Healthy":false"#), "{health}");
     let peers = nodes[0].agent.get("/v1/status/peers").unwrap();
     assert_eq!(peers.as_array().unwrap().len(), 3, "{peers}");
     let out = nodes[0]
