@@ -18,3 +18,14 @@ wait_http() {
     echo "timed out waiting for $1" >&2
     return 1
 }
+
+# Release builds of legate and legate-bench, and etcd (Debian's
+# etcd-server), the peer the KV benchmarks compare with.
+bench_build_with_etcd() {
+    if ! command -v etcd >/dev/null 2>&1; then
+        apt-get install -y -qq etcd-server >/dev/null
+    fi
+    cargo build --release --quiet -p legate-cli -p legate-bench
+    LEGATE=target/release/legate
+    BENCH=target/release/legate-bench
+}

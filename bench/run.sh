@@ -8,17 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ulimit -n 65536 2>/dev/null || ulimit -n 4096 2>/dev/null || true
 
-if ! command -v etcd >/dev/null 2>&1; then
-    apt-get install -y -qq etcd-server >/dev/null
-fi
-cargo build --release --quiet -p legate-cli -p legate-bench
-LEGATE=target/release/legate
-BENCH=target/release/legate-bench
-SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
-WATCHERS=${WATCHERS:-1000}
-
 # shellcheck source=bench/common.sh
 source bench/common.sh
+bench_build_with_etcd
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+WATCHERS=${WATCHERS:-1000}
 
 dev_port=$(port)
 "$LEGATE" agent -dev -http-port="$dev_port" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/dev.log" 2>&1 &
