@@ -112,7 +112,7 @@ impl Keyring {
             .keys
             .iter()
             .position(|k| k.encoded == encoded.trim())
-            .ok_or("the key is not installed")?;
+            .ok_or("the key is not installed; install it first")?;
         let key = self.keys.remove(at);
         self.keys.insert(0, key);
         Ok(())

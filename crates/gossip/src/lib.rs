@@ -355,16 +355,7 @@ impl Gossip {
     /// Makes an installed key primary here and on every member.
     pub async fn use_key(&self, encoded: &str) -> Result<(), String> {
         self.encrypted()?;
-        let installed = self
-            .keyring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .iter()
-            .any(|k| k.encoded() == encoded.trim());
-        if !installed {
-            return Err("the key is not installed; install it first".into());
-        }
+        self.allowed_here(|keyring| keyring.use_key(encoded))?;
         self.spread(ClusterChange::KeyUse(encoded.trim().to_string()))
             .await
     }
@@ -372,24 +363,23 @@ impl Gossip {
     /// Removes a key (not the primary one) here and on every member.
     pub async fn remove_key(&self, encoded: &str) -> Result<(), String> {
         self.encrypted()?;
-        let keyring = self
+        self.allowed_here(|keyring| keyring.remove(encoded))?;
+        self.spread(ClusterChange::KeyRemove(encoded.trim().to_string()))
+            .await
+    }
+
+    /// Tries a keyring change on a copy of this member's keyring, so it is
+    /// refused by the keyring's own rules before it is spread.
+    fn allowed_here(
+        &self,
+        change: impl FnOnce(&mut Keyring) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut copy = self
             .keyring
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        match keyring
-            .keys()
-            .iter()
-            .position(|k| k.encoded() == encoded.trim())
-        {
-            Some(0) => {
-                return Err("the primary key cannot be removed; use another key first".into())
-            }
-            Some(_) => {}
-            None => return Err("the key is not installed".into()),
-        }
-        self.spread(ClusterChange::KeyRemove(encoded.trim().to_string()))
-            .await
+        change(&mut copy)
     }
 
     fn encrypted(&self) -> Result<(), String> {
