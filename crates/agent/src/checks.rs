@@ -369,12 +369,32 @@ async fn probe_grpc(
     }
 }
 
+/// The file mode mask script checks run with: the one the agent was
+/// started with, not the private one the agent keeps for its own files
+/// (`u32::MAX`: leave the child's as it is).
+static CHILD_UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// Records the umask script checks run with (see [`CHILD_UMASK`]).
+pub fn set_child_umask(mask: u32) {
+    CHILD_UMASK.store(mask, std::sync::atomic::Ordering::Relaxed);
+}
+
 async fn probe_script(args: &[String], timeout: Duration) -> (HealthStatus, String) {
     let Some((program, rest)) = args.split_first() else {
         return (HealthStatus::Critical, "no script arguments".into());
     };
     let mut command = tokio::process::Command::new(program);
     command.args(rest).kill_on_drop(true);
+    let mask = CHILD_UMASK.load(std::sync::atomic::Ordering::Relaxed);
+    if mask != u32::MAX {
+        // SAFETY: umask is async-signal-safe and touches nothing else.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(mask as libc::mode_t);
+                Ok(())
+            });
+        }
+    }
     match tokio::time::timeout(timeout, command.output()).await {
         Err(_) => (
             HealthStatus::Critical,

@@ -171,6 +171,8 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "start_join",
     "recursors",
     "autopilot",
+    "limits",
+    "session_ttl_min",
     "tls",
     "ca_file",
     "cert_file",
@@ -323,6 +325,8 @@ pub struct AgentConfig {
     pub enable_local_script_checks: bool,
     /// Raft timing multiplier.
     pub raft_multiplier: u64,
+    /// Connection and session bounds (`limits {}`, `session_ttl_min`).
+    pub limits: crate::limits::Limits,
     /// Autopilot (`autopilot {}`: dead-server cleanup, stabilization).
     pub autopilot: legate_types::rpc::AutopilotConfig,
     /// TLS for the server port (`tls { defaults {...} internal_rpc {...} }`
@@ -635,7 +639,7 @@ fn port(
     }
 }
 
-fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigError> {
+fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, ConfigError> {
     let map = match merged {
         Value::Object(map) => map,
         _ => Map::new(),
@@ -763,6 +767,7 @@ fn build(merged: Value, warnings: Vec<String>) -> Result<AgentConfig, ConfigErro
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),
         raft_multiplier: raft_multiplier as u64,
+        limits: crate::limits::parse(&map, &mut warnings)?,
         autopilot: autopilot(&map)?,
         tls: tls_files(&map)?,
         ui: get_bool(&map, &["ui"])?

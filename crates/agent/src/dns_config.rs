@@ -123,7 +123,7 @@ fn err(key: &str, message: impl std::fmt::Display) -> ConfigError {
     ConfigError(format!("{key}: {message}"))
 }
 
-fn duration(key: &str, value: &Value) -> Result<Duration, ConfigError> {
+pub(crate) fn duration(key: &str, value: &Value) -> Result<Duration, ConfigError> {
     match value {
         Value::String(s) => legate_types::duration::parse_go_duration(s)
             .map_err(|e| err(key, format!("{e} (expected a duration such as \"10s\")"))),

@@ -142,7 +142,10 @@ impl LeafManager {
 
     /// The certificate for `service`: the cached one when its index is past
     /// `min_index`, else waits (up to `wait`) for a newer one. The first
-    /// request for a service waits until one is issued.
+    /// request for a service waits until one is issued or the server
+    /// refuses — rate limiting included, as Consul answers a first fetch
+    /// (`Rate limit reached, try again later`, 429), while the entry's task
+    /// keeps trying in the background.
     pub async fn get(
         self: &Arc<Self>,
         service: &str,
@@ -157,10 +160,7 @@ impl LeafManager {
         let mut rx = entry.state.subscribe();
         let ready = |s: &LeafState| match &s.cert {
             Some(_) => s.index > min_index,
-            None => s
-                .error
-                .as_ref()
-                .is_some_and(|e| *e != RpcError::RateLimited),
+            None => s.error.is_some(),
         };
         let deadline = tokio::time::Instant::now() + wait;
         let outcome = tokio::time::timeout_at(deadline, rx.wait_for(ready))

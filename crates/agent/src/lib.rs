@@ -12,6 +12,7 @@ pub mod config;
 pub mod dns_config;
 pub mod intention_cache;
 pub mod leaf;
+pub mod limits;
 pub mod local;
 pub mod membership;
 pub mod proxy_sources;

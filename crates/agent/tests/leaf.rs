@@ -10,7 +10,7 @@ use legate_ca::verify::verify_leaf;
 use legate_server::{Server, ServerConfig};
 use legate_types::connect::CaConfiguration;
 use legate_types::rpc::ServerRpc;
-use legate_types::{QueryOptions, WriteOptions};
+use legate_types::{QueryOptions, RpcError, WriteOptions};
 use serde_json::json;
 
 async fn start_server() -> Arc<Server> {
@@ -133,10 +133,20 @@ async fn rate_limited_agents_back_off_and_every_one_gets_its_leaf() {
         .enumerate()
         .map(|(i, agent)| {
             let agent = agent.clone();
+            // A first request the servers refuse is answered with the
+            // refusal, as Consul's; clients retry, as proxies do.
             tokio::spawn(async move {
-                agent
-                    .get(&format!("svc-{i}"), 0, Duration::from_secs(60))
-                    .await
+                loop {
+                    match agent
+                        .get(&format!("svc-{i}"), 0, Duration::from_secs(60))
+                        .await
+                    {
+                        Err(RpcError::RateLimited) => {
+                            tokio::time::sleep(Duration::from_millis(200)).await
+                        }
+                        other => return other,
+                    }
+                }
             })
         })
         .collect();

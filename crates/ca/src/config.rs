@@ -64,18 +64,41 @@ fn duration(value: &Value, key: &str) -> Result<Duration, CaError> {
     }
 }
 
+/// A finite number (JSON numbers, or strings holding one). `NaN` and
+/// infinities are refused: they cannot be stored as JSON.
 fn number(value: &Value, key: &str) -> Result<f64, CaError> {
-    match value {
+    let n = match value {
         Value::Number(n) => n
             .as_f64()
-            .ok_or_else(|| CaError::Config(format!("{key}: invalid number {n}"))),
+            .ok_or_else(|| CaError::Config(format!("{key}: invalid number {n}")))?,
         Value::String(s) => s
-            .parse()
-            .map_err(|_| CaError::Config(format!("{key}: {s:?} is not a number"))),
-        other => Err(CaError::Config(format!(
-            "{key}: expected a number, got {other}"
-        ))),
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| CaError::Config(format!("{key}: {s:?} is not a number")))?,
+        other => {
+            return Err(CaError::Config(format!(
+                "{key}: expected a number, got {other}"
+            )))
+        }
+    };
+    if !n.is_finite() {
+        return Err(CaError::Config(format!(
+            "{key}: {value} is not a finite number"
+        )));
     }
+    Ok(n)
+}
+
+/// A whole number from 0 to `u32::MAX` (`PrivateKeyBits`, `CSRMaxConcurrent`).
+fn whole_number(value: &Value, key: &str) -> Result<u32, CaError> {
+    let n = number(value, key)?;
+    if n.fract() != 0.0 || n < 0.0 || n > u32::MAX as f64 {
+        return Err(CaError::Config(format!(
+            "{key}: expected a whole number from 0 to {}, got {value}",
+            u32::MAX
+        )));
+    }
+    Ok(n as u32)
 }
 
 fn text(value: &Value, key: &str) -> Result<String, CaError> {
@@ -116,10 +139,10 @@ impl CaConfig {
                 "privatekeytype" => c.private_key_type = text(value, key)?.to_ascii_lowercase(),
                 "privatekeybits" => {
                     bits_given = true;
-                    c.private_key_bits = number(value, key)? as u32
+                    c.private_key_bits = whole_number(value, key)?
                 }
                 "csrmaxpersecond" => c.csr_max_per_second = number(value, key)?,
-                "csrmaxconcurrent" => c.csr_max_concurrent = number(value, key)? as u32,
+                "csrmaxconcurrent" => c.csr_max_concurrent = whole_number(value, key)?,
                 // Accepted for compatibility; Legate's built-in provider has no use for them.
                 "clusterid"
                 | "disablecrosssigning"
@@ -180,17 +203,12 @@ impl CaConfig {
                     "EC key length must be one of (224, 256, 384, 521) bits, not {bits}"
                 )))
             }
-            ("rsa", bits) if bits < 2048 => {
+            ("rsa", 2048 | 4096) => {}
+            ("rsa", bits) => {
                 return Err(CaError::Config(format!(
-                    "RSA key length must be at least 2048 bits, not {bits}"
+                    "RSA key length must be 2048 or 4096 bits, not {bits}"
                 )))
             }
-            ("rsa", bits) if bits > 8192 => {
-                return Err(CaError::Config(format!(
-                    "RSA key length must be at most 8192 bits, not {bits}"
-                )))
-            }
-            ("rsa", _) => {}
             (other, _) => {
                 return Err(CaError::Config(format!(
                     "private key type must be either 'ec' or 'rsa', not {other:?}"
@@ -208,6 +226,16 @@ impl CaConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Checks an operator's `PrivateKey` and `RootCert` (parseable, a CA,
+    /// the key the certificate's): done on writes, so a bad pair is refused
+    /// with a 400 before anything is stored.
+    pub fn check_key_material(&self) -> Result<(), CaError> {
+        match (&self.private_key, &self.root_cert) {
+            (Some(key), Some(cert)) => crate::builtin::root_from_pem(cert, key).map(|_| ()),
+            _ => Ok(()),
+        }
     }
 
     /// The `Config` map as `/v1/connect/ca/configuration` shows it.
@@ -302,8 +330,27 @@ mod tests {
             ),
             (
                 json!({"PrivateKeyType": "rsa", "PrivateKeyBits": 1024}),
-                "at least 2048",
+                "RSA key length must be 2048 or 4096 bits",
             ),
+            (
+                json!({"PrivateKeyType": "rsa", "PrivateKeyBits": 4097}),
+                "RSA key length must be 2048 or 4096 bits",
+            ),
+            (
+                json!({"PrivateKeyType": "rsa", "PrivateKeyBits": 8192}),
+                "RSA key length must be 2048 or 4096 bits",
+            ),
+            (json!({"PrivateKeyBits": 256.9}), "whole number"),
+            (json!({"PrivateKeyBits": -256}), "whole number"),
+            (json!({"PrivateKeyBits": 1e12}), "whole number"),
+            (json!({"CSRMaxConcurrent": 1.5}), "whole number"),
+            (json!({"CSRMaxPerSecond": "NaN"}), "not a finite number"),
+            (json!({"CSRMaxPerSecond": "inf"}), "not a finite number"),
+            (
+                json!({"CSRMaxPerSecond": "-Infinity"}),
+                "not a finite number",
+            ),
+            (json!({"CSRMaxPerSecond": null}), "expected a number"),
             (json!({"LeafCertTTL": "soon"}), "LeafCertTTL"),
             (json!({"NoSuchKey": 1}), "invalid CA config key"),
             (

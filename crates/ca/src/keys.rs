@@ -12,7 +12,7 @@ const OID_EC_PUBLIC_KEY: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x0
 const OID_PRIME256V1: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 
 fn bad(message: impl Into<String>) -> CaError {
-    CaError::Internal(format!("invalid private key: {}", message.into()))
+    CaError::Config(format!("invalid private key: {}", message.into()))
 }
 
 /// Reads one DER element: (tag, content, rest).

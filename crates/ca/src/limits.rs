@@ -99,9 +99,12 @@ impl CsrLimiter {
                             b.tokens -= 1.0;
                             return Ok(CsrPermit { _permit: None });
                         }
-                        Duration::from_secs_f64((1.0 - b.tokens) / per_second)
+                        // A tiny rate (1e-30/s) means a wait no Duration holds:
+                        // treat it as longer than any deadline.
+                        Duration::try_from_secs_f64((1.0 - b.tokens) / per_second)
+                            .unwrap_or(Duration::MAX)
                     };
-                    if Instant::now() + wait > deadline {
+                    if wait > deadline.saturating_duration_since(Instant::now()) {
                         return Err(RateLimited);
                     }
                     tokio::time::sleep(wait).await;
@@ -145,6 +148,19 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1100)).await;
         for _ in 0..5 {
             assert!(limiter.acquire().await.is_ok());
+        }
+    }
+
+    #[tokio::test]
+    async fn extreme_rates_answer_rather_than_panic() {
+        // 1e-30 per second: the one token of the burst, then refusals (the
+        // refill wait is beyond any Duration), never a panic.
+        let slow = CsrLimiter::new(1e-30, 0);
+        assert!(slow.acquire().await.is_ok());
+        assert_eq!(slow.acquire().await.err(), Some(RateLimited));
+        let fast = CsrLimiter::new(f64::MAX, 0);
+        for _ in 0..100 {
+            assert!(fast.acquire().await.is_ok());
         }
     }
 

@@ -520,6 +520,7 @@ async fn start_server(
         masked_features: crate::cluster::masked_features(),
         autopilot: config.autopilot.clone(),
         reap_settle: Duration::from_secs(15 * 60),
+        session_ttl_min: config.limits.session_ttl_min,
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;
@@ -604,8 +605,13 @@ fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, Stri
 
 async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let config = load_config(&args)?;
-    let node_id = node_id(&config)?;
     init_logging(&config);
+    crate::host::restrict_new_files();
+    crate::host::raise_open_file_limit();
+    if let Some(dir) = &config.data_dir {
+        crate::host::secure_data_dir(dir)?;
+    }
+    let node_id = node_id(&config)?;
     print_banner(&config, &node_id);
     for warning in &config.warnings {
         tracing::warn!("{warning}");

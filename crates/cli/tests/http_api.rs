@@ -586,9 +586,10 @@ fn sessions_and_locks() {
         json!([])
     );
 
-    // Bad TTLs and unknown sessions are refused.
-    assert_eq!(agent.put("/v1/session/create", r#"{"TTL":"5s"}"#).0, 400);
-    assert_eq!(agent.put("/v1/session/create", r#"{"TTL":"soon"}"#).0, 400);
+    // Bad TTLs and unknown sessions are refused; Consul's server answers
+    // TTLs out of range or unparseable with 500.
+    assert_eq!(agent.put("/v1/session/create", r#"{"TTL":"5s"}"#).0, 500);
+    assert_eq!(agent.put("/v1/session/create", r#"{"TTL":"soon"}"#).0, 500);
     assert_eq!(agent.put("/v1/kv/x?acquire=not-a-session", "").0, 400);
 }
 

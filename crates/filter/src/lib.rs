@@ -31,13 +31,20 @@ pub enum PathStep {
     Field(String),
 }
 
+/// How deeply parentheses and `not` may nest in one expression. Parsing,
+/// evaluating and dropping an expression recurse once per level, so the
+/// limit is what keeps a hostile `?filter=` from exhausting the stack
+/// (go-bexpr has none; Consul's parser survives deeper input only because
+/// Go stacks grow). `a and b and c ...` chains are flat and cost no depth.
+pub const MAX_NESTING: usize = 64;
+
 /// A parsed filter expression.
 #[derive(Debug, Clone)]
 pub enum Expr {
-    /// Both sides hold.
-    And(Box<Expr>, Box<Expr>),
-    /// Either side holds.
-    Or(Box<Expr>, Box<Expr>),
+    /// Every term holds (`a and b and ...`, kept flat).
+    And(Vec<Expr>),
+    /// Some term holds (`a or b or ...`, kept flat).
+    Or(Vec<Expr>),
     /// The inner expression does not hold.
     Not(Box<Expr>),
     /// `selector == value`.
@@ -165,6 +172,8 @@ fn is_word_char(c: char) -> bool {
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// Parentheses and `not`s open at this point of the parse.
+    depth: usize,
 }
 
 impl Parser {
@@ -196,33 +205,55 @@ impl Parser {
     }
 
     fn parse_or(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.parse_and()?;
+        let mut terms = vec![self.parse_and()?];
         while self.peek_word("or") {
             self.pos += 1;
-            let right = self.parse_and()?;
-            left = Expr::Or(Box::new(left), Box::new(right));
+            terms.push(self.parse_and()?);
         }
-        Ok(left)
+        Ok(if terms.len() == 1 {
+            terms.swap_remove(0)
+        } else {
+            Expr::Or(terms)
+        })
     }
 
     fn parse_and(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.parse_unary()?;
+        let mut terms = vec![self.parse_unary()?];
         while self.peek_word("and") {
             self.pos += 1;
-            let right = self.parse_unary()?;
-            left = Expr::And(Box::new(left), Box::new(right));
+            terms.push(self.parse_unary()?);
         }
-        Ok(left)
+        Ok(if terms.len() == 1 {
+            terms.swap_remove(0)
+        } else {
+            Expr::And(terms)
+        })
+    }
+
+    /// Enters one level of nesting, refusing to go past [`MAX_NESTING`].
+    fn nested<T>(
+        &mut self,
+        parse: impl FnOnce(&mut Self) -> Result<T, FilterError>,
+    ) -> Result<T, FilterError> {
+        if self.depth >= MAX_NESTING {
+            return Err(FilterError(format!(
+                "expression nests parentheses or \"not\" deeper than {MAX_NESTING} levels"
+            )));
+        }
+        self.depth += 1;
+        let result = parse(self);
+        self.depth -= 1;
+        result
     }
 
     fn parse_unary(&mut self) -> Result<Expr, FilterError> {
         if self.peek_word("not") {
             self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.parse_unary()?)));
+            return self.nested(|p| Ok(Expr::Not(Box::new(p.parse_unary()?))));
         }
         if self.peek() == Some(&Token::LParen) {
             self.pos += 1;
-            let inner = self.parse_or()?;
+            let inner = self.nested(Self::parse_or)?;
             if self.next() != Some(Token::RParen) {
                 return Err(FilterError("expected \")\"".to_string()));
             }
@@ -385,7 +416,11 @@ impl Expr {
         if tokens.is_empty() {
             return Err(FilterError("empty filter expression".to_string()));
         }
-        let mut parser = Parser { tokens, pos: 0 };
+        let mut parser = Parser {
+            tokens,
+            pos: 0,
+            depth: 0,
+        };
         let expr = parser.parse_or()?;
         if parser.pos < parser.tokens.len() {
             return Err(FilterError(format!(
@@ -399,8 +434,8 @@ impl Expr {
     /// Evaluates the expression against one row.
     pub fn matches(&self, row: &Value) -> bool {
         match self {
-            Expr::And(a, b) => a.matches(row) && b.matches(row),
-            Expr::Or(a, b) => a.matches(row) || b.matches(row),
+            Expr::And(terms) => terms.iter().all(|t| t.matches(row)),
+            Expr::Or(terms) => terms.iter().any(|t| t.matches(row)),
             Expr::Not(inner) => !inner.matches(row),
             Expr::Equal(path, value) => {
                 resolve(row, path).is_some_and(|field| equals(field, value))

@@ -68,6 +68,9 @@ pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
             "Server": config.server || config.dev,
             "Version": legate_types::CONSUL_API_VERSION,
             "BuildDate": "",
+            // Nanoseconds, as Consul's older agents listed it here; HA
+            // managers read it to fall back to the shortest TTL allowed.
+            "SessionTTLMin": config.limits.session_ttl_min.as_nanos() as u64,
         },
         "DebugConfig": {
             "Datacenter": config.datacenter,
@@ -83,6 +86,7 @@ pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
             "ServerPort": config.ports.server.map(i64::from).unwrap_or(-1),
             "ConnectEnabled": config.connect_enabled,
             "ACLsEnabled": config.acl_enabled,
+            "SessionTTLMin": legate_types::duration::format_go_duration(config.limits.session_ttl_min),
         },
         "Coord": null,
         "Member": member(&st),

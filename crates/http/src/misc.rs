@@ -6,7 +6,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use base64::Engine;
 use legate_agent::UserEvent;
-use legate_types::duration::parse_go_duration;
 use legate_types::{Session, SessionCreateRequest, DEFAULT_LOCK_DELAY};
 use serde_json::json;
 
@@ -25,10 +24,6 @@ pub async fn session_create(State(st): State<AppState>, req: Req, body: Bytes) -
         (None, Some(checks)) => checks,
         (None, None) => vec!["serfHealth".to_string()],
     };
-    if !create.ttl.is_empty() {
-        parse_go_duration(&create.ttl)
-            .map_err(|e| ApiError::bad_request(format!("Request decode failed: TTL: {e}")))?;
-    }
     let session = Session {
         id: String::new(),
         name: create.name,

@@ -372,9 +372,17 @@ impl Server {
             )));
         }
         let new = parse_config(&request)?;
-        let old = parse_config(&current)?;
+        new.check_key_material().map_err(ca_error)?;
+        // A stored configuration this build cannot decode (written by an
+        // older, less strict one) must never block repairing it: its key
+        // identity is unknown, so the new one gets a fresh, cross-signed root.
+        let old = parse_config(&current)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "the stored CA configuration cannot be decoded; replacing it with a new root")
+            })
+            .ok();
         let record = config_record(&cluster_id, &new, request.force_without_cross_signing);
-        if key_identity(&new) == key_identity(&old) {
+        if old.as_ref().map(key_identity) == Some(key_identity(&new)) {
             self.write(Command::CaSet {
                 roots: None,
                 config: Some(Box::new(record)),
@@ -476,7 +484,13 @@ impl Server {
         else {
             return Err(RpcError::Internal("CA is not initialised yet".into()));
         };
-        let config = parse_config(&config)?;
+        // A stored configuration that cannot be decoded (see
+        // `ca_config_set_inner`) signs with the default TTL and limits
+        // until a valid one is written, rather than refusing every leaf.
+        let config = parse_config(&config).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the stored CA configuration cannot be decoded; signing with the defaults");
+            CaConfig::default()
+        });
         let asked = legate_ca::builtin::csr_spiffe_id(&request.csr).map_err(ca_error)?;
         if asked.trust_domain() != trust_domain {
             return Err(RpcError::BadRequest(format!(

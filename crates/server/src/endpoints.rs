@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use legate_state::{Command, CommandResult, Table};
 use legate_types::config_entry::{self, ConfigEntry};
-use legate_types::duration::parse_go_duration;
+use legate_types::duration::{format_go_duration, parse_go_duration};
 use legate_types::rpc::{ServerRpc, ServiceQuery, TxnOp, TxnResponse};
 use legate_types::*;
 
@@ -555,12 +555,18 @@ impl ServerRpc for Server {
             return Err(RpcError::BadRequest("Must provide Node".into()));
         }
         if !session.ttl.is_empty() {
-            let ttl = parse_go_duration(&session.ttl)
-                .map_err(|e| RpcError::BadRequest(format!("Session TTL: {e}")))?;
-            if !ttl.is_zero() && (ttl < SESSION_TTL_MIN || ttl > SESSION_TTL_MAX) {
-                return Err(RpcError::BadRequest(format!(
-                    "Invalid Session TTL '{}', must be between [10s=24h0m0s]",
-                    session.ttl
+            // Consul's texts and status (500), which HA managers match on
+            // to fall back to `SessionTTLMin`; the TTL prints in nanoseconds.
+            let ttl = parse_go_duration(&session.ttl).map_err(|e| {
+                RpcError::Internal(format!("Session TTL '{}' invalid: {e}", session.ttl))
+            })?;
+            let min = self.config.session_ttl_min;
+            if !ttl.is_zero() && (ttl < min || ttl > SESSION_TTL_MAX) {
+                return Err(RpcError::Internal(format!(
+                    "Invalid Session TTL '{}', must be between [{}={}]",
+                    ttl.as_nanos(),
+                    format_go_duration(min),
+                    format_go_duration(SESSION_TTL_MAX)
                 )));
             }
             if ttl.is_zero() {

@@ -69,6 +69,8 @@ pub struct ServerConfig {
     /// How long a catalog node gossip does not know is kept before the
     /// leader removes it (15 minutes).
     pub reap_settle: Duration,
+    /// The shortest session TTL accepted (`session_ttl_min`, 10s).
+    pub session_ttl_min: Duration,
 }
 
 impl ServerConfig {
@@ -97,6 +99,7 @@ impl ServerConfig {
             masked_features: Vec::new(),
             autopilot: Default::default(),
             reap_settle: Duration::from_secs(15 * 60),
+            session_ttl_min: legate_types::DEFAULT_SESSION_TTL_MIN,
         }
     }
 }

@@ -180,6 +180,7 @@ async fn snapshot_restore_brings_back_saved_state_and_refuses_bad_archives() {
 async fn nodes_gossip_does_not_know_are_reaped_once_settled() {
     let server = Server::start(ServerConfig {
         reap_settle: Duration::from_millis(500),
+        session_ttl_min: legate_types::DEFAULT_SESSION_TTL_MIN,
         ..config(Duration::from_secs(60))
     })
     .await

@@ -61,7 +61,7 @@ impl Tables {
             .filter(|e| e.session == id)
             .map(|e| e.key.clone())
             .collect();
-        let delay = Duration::from_nanos(session.lock_delay);
+        let delay = Duration::from_nanos(session.lock_delay).min(legate_types::MAX_LOCK_DELAY);
         for key in held {
             match session.behavior {
                 SessionBehavior::Release => {

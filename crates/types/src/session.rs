@@ -9,8 +9,11 @@ use crate::RaftIndex;
 
 /// The default lock delay (15s).
 pub const DEFAULT_LOCK_DELAY: Duration = Duration::from_secs(15);
-/// The shortest session TTL.
-pub const SESSION_TTL_MIN: Duration = Duration::from_secs(10);
+/// The shortest session TTL unless `session_ttl_min` says otherwise.
+pub const DEFAULT_SESSION_TTL_MIN: Duration = Duration::from_secs(10);
+/// The longest lock delay honoured (Consul's `MaxLockDelay`): a session
+/// asking for more is stored as asked, but its keys wait at most this long.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 /// The longest session TTL.
 pub const SESSION_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 
@@ -111,8 +114,9 @@ fn lock_delay<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Er
             let raw = n
                 .as_u64()
                 .ok_or_else(|| serde::de::Error::custom("LockDelay must not be negative"))?;
-            // Consul treats small numbers as seconds and large ones as nanoseconds.
-            if raw < 1_000_000 {
+            // Consul treats numbers below 1000 as seconds and the rest as
+            // nanoseconds (`lockDelayMinThreshold`).
+            if raw < 1000 {
                 Ok(Some(Duration::from_secs(raw)))
             } else {
                 Ok(Some(Duration::from_nanos(raw)))

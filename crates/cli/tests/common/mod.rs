@@ -206,6 +206,9 @@ pub fn expect_success(out: &std::process::Output) -> String {
 /// Status, headers (lower-cased names) and body of a response.
 pub type Response = (u16, Vec<(String, String)>, String);
 
+/// A response whose body is kept as bytes.
+pub type RawResponse = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// A minimal blocking HTTP/1.1 client (no client library in the way of
 /// what the server really sends).
 pub fn http_request(
@@ -224,6 +227,26 @@ pub fn try_http_request(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Option<Response> {
+    let (status, headers, body) = try_http_request_bytes(port, method, path, body)?;
+    Some((status, headers, String::from_utf8_lossy(&body).to_string()))
+}
+
+/// Like [`http_request`], with the body as bytes both ways (snapshots).
+pub fn http_request_bytes(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> RawResponse {
+    try_http_request_bytes(port, method, path, body).expect("connect to the agent")
+}
+
+fn try_http_request_bytes(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Option<RawResponse> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
@@ -241,7 +264,7 @@ pub fn try_http_request(
     Some(parse_response(&raw))
 }
 
-fn parse_response(raw: &[u8]) -> Response {
+fn parse_response(raw: &[u8]) -> RawResponse {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -267,7 +290,7 @@ fn parse_response(raw: &[u8]) -> Response {
     {
         body = dechunk(&body);
     }
-    (status, headers, String::from_utf8_lossy(&body).to_string())
+    (status, headers, body)
 }
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {

@@ -1,0 +1,115 @@
+//! What the agent process sets up on its host before it opens anything:
+//! files it creates are its owner's alone (the data dir holds the CA's
+//! private keys and the gossip keyring), an existing data dir is
+//! tightened, and the open-file soft limit is raised to the hard limit
+//! (as every Go program, Consul included, does at start).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// Makes every file and directory this process creates from now on
+/// private to its owner (umask 077). Script checks get the umask the agent
+/// inherited back.
+pub fn restrict_new_files() {
+    // SAFETY: umask only swaps the process's file mode mask.
+    let inherited = unsafe { libc::umask(0o077) };
+    legate_agent::checks::set_child_umask(inherited as u32);
+}
+
+/// Creates `dir` (0700) if it is missing and takes group and other access
+/// away from everything already in it; logs what it changed.
+pub fn secure_data_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let mut tightened = Vec::new();
+    tighten(dir, &mut tightened)
+        .map_err(|e| format!("restricting the permissions of {}: {e}", dir.display()))?;
+    if !tightened.is_empty() {
+        tracing::warn!(
+            data_dir = %dir.display(),
+            count = tightened.len(),
+            first = %tightened[0],
+            "the data dir was readable by other users; restricted it to its owner (0700 directories, 0600 files)"
+        );
+    }
+    Ok(())
+}
+
+fn tighten(path: &Path, tightened: &mut Vec<String>) -> std::io::Result<()> {
+    // Never follows links: a link's target is not ours to change.
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    let wanted = if meta.is_dir() {
+        mode & 0o700
+    } else {
+        mode & 0o600
+    };
+    if mode != wanted {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(wanted))?;
+        tightened.push(format!("{} ({:o} -> {:o})", path.display(), mode, wanted));
+    }
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            tighten(&entry?.path(), tightened)?;
+        }
+    }
+    Ok(())
+}
+
+/// Raises the open-file soft limit to the hard limit, so a busy agent is
+/// bounded by what the operator allows rather than a low default.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max
+        {
+            return;
+        }
+        let before = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+            tracing::debug!(
+                from = before,
+                to = limit.rlim_max,
+                "raised the open-file limit"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_data_dir_is_tightened_without_following_links() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data");
+        std::fs::create_dir_all(dir.join("raft")).unwrap();
+        std::fs::write(dir.join("raft/raft.db"), "key").unwrap();
+        let outside = root.path().join("outside");
+        std::fs::write(&outside, "x").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("link")).unwrap();
+        for (p, m) in [(&dir, 0o755), (&dir.join("raft"), 0o775)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        }
+        std::fs::set_permissions(
+            dir.join("raft/raft.db"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        secure_data_dir(&dir).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("raft")), 0o700);
+        assert_eq!(mode(&dir.join("raft/raft.db")), 0o600);
+        assert_eq!(mode(&outside), 0o644, "a link's target is left alone");
+    }
+}

@@ -1,0 +1,318 @@
+//! Hostile and careless input through the real binary: each request must
+//! get a clear answer and leave the agent working (issue 16's defects).
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::TestAgent;
+use serde_json::{json, Value};
+
+/// Percent-encodes a query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn assert_alive(agent: &TestAgent) {
+    let (status, _, body) = agent.request("GET", "/v1/status/leader", None);
+    assert_eq!(status, 200, "the agent stopped answering: {body}");
+}
+
+#[test]
+fn a_deeply_nested_filter_is_refused_on_every_filtering_endpoint() {
+    let agent = TestAgent::dev(&[]);
+    assert_eq!(
+        agent
+            .put("/v1/agent/service/register", r#"{"Name":"web","Port":1}"#)
+            .0,
+        200
+    );
+    let nested = format!("{}Node==x{}", "(".repeat(3000), ")".repeat(3000));
+    let negated = format!("{}Node==x", "not ".repeat(3000));
+    for filter in [&nested, &negated] {
+        for path in [
+            "/v1/catalog/nodes",
+            "/v1/catalog/services",
+            "/v1/catalog/service/web",
+            "/v1/catalog/node-services/legate-dev",
+            "/v1/health/service/web",
+            "/v1/health/state/any",
+            "/v1/health/checks/web",
+            "/v1/agent/services",
+            "/v1/agent/checks",
+        ] {
+            let (status, _, body) =
+                agent.request("GET", &format!("{path}?filter={}", encode(filter)), None);
+            assert_eq!(status, 400, "{path}: {body}");
+            assert!(
+                body.contains("Failed to create boolean expression evaluator")
+                    && body.contains("deeper than 64"),
+                "{path}: {body}"
+            );
+        }
+    }
+    assert_alive(&agent);
+    // Long flat chains are fine: they cost no depth.
+    let chain: Vec<String> = (0..2000).map(|i| format!("Node == n{i}")).collect();
+    let (status, _, body) = agent.request(
+        "GET",
+        &format!("/v1/catalog/nodes?filter={}", encode(&chain.join(" or "))),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+fn set_ca_config(agent: &TestAgent, config: Value) -> (u16, String) {
+    agent.put(
+        "/v1/connect/ca/configuration",
+        &json!({"Provider": "consul", "Config": config}).to_string(),
+    )
+}
+
+fn leaf(agent: &TestAgent, service: &str) -> (u16, String) {
+    let (status, _, body) =
+        agent.request("GET", &format!("/v1/agent/connect/ca/leaf/{service}"), None);
+    (status, body)
+}
+
+#[test]
+fn ca_configuration_numbers_are_checked_before_they_are_stored() {
+    let agent = TestAgent::dev(&[]);
+    assert_eq!(leaf(&agent, "before").0, 200);
+    for (config, needle) in [
+        (json!({"CSRMaxPerSecond": "NaN"}), "not a finite number"),
+        (json!({"CSRMaxPerSecond": "inf"}), "not a finite number"),
+        (json!({"CSRMaxPerSecond": "-inf"}), "not a finite number"),
+        (json!({"CSRMaxPerSecond": null}), "expected a number"),
+        (json!({"PrivateKeyBits": 256.9}), "whole number"),
+        (json!({"CSRMaxConcurrent": -1}), "whole number"),
+        (
+            json!({"PrivateKeyType": "rsa", "PrivateKeyBits": 8192}),
+            "RSA key length must be 2048 or 4096 bits",
+        ),
+        (
+            json!({"PrivateKeyType": "rsa", "PrivateKeyBits": 4097}),
+            "RSA key length must be 2048 or 4096 bits",
+        ),
+        (
+            json!({"PrivateKey": "garbage", "RootCert": "garbage"}),
+            "invalid private key",
+        ),
+    ] {
+        let started = Instant::now();
+        let (status, body) = set_ca_config(&agent, config.clone());
+        assert_eq!(status, 400, "{config}: {body}");
+        assert!(body.contains(needle), "{config}: {body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{config} took long"
+        );
+    }
+    // Nothing was stored: leaves are still signed and a valid change works.
+    assert_eq!(leaf(&agent, "after").0, 200);
+    let stored = agent.get("/v1/connect/ca/configuration").unwrap();
+    assert_eq!(stored["Config"]["CSRMaxPerSecond"], 50, "{stored}");
+    let (status, body) = set_ca_config(&agent, json!({"CSRMaxPerSecond": 25}));
+    assert_eq!(status, 200, "{body}");
+
+    // A rate too small to wait for: one leaf, then Consul's rate-limit
+    // answer instead of a panic or a request that never ends.
+    let (status, body) = set_ca_config(&agent, json!({"CSRMaxPerSecond": 1e-30}));
+    assert_eq!(status, 200, "{body}");
+    let mut answers = Vec::new();
+    for service in ["tiny-a", "tiny-b", "tiny-c"] {
+        let started = Instant::now();
+        let answer = leaf(&agent, service);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{service}: no answer for {:?}",
+            started.elapsed()
+        );
+        answers.push(answer);
+    }
+    assert!(
+        answers
+            .iter()
+            .any(|(s, b)| *s == 429 && b.contains("Rate limit reached, try again later")),
+        "{answers:?}"
+    );
+    assert!(
+        !agent.log_text().contains("panicked"),
+        "{}",
+        agent.log_text()
+    );
+    let (status, body) = set_ca_config(&agent, json!({"CSRMaxPerSecond": 50}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(leaf(&agent, "tiny-d").0, 200);
+}
+
+#[test]
+fn a_damaged_stored_ca_configuration_never_blocks_leaves_or_its_repair() {
+    let agent = TestAgent::dev(&[]);
+    let (status, _, good) =
+        common::http_request_bytes(agent.http_port, "GET", "/v1/snapshot", None);
+    assert_eq!(status, 200);
+    // Damage the stored CA configuration as an older build could store it
+    // (a non-finite rate serialised as null), then restore that archive.
+    let (meta, data) = legate_state::archive::read_archive(&good).unwrap();
+    let mut state = serde_json::to_value(&data).unwrap();
+    state["ca_config"]["Config"]["CSRMaxPerSecond"] = Value::Null;
+    let damaged: legate_state::SnapshotData = serde_json::from_value(state).unwrap();
+    let archive = legate_state::archive::write_archive(&damaged, meta.index, meta.term).unwrap();
+    let (status, _, body) =
+        common::http_request_bytes(agent.http_port, "PUT", "/v1/snapshot", Some(archive));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let stored = agent.get("/v1/connect/ca/configuration").unwrap();
+    assert_eq!(stored["Config"]["CSRMaxPerSecond"], Value::Null, "{stored}");
+    // Leaves are still signed (with the default limits) ...
+    let (status, body) = leaf(&agent, "web");
+    assert_eq!(status, 200, "{body}");
+    // ... and a valid configuration replaces the damaged one.
+    let (status, body) = set_ca_config(&agent, json!({"CSRMaxPerSecond": 30}));
+    assert_eq!(status, 200, "{body}");
+    let stored = agent.get("/v1/connect/ca/configuration").unwrap();
+    assert_eq!(stored["Config"]["CSRMaxPerSecond"], 30, "{stored}");
+    assert_eq!(leaf(&agent, "db").0, 200);
+    // Restoring the good snapshot repairs it as well.
+    let (status, _, _) =
+        common::http_request_bytes(agent.http_port, "PUT", "/v1/snapshot", Some(good));
+    assert_eq!(status, 200);
+    let stored = agent.get("/v1/connect/ca/configuration").unwrap();
+    assert_eq!(stored["Config"]["CSRMaxPerSecond"], 50, "{stored}");
+}
+
+fn create_session(agent: &TestAgent, body: Value) -> (u16, String) {
+    agent.put("/v1/session/create", &body.to_string())
+}
+
+#[test]
+fn session_ttl_min_is_honoured_reported_and_refused_in_consuls_words() {
+    let agent = TestAgent::dev(&[]);
+    let (status, body) = create_session(&agent, json!({"TTL": "7.5s"}));
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(
+        body.trim(),
+        "Invalid Session TTL '7500000000', must be between [10s=24h0m0s]"
+    );
+    let config = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(config["Config"]["SessionTTLMin"], 10_000_000_000u64);
+
+    let agent = TestAgent::dev(&["-hcl", r#"session_ttl_min = "5s""#]);
+    assert!(!agent.log_text().contains("session_ttl_min"));
+    let config = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(config["Config"]["SessionTTLMin"], 5_000_000_000u64);
+    assert_eq!(config["DebugConfig"]["SessionTTLMin"], "5s");
+    let (status, body) = create_session(&agent, json!({"TTL": "7.5s"}));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = create_session(&agent, json!({"TTL": "3s"}));
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(
+        body.trim(),
+        "Invalid Session TTL '3000000000', must be between [5s=24h0m0s]"
+    );
+    let (status, body) = create_session(&agent, json!({"TTL": "25h"}));
+    assert_eq!(status, 500, "{body}");
+    let (status, body) = create_session(&agent, json!({"TTL": "soon"}));
+    assert_eq!(status, 500, "{body}");
+    assert!(body.starts_with("Session TTL 'soon' invalid"), "{body}");
+    // A bad value stops the agent with the key named.
+    let out = std::process::Command::new(common::binary())
+        .args(["agent", "-dev", "-hcl", r#"session_ttl_min = "0s""#])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("session_ttl_min"));
+}
+
+#[test]
+fn lock_delay_is_capped_at_consuls_sixty_seconds() {
+    let agent = TestAgent::dev(&[]);
+    let (status, body) = create_session(&agent, json!({"LockDelay": "1h"}));
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    let first = first["ID"].as_str().unwrap();
+    // Stored as asked (Consul does the same) ...
+    let info = agent.get(&format!("/v1/session/info/{first}")).unwrap();
+    assert_eq!(info[0]["LockDelay"], 3_600_000_000_000u64);
+    assert_eq!(
+        agent.put(&format!("/v1/kv/lock?acquire={first}"), "a").1,
+        "true"
+    );
+    agent.put(&format!("/v1/session/destroy/{first}"), "");
+    let (_, body) = create_session(&agent, json!({"LockDelay": "0s"}));
+    let second: Value = serde_json::from_str(&body).unwrap();
+    let second = second["ID"].as_str().unwrap();
+    let released = Instant::now();
+    // ... honoured at first ...
+    assert_eq!(
+        agent.put(&format!("/v1/kv/lock?acquire={second}"), "b").1,
+        "false"
+    );
+    // ... but for 60 s, not an hour.
+    loop {
+        let (_, acquired) = agent.put(&format!("/v1/kv/lock?acquire={second}"), "b");
+        if acquired == "true" {
+            break;
+        }
+        assert!(
+            released.elapsed() < Duration::from_secs(65),
+            "the key is still locked after {:?}",
+            released.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        released.elapsed() >= Duration::from_secs(55),
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn the_data_dir_and_its_files_are_private_to_their_owner() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data");
+    // An existing data dir others can read (as older builds left it).
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("old-file"), "x").unwrap();
+    std::fs::set_permissions(dir.join("old-file"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let dir_text = dir.display().to_string();
+    let agent = TestAgent::start(&[
+        "-server",
+        "-bootstrap-expect=1",
+        &format!("-data-dir={dir_text}"),
+        "-node=private",
+        "-bind=127.0.0.71",
+    ]);
+    assert_eq!(agent.put("/v1/kv/k", "v").1, "true");
+    assert_eq!(leaf(&agent, "web").0, 200);
+    assert!(
+        agent.log_text().contains("restricted it to its owner"),
+        "{}",
+        agent.log_text()
+    );
+    let mut seen = 0;
+    let mut stack = vec![dir.clone()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mode = meta.permissions().mode() & 0o777;
+        if meta.is_dir() {
+            assert_eq!(mode, 0o700, "{}", path.display());
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(mode, 0o600, "{}", path.display());
+            seen += 1;
+        }
+    }
+    assert!(dir.join("raft/raft.db").exists());
+    assert!(seen >= 3, "{seen} files");
+}
