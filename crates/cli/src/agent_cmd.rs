@@ -539,6 +539,10 @@ async fn start_server(
             tls.server()
                 .map_err(|e| format!("Error loading TLS: {e}"))?,
         );
+        listener.set_client_limits(
+            config.limits.rpc_max_conns_per_client,
+            config.limits.rpc_handshake_timeout,
+        );
         server.route(&mut listener, rpc.clone());
         // The server port (and every connection on it) closes with the server.
         let s = server.clone();
@@ -672,9 +676,16 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
             tracing::info!(address = %address, "gRPC (xDS) server listening");
             let ads = legate_xds::AdsServer::new(manager.clone());
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let incoming = crate::grpc_incoming::incoming(legate_net::Acceptor::new(
+                listener,
+                config.limits.http_max_conns_per_client,
+                "gRPC",
+            ));
             let task = tokio::spawn(async move {
                 let result = tonic::transport::Server::builder()
+                    // Dead peers are noticed and their streams released.
+                    .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                    .http2_keepalive_timeout(Some(Duration::from_secs(20)))
                     .add_service(ads.into_service())
                     .serve_with_incoming_shutdown(incoming, async move {
                         let _ = stop_rx.await;
@@ -696,9 +707,13 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
                 config.dns.clone(),
                 config.datacenter.clone(),
             ));
-            let server = legate_dns::DnsServer::start(address, resolver)
-                .await
-                .map_err(|e| format!("Error starting the DNS server on {address}: {e}"))?;
+            let server = legate_dns::DnsServer::start(
+                address,
+                resolver,
+                config.limits.http_max_conns_per_client,
+            )
+            .await
+            .map_err(|e| format!("Error starting the DNS server on {address}: {e}"))?;
             tracing::info!(address = %address, "DNS server listening (UDP and TCP)");
             Some(server)
         }

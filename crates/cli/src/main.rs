@@ -5,6 +5,7 @@ mod agent_cmd;
 mod client;
 mod cluster;
 mod commands;
+mod grpc_incoming;
 mod host;
 
 use std::process::ExitCode;

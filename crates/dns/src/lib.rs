@@ -10,10 +10,10 @@
 pub mod names;
 mod recursor;
 mod resolve;
+mod tcp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hickory_proto::op::{Edns, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, Record};
@@ -23,9 +23,6 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::zone_handler::MessageResponseBuilder;
 
 pub use resolve::{Answer, NotOurs, Resolver, Transport};
-
-/// How long a TCP client may stay silent before its connection is closed.
-const TCP_IDLE: Duration = Duration::from_secs(10);
 
 /// The request handler hickory's server calls for every query.
 pub struct DnsHandler {
@@ -157,26 +154,37 @@ impl RequestHandler for DnsHandler {
 
 /// A running DNS server; dropping it does not stop it, [`DnsServer::stop`] does.
 pub struct DnsServer {
-    server: hickory_server::Server<DnsHandler>,
+    udp: hickory_server::Server<DnsHandler>,
+    tcp: tcp::TcpServer,
     /// The bound UDP address (TCP listens on the same).
     pub address: SocketAddr,
 }
 
 impl DnsServer {
-    /// Binds UDP and TCP on `address` and serves `resolver`.
-    pub async fn start(address: SocketAddr, resolver: Arc<Resolver>) -> std::io::Result<DnsServer> {
-        let udp = tokio::net::UdpSocket::bind(address).await?;
-        let address = udp.local_addr()?;
-        let tcp = tokio::net::TcpListener::bind(address).await?;
-        let mut server = hickory_server::Server::new(DnsHandler::new(resolver));
-        server.register_socket(udp);
-        server.register_listener(tcp, TCP_IDLE, 64 * 1024);
-        Ok(DnsServer { server, address })
+    /// Binds UDP and TCP on `address` and serves `resolver`; one client
+    /// address may hold at most `max_tcp_per_client` TCP connections (0:
+    /// no cap).
+    pub async fn start(
+        address: SocketAddr,
+        resolver: Arc<Resolver>,
+        max_tcp_per_client: usize,
+    ) -> std::io::Result<DnsServer> {
+        let udp_socket = tokio::net::UdpSocket::bind(address).await?;
+        let address = udp_socket.local_addr()?;
+        let listener = tokio::net::TcpListener::bind(address).await?;
+        let mut udp = hickory_server::Server::new(DnsHandler::new(resolver.clone()));
+        udp.register_socket(udp_socket);
+        let tcp = tcp::TcpServer::start(
+            legate_net::Acceptor::new(listener, max_tcp_per_client, "DNS/TCP"),
+            DnsHandler::new(resolver),
+        );
+        Ok(DnsServer { udp, tcp, address })
     }
 
     /// Stops serving.
     pub async fn stop(mut self) {
-        if let Err(e) = self.server.shutdown_gracefully().await {
+        self.tcp.stop().await;
+        if let Err(e) = self.udp.shutdown_gracefully().await {
             tracing::debug!(error = %e, "DNS server stopped with an error");
         }
     }

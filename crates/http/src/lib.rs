@@ -11,9 +11,9 @@ mod intentions;
 mod kv;
 mod metrics;
 mod misc;
+mod serve;
 pub mod util;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -206,18 +206,16 @@ async fn fallback(method: Method, uri: axum::http::Uri) -> Response {
         .into_response()
 }
 
-/// Serves the API on a bound listener until `shutdown` completes.
+/// Serves the API on a bound listener until `shutdown` completes, within
+/// the agent's `limits` (connections per client, request-head and idle
+/// deadlines).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let limits = state.agent.config().limits.clone();
+    serve::serve(listener, router(state), &limits, shutdown).await
 }
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Req {

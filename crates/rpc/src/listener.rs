@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use legate_net::{Acceptor, Incoming, LimitedStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use crate::frame::{read_frame, write_frame};
 use crate::tls::{kind_of_alpn, ServerTls};
@@ -19,8 +20,9 @@ use crate::Kind;
 pub const MAX_CONNECTIONS: usize = 65536;
 
 /// How long a new connection may take to say what it is (its first byte,
-/// or its TLS handshake); silent connections are closed.
-const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// or its TLS handshake) unless set otherwise (`rpc_handshake_timeout`);
+/// silent connections are closed.
+pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -38,6 +40,8 @@ pub struct Listener {
     handlers: HashMap<Kind, Arc<dyn FrameHandler>>,
     tls: Option<Arc<ServerTls>>,
     max_connections: usize,
+    max_per_client: usize,
+    hello_timeout: std::time::Duration,
 }
 
 impl Listener {
@@ -48,6 +52,8 @@ impl Listener {
             handlers: HashMap::new(),
             tls: None,
             max_connections: MAX_CONNECTIONS,
+            max_per_client: 0,
+            hello_timeout: HELLO_TIMEOUT,
         })
     }
 
@@ -67,6 +73,18 @@ impl Listener {
         self.max_connections = limit;
     }
 
+    /// Per client address, at most `max_per_client` connections that are
+    /// not carrying a call (saying what they are, or idle between calls;
+    /// 0: no cap), and `hello_timeout` for a new one to say what it is
+    /// (`rpc_max_conns_per_client`, `rpc_handshake_timeout`). Calls in
+    /// flight are not counted: Legate opens a connection per concurrent
+    /// call where Consul multiplexes one, and a busy client agent must not
+    /// be refused.
+    pub fn set_client_limits(&mut self, max_per_client: usize, hello_timeout: std::time::Duration) {
+        self.max_per_client = max_per_client;
+        self.hello_timeout = hello_timeout;
+    }
+
     /// Accepts TLS connections (and, when `tls` requires it, only those).
     pub fn set_tls(&mut self, tls: Option<Arc<ServerTls>>) {
         self.tls = tls;
@@ -78,28 +96,29 @@ impl Listener {
         let handlers = Arc::new(self.handlers);
         let tls = self.tls;
         let limit = self.max_connections;
+        let hello_timeout = self.hello_timeout;
+        let acceptor = Acceptor::new(self.listener, self.max_per_client, "server port");
         let mut connections = tokio::task::JoinSet::new();
+        let full = legate_net::Throttle::new(std::time::Duration::from_secs(10));
         loop {
             while connections.try_join_next().is_some() {}
-            let (stream, peer) = match self.listener.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "server port accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
+            // Over its client's cap: closed unanswered, as Consul does.
+            let Incoming::Admitted(stream) = acceptor.next().await else {
+                continue;
             };
+            let peer = stream.peer();
             while connections.try_join_next().is_some() {}
             if connections.len() >= limit {
-                tracing::warn!(%peer, limit, "server port: too many connections; closing a new one");
-                drop(stream);
+                if let Some(count) = full.hit() {
+                    tracing::warn!(%peer, limit, refused = count, "server port: too many connections; closing new ones");
+                }
                 continue;
             }
-            let _ = stream.set_nodelay(true);
+            let _ = stream.get_ref().set_nodelay(true);
             let handlers = handlers.clone();
             let tls = tls.clone();
             connections.spawn(async move {
-                if let Err(e) = connection(stream, peer, &handlers, tls.as_deref()).await {
+                if let Err(e) = connection(stream, &handlers, tls.as_deref(), hello_timeout).await {
                     tracing::debug!(%peer, error = %e, "server port connection ended");
                 }
             });
@@ -112,11 +131,12 @@ fn refused(message: String) -> std::io::Error {
 }
 
 async fn connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+    mut stream: LimitedStream,
     handlers: &HashMap<Kind, Arc<dyn FrameHandler>>,
     tls: Option<&ServerTls>,
+    hello_timeout: std::time::Duration,
 ) -> std::io::Result<()> {
+    let peer = stream.peer();
     let silent = || {
         std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -124,7 +144,7 @@ async fn connection(
         )
     };
     let mut first = [0u8; 1];
-    let peeked = tokio::time::timeout(HELLO_TIMEOUT, stream.peek(&mut first))
+    let peeked = tokio::time::timeout(hello_timeout, stream.get_ref().peek(&mut first))
         .await
         .map_err(|_| silent())??;
     if peeked == 0 {
@@ -133,7 +153,7 @@ async fn connection(
     if first[0] == TLS_HANDSHAKE {
         let tls =
             tls.ok_or_else(|| refused("a TLS connection, but TLS is not configured".into()))?;
-        let stream = tokio::time::timeout(HELLO_TIMEOUT, tls.acceptor.accept(stream))
+        let stream = tokio::time::timeout(hello_timeout, tls.acceptor.accept(stream))
             .await
             .map_err(|_| silent())??;
         let kind = stream
@@ -161,15 +181,39 @@ async fn connection(
     serve_frames(stream, peer, handler.as_ref()).await
 }
 
-/// Answers each request frame with one frame until the peer closes.
-async fn serve_frames<S: AsyncRead + AsyncWrite + Unpin>(
+/// A connection counted against its client's cap while it carries no call.
+trait Counted {
+    fn connection(&mut self) -> &mut LimitedStream;
+}
+
+impl Counted for LimitedStream {
+    fn connection(&mut self) -> &mut LimitedStream {
+        self
+    }
+}
+
+impl Counted for tokio_rustls::server::TlsStream<LimitedStream> {
+    fn connection(&mut self) -> &mut LimitedStream {
+        self.get_mut().0
+    }
+}
+
+/// Answers each request frame with one frame until the peer closes. While
+/// a call is answered the connection does not count against its client's
+/// cap; afterwards it counts again, or is closed when the client reached
+/// its cap meanwhile.
+async fn serve_frames<S: AsyncRead + AsyncWrite + Unpin + Counted>(
     mut stream: S,
     peer: SocketAddr,
     handler: &dyn FrameHandler,
 ) -> std::io::Result<()> {
     while let Some(request) = read_frame(&mut stream).await? {
+        stream.connection().uncount();
         let answer = handler.handle(peer, request).await;
         write_frame(&mut stream, &answer).await?;
+        if !stream.connection().recount() {
+            return Ok(());
+        }
     }
     Ok(())
 }

@@ -1,0 +1,174 @@
+//! DNS over TCP (RFC 7766): two-byte length-prefixed messages on a
+//! connection, answered in order. Served here rather than by hickory's
+//! server so connections go through Legate's acceptor (a cap per client
+//! address, a back-off instead of a busy loop when the file table is full)
+//! and an idle connection is closed after [`TCP_IDLE`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_proto::serialize::binary::BinEncoder;
+use hickory_server::net::runtime::TokioTime;
+use hickory_server::net::xfer::Protocol;
+use hickory_server::net::NetError;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponse;
+use legate_net::{Acceptor, Incoming, LimitedStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::DnsHandler;
+
+/// How long a TCP client may stay silent (between or within messages)
+/// before its connection is closed.
+pub(crate) const TCP_IDLE: Duration = Duration::from_secs(10);
+
+/// The TCP side of the DNS server.
+pub(crate) struct TcpServer {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TcpServer {
+    /// Serves `handler` on the connections `acceptor` admits.
+    pub(crate) fn start(acceptor: Acceptor, handler: DnsHandler) -> TcpServer {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(acceptor, Arc::new(handler), stopped));
+        TcpServer { stop, task }
+    }
+
+    /// Stops accepting and closes every connection.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn accept_loop(
+    acceptor: Acceptor,
+    handler: Arc<DnsHandler>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let incoming = tokio::select! {
+            incoming = acceptor.next() => incoming,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        while connections.try_join_next().is_some() {}
+        match incoming {
+            // Over its cap: closed unanswered, as Consul's DNS server would
+            // not have accepted it.
+            Incoming::OverLimit(..) => {}
+            Incoming::Admitted(stream) => {
+                connections.spawn(connection(stream, handler.clone()));
+            }
+        }
+    }
+}
+
+async fn connection(mut stream: LimitedStream, handler: Arc<DnsHandler>) {
+    let peer = stream.peer();
+    loop {
+        let mut length = [0u8; 2];
+        if !matches!(
+            tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut length)).await,
+            Ok(Ok(_))
+        ) {
+            return;
+        }
+        let mut message = vec![0u8; u16::from_be_bytes(length) as usize];
+        if !matches!(
+            tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut message)).await,
+            Ok(Ok(_))
+        ) {
+            return;
+        }
+        let answer = match Request::from_bytes(message.clone(), peer, Protocol::Tcp) {
+            Ok(request) => {
+                let responder = Collect::default();
+                handler
+                    .handle_request::<_, TokioTime>(&request, responder.clone())
+                    .await;
+                responder.take()
+            }
+            Err(_) => format_error(&message),
+        };
+        let Some(answer) = answer else { continue };
+        let Ok(length) = u16::try_from(answer.len()) else {
+            return;
+        };
+        let mut out = Vec::with_capacity(answer.len() + 2);
+        out.extend_from_slice(&length.to_be_bytes());
+        out.extend_from_slice(&answer);
+        if !matches!(
+            tokio::time::timeout(TCP_IDLE, stream.write_all(&out)).await,
+            Ok(Ok(()))
+        ) {
+            return;
+        }
+    }
+}
+
+/// FORMERR for a query whose header could be read but not the rest (what
+/// hickory's own server answers); nothing for responses or shorter input.
+fn format_error(message: &[u8]) -> Option<Vec<u8>> {
+    if message.len() < 12 || message[2] & 0x80 != 0 {
+        return None;
+    }
+    let mut header = vec![0u8; 12];
+    header[..2].copy_from_slice(&message[..2]);
+    // QR, the query's opcode and RD; rcode 1 (FORMERR); no records.
+    header[2] = 0x80 | (message[2] & 0x79);
+    header[3] = 0x01;
+    Some(header)
+}
+
+/// Keeps the encoded response for the connection to write.
+#[derive(Clone, Default)]
+struct Collect(Arc<std::sync::Mutex<Option<Vec<u8>>>>);
+
+impl Collect {
+    fn take(&self) -> Option<Vec<u8>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+#[async_trait::async_trait]
+impl ResponseHandler for Collect {
+    async fn send_response<'a>(
+        &mut self,
+        response: MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
+            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
+            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
+            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let mut bytes = Vec::with_capacity(512);
+        let info = {
+            let mut encoder = BinEncoder::new(&mut bytes);
+            response.destructive_emit(&mut encoder)?
+        };
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_queries_get_formerr_and_responses_nothing() {
+        let mut query = vec![0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0xff];
+        let answer = format_error(&query).unwrap();
+        assert_eq!(&answer[..4], &[0xab, 0xcd, 0x81, 0x01]);
+        assert_eq!(&answer[4..], &[0; 8]);
+        query[2] |= 0x80;
+        assert_eq!(format_error(&query), None);
+        assert_eq!(format_error(&[1, 2, 3]), None);
+    }
+}

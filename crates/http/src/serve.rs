@@ -1,0 +1,274 @@
+//! The HTTP accept loop and connections: at most
+//! `limits.http_max_conns_per_client` connections per client address (the
+//! next one gets Consul's 429 and is closed), a request head must arrive
+//! within `limits.http_handshake_timeout` of the connection or of the end
+//! of the previous request, and a keep-alive connection with no request in
+//! flight is closed after `limits.http_idle_timeout`. Requests in flight
+//! (blocking queries waiting up to ten minutes included) are never cut
+//! by these deadlines, but a request whose client has gone (the socket
+//! reads end-of-file) is dropped at once, as Go's server cancels it, so
+//! abandoned long polls do not hold a descriptor until their wait ends.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use legate_agent::limits::Limits;
+use legate_net::{Acceptor, Incoming, LimitedStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::watch;
+use tower::Service;
+
+/// Consul's answer to a client over its connection cap (go-connlimit).
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nContent-Length: 81\r\nConnection: close\r\n\r\nYour IP is issuing too many concurrent connections, please rate limit your calls\n";
+
+/// How long connections get to finish once the server stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Marks "no request head being read".
+const NONE: u64 = u64::MAX;
+
+/// What one connection is doing, shared by its socket and its service.
+struct Activity {
+    epoch: Instant,
+    in_flight: AtomicUsize,
+    /// When the bytes of a request head began arriving (ms since `epoch`).
+    head_started: AtomicU64,
+    /// Last byte read or written (ms since `epoch`).
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            epoch: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            // A new connection owes its first request head from now on.
+            head_started: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Why the connection should be closed now, if it should.
+    fn expired(&self, limits: &Limits, socket: RawFd) -> Option<&'static str> {
+        if self.in_flight.load(Ordering::Acquire) != 0 {
+            return peer_closed(socket).then_some("the client closed the connection");
+        }
+        let now = self.now();
+        let head = self.head_started.load(Ordering::Acquire);
+        if head != NONE {
+            let waited = Duration::from_millis(now.saturating_sub(head));
+            return (waited > limits.http_handshake_timeout)
+                .then_some("no complete request head in time");
+        }
+        let idle = Duration::from_millis(now.saturating_sub(self.last.load(Ordering::Acquire)));
+        (!limits.http_idle_timeout.is_zero() && idle > limits.http_idle_timeout).then_some("idle")
+    }
+}
+
+/// Whether the peer has closed its side: a peek that reads end-of-file.
+/// Bytes waiting (a pipelined request) or nothing to read yet mean it has
+/// not.
+fn peer_closed(socket: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: a non-blocking peek of one byte into a local buffer, on a
+    // socket the calling connection task owns and keeps open.
+    let read = unsafe {
+        libc::recv(
+            socket,
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    read == 0
+}
+
+/// The socket, noting activity.
+struct Tracked {
+    stream: LimitedStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let a = &self.activity;
+            let now = a.now();
+            a.last.store(now, Ordering::Release);
+            if a.in_flight.load(Ordering::Acquire) == 0 {
+                let _ =
+                    a.head_started
+                        .compare_exchange(NONE, now, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
+        result
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.stream).poll_write(cx, buf);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            let now = self.activity.now();
+            self.activity.last.store(now, Ordering::Release);
+        }
+        result
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Counts a request in flight until dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: &Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        activity.head_started.store(NONE, Ordering::Release);
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = self.0.now();
+        self.0.last.store(now, Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: &Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let acceptor = Acceptor::new(listener, limits.http_max_conns_per_client, "HTTP");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let incoming = tokio::select! {
+            incoming = acceptor.next() => incoming,
+            _ = &mut shutdown => break,
+        };
+        while connections.try_join_next().is_some() {}
+        match incoming {
+            Incoming::OverLimit(stream, _) => {
+                connections.spawn(refuse(stream));
+            }
+            Incoming::Admitted(stream) => {
+                let _ = stream.get_ref().set_nodelay(true);
+                connections.spawn(connection(
+                    stream,
+                    router.clone(),
+                    limits.clone(),
+                    stop_rx.clone(),
+                ));
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    Ok(())
+}
+
+/// Answers a connection over its client's cap with Consul's 429 and
+/// closes it; what the client sent meanwhile is read and dropped first
+/// (for at most a second), so the close does not reset the connection
+/// before the client has read the answer.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(TOO_MANY_CONNECTIONS).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, io::Error>(())
+    })
+    .await;
+}
+
+async fn connection(
+    stream: LimitedStream,
+    router: Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let peer = stream.peer();
+    let activity = Activity::new();
+    // The connection future below owns the socket and lives as long as
+    // this task, so its descriptor stays valid for the peeks.
+    let socket = stream.get_ref().as_raw_fd();
+    let io = TokioIo::new(Tracked {
+        stream,
+        activity: activity.clone(),
+    });
+    let requests = activity.clone();
+    let service =
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let in_flight = InFlight::start(&requests);
+            let mut router = router.clone();
+            async move {
+                let response = router.call(request.map(axum::body::Body::new)).await;
+                drop(in_flight);
+                response
+            }
+        });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(conn);
+    let tick = (limits.http_handshake_timeout / 4)
+        .clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::trace!(%peer, error = %e, "HTTP connection ended");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(tick) => {
+                if let Some(why) = activity.expired(&limits, socket) {
+                    tracing::debug!(%peer, why, "closing an HTTP connection");
+                    return;
+                }
+            }
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}

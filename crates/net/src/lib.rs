@@ -1,0 +1,14 @@
+//! Listening sockets that one client cannot exhaust: connections counted
+//! per client address with a cap ([`ClientLimit`]), accept errors (a full
+//! file table above all) answered with a growing back-off instead of a
+//! busy loop ([`Acceptor`]), and log lines about them throttled
+//! ([`Throttle`]). Every TCP listener of the agent (HTTP, gRPC, DNS over
+//! TCP, the server port) accepts through it.
+//!
+//! Depends on nothing of Legate's.
+
+mod accept;
+mod throttle;
+
+pub use accept::{Acceptor, ClientLimit, ClientSlot, Incoming, LimitedStream};
+pub use throttle::Throttle;
