@@ -316,3 +316,63 @@ fn the_data_dir_and_its_files_are_private_to_their_owner() {
     assert!(dir.join("raft/raft.db").exists());
     assert!(seen >= 3, "{seen} files");
 }
+
+/// The agent's peak resident memory so far (VmHWM), in KiB.
+fn peak_rss_kib(agent: &TestAgent) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.child.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_snapshot_bomb_is_refused_without_inflating_it_one_restore_at_a_time() {
+    let agent = TestAgent::dev(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = dir.path().join("bomb.snap");
+    // A state.json that says it inflates to 2 GiB, 256 MiB of it present:
+    // about 1 MB compressed.
+    let script = format!(
+        r#"(python3 -c "
+import sys, tarfile
+t = tarfile.TarInfo('state.json'); t.size = 2 << 30
+sys.stdout.buffer.write(t.tobuf(format=tarfile.GNU_FORMAT))"; head -c 268435456 /dev/zero) | gzip -1 > {}"#,
+        bomb.display()
+    );
+    assert!(std::process::Command::new("bash")
+        .args(["-c", &script])
+        .status()
+        .unwrap()
+        .success());
+    let bytes = std::fs::read(&bomb).unwrap();
+    assert!(bytes.len() < 4 << 20, "{} bytes", bytes.len());
+    let before = peak_rss_kib(&agent);
+    let port = agent.http_port;
+    let restores: Vec<_> = (0..4)
+        .map(|_| {
+            let bytes = bytes.clone();
+            std::thread::spawn(move || {
+                let (status, _, body) =
+                    common::http_request_bytes(port, "PUT", "/v1/snapshot", Some(bytes));
+                (status, String::from_utf8_lossy(&body).to_string())
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, String)> = restores.into_iter().map(|t| t.join().unwrap()).collect();
+    for (status, body) in &answers {
+        match status {
+            400 => assert!(body.contains("state.json is larger than"), "{body}"),
+            429 => assert!(body.contains("already in progress"), "{body}"),
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(answers.iter().any(|(s, _)| *s == 400), "{answers:?}");
+    let peak = peak_rss_kib(&agent);
+    assert!(
+        peak < before + 64 * 1024,
+        "peak RSS went from {before} KiB to {peak} KiB"
+    );
+    assert_eq!(agent.put("/v1/kv/after", "ok").1, "true");
+}

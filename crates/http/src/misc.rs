@@ -133,6 +133,14 @@ pub async fn snapshot_restore(State(st): State<AppState>, req: Req, body: Bytes)
             "Missing snapshot: the request body must be a snapshot archive",
         ));
     }
+    // One restore at a time through this agent: each is verified (inflated
+    // and decoded) before it is written, and a second would double that.
+    let Some(_restoring) = RestoreSlot::take() else {
+        return Err(ApiError {
+            status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+            message: "Snapshot restore already in progress; try again when it has finished".into(),
+        });
+    };
     st.agent
         .rpc()
         .snapshot_restore(
@@ -143,6 +151,31 @@ pub async fn snapshot_restore(State(st): State<AppState>, req: Req, body: Bytes)
     Ok(axum::response::IntoResponse::into_response(
         axum::http::StatusCode::OK,
     ))
+}
+
+/// Held while this agent restores a snapshot.
+struct RestoreSlot;
+
+static RESTORING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl RestoreSlot {
+    fn take() -> Option<RestoreSlot> {
+        RESTORING
+            .compare_exchange(
+                false,
+                true,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+            )
+            .is_ok()
+            .then_some(RestoreSlot)
+    }
+}
+
+impl Drop for RestoreSlot {
+    fn drop(&mut self) {
+        RESTORING.store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// `GET /v1/operator/autopilot/health`: 200 when every server is

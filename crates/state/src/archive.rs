@@ -100,17 +100,13 @@ pub fn write_archive(data: &SnapshotData, index: u64, term: u64) -> Result<Vec<u
         .map_err(|e| ArchiveError::Encode(e.to_string()))
 }
 
-/// Reads and verifies an archive.
+/// Reads and verifies an archive. It is read as a stream: entry sizes are
+/// checked from the tar headers before anything is inflated, and
+/// `state.json` is decoded while it is inflated and hashed, so a
+/// decompression bomb is refused without being inflated and no copy of
+/// the inflated state is ever held. Nothing decoded is returned unless
+/// every checksum matches.
 pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), ArchiveError> {
-    let (meta, state) = read_verified(bytes)?;
-    let data: SnapshotData = serde_json::from_slice(&state)
-        .map_err(|e| ArchiveError::Format(format!("{STATE}: {e}")))?;
-    Ok((meta, data))
-}
-
-/// Reads and verifies an archive's files, returning the metadata and the
-/// raw `state.json`.
-fn read_verified(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), ArchiveError> {
     let format = |e: std::io::Error| ArchiveError::Format(e.to_string());
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
     let (mut meta, mut state, mut sums) = (None, None, None);
@@ -122,20 +118,26 @@ fn read_verified(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), ArchiveError> 
         } else {
             1 << 20
         };
-        let mut contents = Vec::new();
-        entry
-            .take(limit + 1)
-            .read_to_end(&mut contents)
-            .map_err(format)?;
-        if contents.len() as u64 > limit {
+        let size = entry.header().size().map_err(format)?;
+        if size > limit {
             return Err(ArchiveError::Format(format!(
                 "{name} is larger than {limit} bytes"
             )));
         }
         match name.as_str() {
-            META => meta = Some(contents),
-            STATE => state = Some(contents),
-            SUMS => sums = Some(contents),
+            META => meta = Some(small_file(entry, limit)?),
+            SUMS => sums = Some(small_file(entry, limit)?),
+            STATE => {
+                let mut reader = Hashing::new(entry.take(limit));
+                let decoded = serde_json::from_reader::<_, SnapshotData>(std::io::BufReader::new(
+                    &mut reader,
+                ));
+                // Whatever decoding left (nothing, or all after an error)
+                // still counts towards the checksum.
+                std::io::copy(&mut reader, &mut std::io::sink()).map_err(format)?;
+                let (digest, length) = reader.finish();
+                state = Some((decoded, digest, length));
+            }
             other => {
                 return Err(ArchiveError::Format(format!(
                     "unexpected file {other:?} in the archive"
@@ -145,10 +147,10 @@ fn read_verified(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), ArchiveError> 
     }
     let missing = |name: &str| ArchiveError::Verification(format!("{name} is missing"));
     let meta_bytes = meta.ok_or_else(|| missing(META))?;
-    let state = state.ok_or_else(|| missing(STATE))?;
+    let (decoded, state_digest, state_len) = state.ok_or_else(|| missing(STATE))?;
     let sums = String::from_utf8(sums.ok_or_else(|| missing(SUMS))?)
         .map_err(|_| ArchiveError::Verification(format!("{SUMS} is not text")))?;
-    for (name, contents) in [(META, &meta_bytes), (STATE, &state)] {
+    for (name, digest) in [(META, sha256_hex(&meta_bytes)), (STATE, state_digest)] {
         let listed = sums
             .lines()
             .find_map(|line| {
@@ -156,7 +158,7 @@ fn read_verified(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), ArchiveError> 
                 (file == name).then_some(sum)
             })
             .ok_or_else(|| ArchiveError::Verification(format!("{SUMS} does not list {name}")))?;
-        if listed != sha256_hex(contents) {
+        if listed != digest {
             return Err(ArchiveError::Verification(format!(
                 "the SHA-256 of {name} does not match {SUMS}"
             )));
@@ -167,22 +169,63 @@ fn read_verified(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), ArchiveError> 
     if meta.version != ARCHIVE_VERSION {
         return Err(ArchiveError::Version(meta.version));
     }
-    if meta.size != state.len() as u64 {
+    if meta.size != state_len {
         return Err(ArchiveError::Verification(format!(
-            "{STATE} holds {} bytes, {META} says {}",
-            state.len(),
+            "{STATE} holds {state_len} bytes, {META} says {}",
             meta.size
         )));
     }
-    Ok((meta, state))
+    let data = decoded.map_err(|e| ArchiveError::Format(format!("{STATE}: {e}")))?;
+    Ok((meta, data))
+}
+
+/// A small archive member, read whole.
+fn small_file(entry: impl Read, limit: u64) -> Result<Vec<u8>, ArchiveError> {
+    let mut contents = Vec::new();
+    entry
+        .take(limit)
+        .read_to_end(&mut contents)
+        .map_err(|e| ArchiveError::Format(e.to_string()))?;
+    Ok(contents)
+}
+
+/// A reader that hashes (SHA-256) and counts what passes through it.
+struct Hashing<R> {
+    inner: R,
+    digest: ring::digest::Context,
+    length: u64,
+}
+
+impl<R: Read> Hashing<R> {
+    fn new(inner: R) -> Self {
+        Hashing {
+            inner,
+            digest: ring::digest::Context::new(&ring::digest::SHA256),
+            length: 0,
+        }
+    }
+
+    /// The hex SHA-256 and the length of everything read.
+    fn finish(self) -> (String, u64) {
+        (hex(self.digest.finish().as_ref()), self.length)
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.digest.update(&buf[..n]);
+        self.length += n as u64;
+        Ok(n)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
 }
 
 /// One line of `snapshot inspect`: a kind of record, how many and how many
@@ -264,7 +307,7 @@ mod tests {
         let truncated = &bytes[..bytes.len() / 2];
         assert!(read_archive(truncated).is_err());
         // Rewrite state.json inside a valid archive: the sum no longer holds.
-        let (meta, _) = read_verified(&bytes).unwrap();
+        let (meta, _) = read_archive(&bytes).unwrap();
         let mut tar = tar::Builder::new(Vec::new());
         for (name, body) in [
             (META, serde_json::to_vec(&meta).unwrap()),
@@ -284,5 +327,27 @@ mod tests {
         let forged = gz.finish().unwrap();
         let error = read_archive(&forged).unwrap_err();
         assert!(matches!(error, ArchiveError::Verification(_)), "{error}");
+    }
+
+    #[test]
+    fn a_bomb_is_refused_from_its_header_before_anything_is_inflated() {
+        // A tar header announcing 2 GiB of state.json, followed by a mere
+        // 1 KiB: refused from the header alone (reading the body would
+        // fail differently, on the short read).
+        let mut header = tar::Header::new_gnu();
+        header.set_path(STATE).unwrap();
+        header.set_size(2 << 30);
+        header.set_cksum();
+        let mut raw = header.as_bytes().to_vec();
+        raw.extend_from_slice(&[b' '; 1024]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&raw).unwrap();
+        let error = read_archive(&gz.finish().unwrap()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("state.json is larger than 1073741824 bytes"),
+            "{error}"
+        );
     }
 }
