@@ -721,9 +721,27 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     };
     println!("==> Legate agent running!");
 
+    let raft_failed = async {
+        match &server {
+            Some(server) => server.wait_fatal().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut failure = None;
     let leaving = tokio::select! {
         _ = wait_for_signal() => { tracing::info!("caught signal; shutting down"); false }
         _ = agent.shutdown_requested() => { tracing::info!("leave requested; shutting down"); true }
+        // A storage error stops Raft for good: this server reports no
+        // leader from that moment and exits non-zero, so a supervisor
+        // restarts it once the disk takes writes again (the log and the
+        // last snapshot on disk are intact: nothing acknowledged is lost).
+        error = raft_failed => {
+            tracing::error!(%error, "Raft stopped on a storage error; exiting");
+            failure = Some(format!(
+                "Raft stopped on a storage error ({error}); this server exits so that it can be restarted once its data dir takes writes again"
+            ));
+            false
+        }
     };
     // As Consul's defaults: `leave` always leaves gossip gracefully; on a
     // signal, client agents leave (leave_on_terminate) and servers do not
@@ -760,5 +778,8 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         let _ = std::fs::remove_file(pid);
     }
     println!("==> Legate agent stopped");
-    Ok(())
+    match failure {
+        Some(message) => Err(message),
+        None => Ok(()),
+    }
 }

@@ -247,10 +247,14 @@ impl RaftNode {
         }
     }
 
-    /// The current leader's address, if one is known.
+    /// The current leader's address, if one is known (never once Raft
+    /// has stopped on a fatal error).
     pub fn leader_address(&self) -> Option<String> {
         let receiver = self.raft.metrics();
         let metrics = receiver.borrow();
+        if metrics.running_state.is_err() {
+            return None;
+        }
         let leader = metrics.current_leader?;
         metrics
             .membership_config
@@ -259,11 +263,29 @@ impl RaftNode {
             .map(|n| n.addr.clone())
     }
 
-    /// True when this node is the leader.
+    /// True when this node is the leader (never once Raft has stopped on
+    /// a fatal error).
     pub fn is_leader(&self) -> bool {
         let receiver = self.raft.metrics();
         let metrics = receiver.borrow();
-        metrics.current_leader == Some(self.options.node_id)
+        metrics.running_state.is_ok() && metrics.current_leader == Some(self.options.node_id)
+    }
+
+    /// Resolves when Raft stops on a fatal error (a log or state write
+    /// that failed: a full or read-only disk), with its text. Raft cannot
+    /// go on after one; a normal shutdown never resolves this.
+    pub async fn wait_fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                if !matches!(fatal, openraft::error::Fatal::Stopped) {
+                    return fatal.to_string();
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Every server in the Raft configuration: id, address, whether it

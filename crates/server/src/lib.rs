@@ -246,6 +246,13 @@ impl Server {
         }
     }
 
+    /// Resolves when this server's Raft stops on a storage error; the
+    /// server cannot take part in the cluster any more (see
+    /// [`RaftNode::wait_fatal`]).
+    pub async fn wait_fatal(&self) -> String {
+        self.raft.wait_fatal().await
+    }
+
     /// Resolves once shutdown has begun.
     pub async fn wait_shutdown(&self) {
         self.shutdown.wait().await
