@@ -703,6 +703,8 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
             )))
         }
     };
+    legate_types::meta::validate(&node_meta, false)
+        .map_err(|e| ConfigError(format!("node_meta invalid: {e}")))?;
     let datacenter = get_str(&map, &["datacenter"])?.unwrap_or_else(|| "dc1".to_string());
     if datacenter.is_empty()
         || !datacenter

@@ -202,6 +202,8 @@ fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError>
             def.kind
         )));
     }
+    legate_types::meta::validate(&def.meta, false)
+        .map_err(|e| AgentError::BadRequest(format!("Invalid Service Meta: {e}")))?;
     let id = if def.id.is_empty() {
         def.name.clone()
     } else {

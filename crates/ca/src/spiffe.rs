@@ -80,11 +80,14 @@ impl SpiffeId {
         if trust_domain.is_empty() {
             return Err(format!("{uri:?} has no trust domain"));
         }
-        let parts: Vec<&str> = if path.is_empty() {
+        let decoded: Vec<String> = if path.is_empty() {
             Vec::new()
         } else {
-            path.split('/').collect()
+            path.split('/')
+                .map(legate_types::connect::unescape_spiffe_segment)
+                .collect::<Result<_, _>>()?
         };
+        let parts: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let id = match parts.as_slice() {
             [] => SpiffeId::Signing { trust_domain },
             ["ns", ns, "dc", dc, "svc", svc] => SpiffeId::Service {
@@ -131,6 +134,8 @@ impl SpiffeId {
     }
 }
 
+use legate_types::connect::escape_spiffe_segment as escape;
+
 impl fmt::Display for SpiffeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -139,12 +144,12 @@ impl fmt::Display for SpiffeId {
                 namespace,
                 datacenter,
                 service,
-            } => {
-                write!(
-                    f,
-                    "spiffe://{trust_domain}/ns/{namespace}/dc/{datacenter}/svc/{service}"
-                )
-            }
+            } => f.write_str(&legate_types::connect::spiffe_service_uri(
+                trust_domain,
+                namespace,
+                datacenter,
+                service,
+            )),
             SpiffeId::Agent {
                 trust_domain,
                 datacenter,
@@ -152,18 +157,28 @@ impl fmt::Display for SpiffeId {
             } => {
                 write!(
                     f,
-                    "spiffe://{trust_domain}/agent/client/dc/{datacenter}/id/{node}"
+                    "spiffe://{trust_domain}/agent/client/dc/{}/id/{}",
+                    escape(datacenter),
+                    escape(node)
                 )
             }
             SpiffeId::Server {
                 trust_domain,
                 datacenter,
-            } => write!(f, "spiffe://{trust_domain}/agent/server/dc/{datacenter}"),
+            } => write!(
+                f,
+                "spiffe://{trust_domain}/agent/server/dc/{}",
+                escape(datacenter)
+            ),
             SpiffeId::MeshGateway {
                 trust_domain,
                 datacenter,
             } => {
-                write!(f, "spiffe://{trust_domain}/gateway/mesh/dc/{datacenter}")
+                write!(
+                    f,
+                    "spiffe://{trust_domain}/gateway/mesh/dc/{}",
+                    escape(datacenter)
+                )
             }
             SpiffeId::Signing { trust_domain } => write!(f, "spiffe://{trust_domain}"),
         }
@@ -185,6 +200,13 @@ mod tests {
         ] {
             assert_eq!(SpiffeId::parse(uri).unwrap().to_string(), uri);
         }
+        // A name with a space is percent-encoded, and read back.
+        let odd = SpiffeId::service("td.consul", "dc1", "x y");
+        assert_eq!(
+            odd.to_string(),
+            "spiffe://td.consul/ns/default/dc/dc1/svc/x%20y"
+        );
+        assert_eq!(SpiffeId::parse(&odd.to_string()).unwrap(), odd);
         let with_partition =
             SpiffeId::parse("spiffe://td.consul/ap/default/ns/default/dc/dc1/svc/web").unwrap();
         assert_eq!(with_partition, SpiffeId::service("td.consul", "dc1", "web"));

@@ -376,3 +376,108 @@ sys.stdout.buffer.write(t.tobuf(format=tarfile.GNU_FORMAT))"; head -c 268435456 
     );
     assert_eq!(agent.put("/v1/kv/after", "ok").1, "true");
 }
+
+#[test]
+fn validation_gaps_are_closed_with_consuls_answers() {
+    let agent = TestAgent::dev(&[]);
+    // Service metadata.
+    let many: serde_json::Map<String, Value> =
+        (0..65).map(|i| (format!("k{i}"), json!("v"))).collect();
+    for (meta, why) in [
+        (
+            Value::Object(many),
+            "Node metadata cannot contain more than 64 key/value pairs",
+        ),
+        (
+            json!({"k".repeat(200): "v"}),
+            "Key is too long (limit: 128 characters)",
+        ),
+        (
+            json!({"k": "v".repeat(1000)}),
+            "Value is too long (limit: 512 characters)",
+        ),
+        (
+            json!({"consul-x": "v"}),
+            "Key prefix 'consul-' is reserved for internal use",
+        ),
+        (json!({"a b": "v"}), "Key contains invalid characters"),
+    ] {
+        let body = json!({"Name": "m", "Meta": meta}).to_string();
+        let (status, text) = agent.put("/v1/agent/service/register", &body);
+        assert_eq!(status, 400, "{text}");
+        assert!(
+            text.starts_with("Invalid Service Meta: ") && text.contains(why),
+            "{text}"
+        );
+        let body = json!({"Node": "n1", "Address": "10.0.0.1",
+                          "Service": {"Service": "m", "Meta": meta}})
+        .to_string();
+        let (status, text) = agent.put("/v1/catalog/register", &body);
+        assert_eq!(status, 500, "{text}");
+        assert!(
+            text.starts_with("Invalid Service Meta for node n1 and serviceID m: ")
+                && text.contains(why),
+            "{text}"
+        );
+    }
+    assert!(agent
+        .get("/v1/catalog/service/m")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let out = std::process::Command::new(common::binary())
+        .args(["agent", "-dev", "-hcl", r#"node_meta { "consul-x" = "1" }"#])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("node_meta invalid"));
+
+    // A transaction set without a key creates nothing.
+    let (status, text) = agent.put(
+        "/v1/txn",
+        r#"[{"KV":{"Verb":"set","Value":"eA=="}},{"KV":{"Verb":"set","Key":"ok","Value":"eA=="}}]"#,
+    );
+    assert_eq!(status, 409, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        answer["Errors"],
+        json!([{"OpIndex": 0, "What": "Must provide key"}])
+    );
+    let (status, _, _) = agent.request("GET", "/v1/kv/ok", None);
+    assert_eq!(status, 404, "the transaction was applied in part");
+
+    // A service name with a space gets a percent-encoded SPIFFE id.
+    let (status, body) = leaf(&agent, "x%20y");
+    assert_eq!(status, 200, "{body}");
+    let issued: Value = serde_json::from_str(&body).unwrap();
+    let uri = issued["ServiceURI"].as_str().unwrap();
+    assert!(uri.ends_with("/svc/x%20y"), "{uri}");
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("leaf.pem");
+    std::fs::write(&pem, issued["CertPEM"].as_str().unwrap()).unwrap();
+    let san = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+        .arg(&pem)
+        .output()
+        .unwrap();
+    let san = String::from_utf8_lossy(&san.stdout);
+    assert!(san.contains(&format!("URI:{uri}")), "{san}");
+
+    // User events: serf's 512 bytes.
+    let (status, text) = agent.put("/v1/event/fire/big", &"x".repeat(600));
+    assert_eq!(status, 500, "{text}");
+    assert_eq!(
+        text,
+        "user event exceeds configured limit of 512 bytes before encoding"
+    );
+    assert_eq!(agent.put("/v1/event/fire/small", &"x".repeat(400)).0, 200);
+
+    // join and force-leave answer Consul's errors.
+    let (status, text) = agent.put("/v1/agent/join/%00bogus", "");
+    assert_eq!(status, 500, "{text}");
+    assert!(text.contains("Failed to resolve"), "{text}");
+    let (status, text) = agent.put("/v1/agent/force-leave/nobody", "");
+    assert_eq!(status, 500, "{text}");
+    assert_eq!(text, "agent: No node found with name 'nobody'");
+}

@@ -458,20 +458,40 @@ pub async fn keyring(
 }
 
 pub async fn force_leave(State(st): State<AppState>, Path(node): Path<String>) -> ApiResult {
-    if let Some(membership) = st.agent.membership() {
-        if !membership.force_leave(&node).await {
-            return Err(ApiError::not_found(format!(
-                "agent: No node found with name '{node}'"
-            )));
-        }
+    let known = match st.agent.membership() {
+        Some(membership) => membership.force_leave(&node).await,
+        // Without gossip (-dev) the only member is this agent.
+        None => node == st.agent.config().node_name,
+    };
+    if !known {
+        // Consul's text and status (500).
+        return Err(ApiError::internal(format!(
+            "agent: No node found with name '{node}'"
+        )));
     }
     Ok(StatusCode::OK.into_response())
 }
 
 /// `PUT /v1/agent/join/:address`: contacts a member at `address`.
 pub async fn join(State(st): State<AppState>, Path(address): Path<String>) -> ApiResult {
+    // Consul's (memberlist's) errors, in its multierror form.
+    let failed = |why: String| ApiError::internal(format!("1 error occurred:\n\t* {why}\n\n"));
+    let with_port = if address.parse::<std::net::SocketAddr>().is_ok()
+        || address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.contains(':') && port.parse::<u16>().is_ok())
+    {
+        address.clone()
+    } else {
+        format!("{address}:8301")
+    };
+    if let Err(e) = tokio::net::lookup_host(with_port.as_str()).await {
+        return Err(failed(format!("Failed to resolve {address}: {e}")));
+    }
     let Some(membership) = st.agent.membership() else {
-        return Ok(StatusCode::OK.into_response());
+        return Err(failed(format!(
+            "Failed to join {address}: this agent runs without gossip (-dev)"
+        )));
     };
     match membership.join(vec![address.clone()]).await {
         Ok(n) if n > 0 => Ok(StatusCode::OK.into_response()),

@@ -208,6 +208,9 @@ pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResu
     ))
 }
 
+/// Serf's `UserEventSizeLimit`, which Consul keeps.
+const USER_EVENT_SIZE_LIMIT: usize = 512;
+
 pub async fn event_fire(
     State(st): State<AppState>,
     Path(name): Path<String>,
@@ -227,6 +230,14 @@ pub async fn event_fire(
         return Err(ApiError::bad_request(
             "Cannot provide tag filter without service filter.",
         ));
+    }
+    // Serf's limit on a user event (name and payload), with Consul's text
+    // and status; Consul counts its own encoding too, so it refuses a
+    // little sooner.
+    if name.len() + body.len() > USER_EVENT_SIZE_LIMIT {
+        return Err(ApiError::internal(format!(
+            "user event exceeds configured limit of {USER_EVENT_SIZE_LIMIT} bytes before encoding"
+        )));
     }
     let event = UserEvent {
         id: String::new(),

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use legate_state::{Command, CommandResult, Table};
 use legate_types::config_entry::{self, ConfigEntry};
 use legate_types::duration::{format_go_duration, parse_go_duration};
-use legate_types::rpc::{ServerRpc, ServiceQuery, TxnOp, TxnResponse};
+use legate_types::rpc::{ServerRpc, ServiceQuery, TxnError, TxnOp, TxnResponse};
 use legate_types::*;
 
 use crate::blocking::{apply_filter, parse_filter};
@@ -57,6 +57,14 @@ impl Server {
             if service.id.is_empty() {
                 service.id = service.service.clone();
             }
+            // Consul checks service metadata (not node metadata) here,
+            // answering 500 with this text.
+            legate_types::meta::validate(&service.meta, false).map_err(|e| {
+                RpcError::Internal(format!(
+                    "Invalid Service Meta for node {} and serviceID {}: {e}",
+                    req.node, service.id
+                ))
+            })?;
             if service.is_sidecar_proxy() {
                 let destination = service
                     .proxy
@@ -531,6 +539,24 @@ impl ServerRpc for Server {
                 Access::Write
             };
             self.authorize(&opts.token, Resource::Key(op.kv.key.clone()), access)?;
+        }
+        // Every verb but delete-tree names a key (Consul's `kvsPreApply`):
+        // the key "" could never be read or deleted again.
+        let missing_keys: Vec<TxnError> = ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| op.kv.key.is_empty() && op.kv.verb != KvVerb::DeleteTree)
+            .map(|(op_index, _)| TxnError {
+                op_index,
+                what: "Must provide key".into(),
+            })
+            .collect();
+        if !missing_keys.is_empty() {
+            return Ok(TxnResponse {
+                results: None,
+                errors: Some(missing_keys),
+                index: 0,
+            });
         }
         // A read-only transaction needs no Raft round trip.
         if ops.iter().all(|o| o.kv.verb.is_read()) {

@@ -144,3 +144,85 @@ pub struct CaSignRequest {
     #[serde(default)]
     pub service: String,
 }
+
+/// Percent-encodes one path segment of a SPIFFE id: everything but
+/// letters, digits and `-._~!$&'()*+,;=:@` is written as `%XX`, so a
+/// service named `x y` is `x%20y` (as Go's URL escaping writes Consul's)
+/// and a `/` can never add a segment.
+pub fn escape_spiffe_segment(segment: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b);
+    if segment.bytes().all(keep) {
+        return std::borrow::Cow::Borrowed(segment);
+    }
+    let mut out = String::with_capacity(segment.len() + 8);
+    for b in segment.bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Decodes a segment [`escape_spiffe_segment`] wrote (or any valid
+/// percent-encoding of one).
+pub fn unescape_spiffe_segment(segment: &str) -> Result<String, String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("{segment:?} has a bad percent-encoding"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{segment:?} does not decode to UTF-8"))
+}
+
+/// The SPIFFE id of a service, as a URI.
+pub fn spiffe_service_uri(
+    trust_domain: &str,
+    namespace: &str,
+    datacenter: &str,
+    service: &str,
+) -> String {
+    format!(
+        "spiffe://{trust_domain}/ns/{}/dc/{}/svc/{}",
+        escape_spiffe_segment(namespace),
+        escape_spiffe_segment(datacenter),
+        escape_spiffe_segment(service)
+    )
+}
+
+#[cfg(test)]
+mod spiffe_segment_tests {
+    use super::*;
+
+    #[test]
+    fn segments_round_trip_and_never_add_a_segment() {
+        for name in ["web", "x y", "a/b", "ünï", "100%", "a:b@c"] {
+            let escaped = escape_spiffe_segment(name);
+            assert!(
+                !escaped.contains('/') && !escaped.contains(' '),
+                "{escaped}"
+            );
+            assert_eq!(unescape_spiffe_segment(&escaped).unwrap(), name);
+        }
+        assert_eq!(escape_spiffe_segment("x y"), "x%20y");
+        assert_eq!(
+            spiffe_service_uri("td.consul", "default", "dc1", "x y"),
+            "spiffe://td.consul/ns/default/dc/dc1/svc/x%20y"
+        );
+        assert!(unescape_spiffe_segment("%zz").is_err());
+        assert!(unescape_spiffe_segment("%4").is_err());
+    }
+}

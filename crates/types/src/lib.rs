@@ -13,6 +13,7 @@ pub mod error;
 pub mod intention;
 pub mod keys;
 pub mod kv;
+pub mod meta;
 pub mod metrics;
 pub mod query;
 pub mod rpc;

@@ -457,9 +457,11 @@ fn upstream_listener(upstream: &UpstreamSnapshot, filter: listener::Filter) -> l
 }
 
 pub(crate) fn spiffe_of(snapshot: &ConnectProxySnapshot, target: &Target) -> String {
-    format!(
-        "spiffe://{}/ns/{}/dc/{}/svc/{}",
-        snapshot.trust_domain, target.namespace, target.datacenter, target.service
+    legate_types::connect::spiffe_service_uri(
+        &snapshot.trust_domain,
+        &target.namespace,
+        &target.datacenter,
+        &target.service,
     )
 }
 
