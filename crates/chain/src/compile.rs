@@ -404,6 +404,13 @@ impl Compiler<'_> {
         seen: &mut BTreeSet<String>,
         out: &mut Vec<(f64, String, Value)>,
     ) -> Result<(), String> {
+        if seen.len() >= crate::graph::MAX_CHAIN_DEPTH {
+            return Err(format!(
+                "discovery chain {:?}: more than {} splitters or resolver redirects in a row",
+                self.request.service,
+                crate::graph::MAX_CHAIN_DEPTH
+            ));
+        }
         if !seen.insert(service.to_string()) {
             return Err(format!(
                 "discovery chain {:?}: detected circular reference between splitters of {service:?}",

@@ -15,6 +15,18 @@ use legate_types::config_entry::ConfigEntry;
 
 use crate::entries::RoutingEntries;
 
+/// The most splitters (or resolver redirects) one discovery chain may pass
+/// through in a row. Walking and compiling a chain recurse once per hop, so
+/// without a bound a long enough chain of entries would exhaust a server
+/// thread's stack (Consul has no bound; real chains have a few hops).
+pub const MAX_CHAIN_DEPTH: usize = 64;
+
+fn too_deep(chain: &str) -> String {
+    format!(
+        "discovery chain {chain:?}: more than {MAX_CHAIN_DEPTH} splitters or resolver redirects in a row"
+    )
+}
+
 /// The kinds whose changes can break a discovery chain.
 pub const ROUTING_KINDS: &[&str] = &[
     "proxy-defaults",
@@ -24,14 +36,34 @@ pub const ROUTING_KINDS: &[&str] = &[
     "service-resolver",
 ];
 
-/// The routing entries, checked chain by chain.
-struct Graph(RoutingEntries);
+/// The routing entries, checked chain by chain. Parts of the graph that a
+/// chain's walk found sound are remembered per protocol and not walked
+/// again for the next chain, so checking every chain costs one walk of the
+/// graph rather than one per chain (a linear chain of n splitters used to
+/// cost n² steps per write). This is safe for cycles too: a part found
+/// sound reaches no cycle, or its own walk would have met it.
+struct Graph {
+    entries: RoutingEntries,
+    sound: std::cell::RefCell<std::collections::HashSet<Step>>,
+    /// Walks done (not remembered), for the tests.
+    walks: std::cell::Cell<usize>,
+}
+
+/// One remembered walk: the protocol walked under, which walk, service and
+/// subset.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Step {
+    protocol: String,
+    split: bool,
+    service: String,
+    subset: String,
+}
 
 impl std::ops::Deref for Graph {
     type Target = RoutingEntries;
 
     fn deref(&self) -> &RoutingEntries {
-        &self.0
+        &self.entries
     }
 }
 
@@ -77,6 +109,30 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
+    fn step(&self, split: bool, service: &str, subset: &str) -> Step {
+        Step {
+            protocol: self.protocol.to_string(),
+            split,
+            service: service.to_string(),
+            subset: subset.to_string(),
+        }
+    }
+
+    /// Runs `walk` for `step` unless an earlier walk found it sound.
+    fn once(
+        &mut self,
+        step: Step,
+        walk: impl FnOnce(&mut Self) -> Result<(), String>,
+    ) -> Result<(), String> {
+        if self.graph.sound.borrow().contains(&step) {
+            return Ok(());
+        }
+        self.graph.walks.set(self.graph.walks.get() + 1);
+        walk(self)?;
+        self.graph.sound.borrow_mut().insert(step);
+        Ok(())
+    }
+
     fn same_protocol(&self, service: &str) -> Result<(), String> {
         let theirs = self.graph.protocol(service);
         if theirs != self.protocol {
@@ -94,9 +150,24 @@ impl Walk<'_> {
         subset: &str,
         splitters_seen: &mut BTreeSet<String>,
     ) -> Result<(), String> {
+        let step = self.step(true, service, subset);
+        self.once(step, |walk| {
+            walk.split_or_resolve_now(service, subset, splitters_seen)
+        })
+    }
+
+    fn split_or_resolve_now(
+        &mut self,
+        service: &str,
+        subset: &str,
+        splitters_seen: &mut BTreeSet<String>,
+    ) -> Result<(), String> {
         self.same_protocol(service)?;
         if subset.is_empty() && self.http {
             if let Some(splitter) = self.graph.splitters.get(service) {
+                if splitters_seen.len() >= MAX_CHAIN_DEPTH {
+                    return Err(too_deep(self.chain));
+                }
                 if !splitters_seen.insert(service.to_string()) {
                     return Err(format!("discovery chain {:?}: detected circular reference between splitters of {service:?}", self.chain));
                 }
@@ -107,7 +178,7 @@ impl Walk<'_> {
                         split.service.as_str()
                     };
                     if target == service || !split.service_subset.is_empty() {
-                        self.resolve(target, &split.service_subset, &mut BTreeSet::new())?;
+                        self.resolve_fresh(target, &split.service_subset)?;
                     } else {
                         self.split_or_resolve(target, "", splitters_seen)?;
                     }
@@ -116,7 +187,15 @@ impl Walk<'_> {
                 return Ok(());
             }
         }
-        self.resolve(service, subset, &mut BTreeSet::new())
+        self.resolve_fresh(service, subset)
+    }
+
+    /// A resolver walk that starts here (no redirect seen yet).
+    fn resolve_fresh(&mut self, service: &str, subset: &str) -> Result<(), String> {
+        let step = self.step(false, service, subset);
+        self.once(step, |walk| {
+            walk.resolve(service, subset, &mut BTreeSet::new())
+        })
     }
 
     fn resolve(
@@ -126,6 +205,9 @@ impl Walk<'_> {
         redirects_seen: &mut BTreeSet<(String, String)>,
     ) -> Result<(), String> {
         self.same_protocol(service)?;
+        if redirects_seen.len() >= MAX_CHAIN_DEPTH {
+            return Err(too_deep(self.chain));
+        }
         if !redirects_seen.insert((service.to_string(), subset.to_string())) {
             return Err(format!(
                 "discovery chain {:?}: detected circular resolver redirect at {service:?}",
@@ -162,7 +244,16 @@ impl Walk<'_> {
 /// Checks every chain the routing entries define (each service named by a
 /// routing entry is a chain).
 pub fn validate_graph(entries: &[ConfigEntry]) -> Result<(), String> {
-    let graph = Graph(RoutingEntries::new(entries)?);
+    validate_graph_counting(entries).map(|_| ())
+}
+
+/// [`validate_graph`], returning how many walks it took.
+fn validate_graph_counting(entries: &[ConfigEntry]) -> Result<usize, String> {
+    let graph = Graph {
+        entries: RoutingEntries::new(entries)?,
+        sound: Default::default(),
+        walks: Default::default(),
+    };
     let chains: BTreeSet<&String> = graph
         .routers
         .keys()
@@ -173,7 +264,7 @@ pub fn validate_graph(entries: &[ConfigEntry]) -> Result<(), String> {
     for chain in chains {
         graph.check_chain(chain)?;
     }
-    Ok(())
+    Ok(graph.walks.get())
 }
 
 /// The kinds whose changes can make an L7 intention meaningless: the
@@ -237,6 +328,68 @@ mod tests {
 
     fn entries(values: Vec<serde_json::Value>) -> Vec<ConfigEntry> {
         values.into_iter().map(|v| from_json(v).unwrap()).collect()
+    }
+
+    fn linear_splitters(n: usize, last_to_first: bool) -> Vec<ConfigEntry> {
+        let mut values = vec![
+            json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
+        ];
+        for i in 0..n {
+            let next = if last_to_first && i == n - 1 {
+                0
+            } else {
+                i + 1
+            };
+            values.push(json!({"Kind": "service-splitter", "Name": format!("s{i}"),
+                               "Splits": [{"Weight": 100, "Service": format!("s{next}")}]}));
+        }
+        entries(values)
+    }
+
+    #[test]
+    fn shared_parts_are_walked_once_not_once_per_chain() {
+        // A chain of 60 splitters that 3,000 others lead into: remembered
+        // parts make it about two walks per splitter, not 3,000 x 60.
+        let mut es = linear_splitters(60, false);
+        for i in 0..3000 {
+            es.push(
+                from_json(
+                    json!({"Kind": "service-splitter", "Name": format!("top{i}"),
+                                 "Splits": [{"Weight": 100, "Service": "s0"}]}),
+                )
+                .unwrap(),
+            );
+        }
+        let walks = validate_graph_counting(&es).unwrap();
+        assert!(walks <= 2 * 3060 + 2, "{walks} walks");
+        // Remembering never hides a cycle.
+        let err = validate_graph(&linear_splitters(60, true)).unwrap_err();
+        assert!(
+            err.contains("circular reference between splitters"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn chains_deeper_than_the_bound_are_refused_not_a_stack_overflow() {
+        assert_eq!(
+            validate_graph(&linear_splitters(MAX_CHAIN_DEPTH - 1, false)),
+            Ok(())
+        );
+        for n in [MAX_CHAIN_DEPTH + 1, 100_000] {
+            let err = validate_graph(&linear_splitters(n, false)).unwrap_err();
+            assert!(
+                err.contains("more than 64 splitters or resolver redirects"),
+                "{err}"
+            );
+        }
+        let mut values = Vec::new();
+        for i in 0..10_000 {
+            values.push(json!({"Kind": "service-resolver", "Name": format!("r{i}"),
+                               "Redirect": {"Service": format!("r{}", i + 1)}}));
+        }
+        let err = validate_graph(&entries(values)).unwrap_err();
+        assert!(err.contains("more than 64"), "{err}");
     }
 
     #[test]

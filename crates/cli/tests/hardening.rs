@@ -481,3 +481,30 @@ fn validation_gaps_are_closed_with_consuls_answers() {
     assert_eq!(status, 500, "{text}");
     assert_eq!(text, "agent: No node found with name 'nobody'");
 }
+
+#[test]
+fn a_discovery_chain_deeper_than_the_bound_is_refused_with_a_clear_error() {
+    let agent = TestAgent::dev(&[]);
+    let (status, body) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"proxy-defaults","Name":"global","Config":{"protocol":"http"}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    for i in 0..=64 {
+        let entry = json!({"Kind": "service-splitter", "Name": format!("s{i}"),
+                           "Splits": [{"Weight": 100, "Service": format!("s{}", i + 1)}]});
+        let (status, body) = agent.put("/v1/config", &entry.to_string());
+        if i < 64 {
+            assert_eq!(status, 200, "s{i}: {body}");
+        } else {
+            assert_eq!(status, 400, "s{i}: {body}");
+            assert!(
+                body.contains("more than 64 splitters or resolver redirects in a row"),
+                "{body}"
+            );
+        }
+    }
+    // The chain that is stored still compiles.
+    let chain = agent.get("/v1/discovery-chain/s0").unwrap();
+    assert_eq!(chain["Chain"]["ServiceName"], "s0", "{chain}");
+}

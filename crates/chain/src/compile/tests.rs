@@ -223,6 +223,20 @@ fn errors_are_reported_not_panicked() {
     assert!(compile(&[], &request("")).is_err());
 }
 
+#[test]
+fn chains_too_deep_to_compile_are_refused_not_a_stack_overflow() {
+    // Entries that never passed the write-time checks (a restored
+    // snapshot): 100,000 splitters in a row.
+    let mut values =
+        vec![json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}})];
+    for i in 0..100_000 {
+        values.push(json!({"Kind": "service-splitter", "Name": format!("s{i}"),
+                           "Splits": [{"Weight": 100, "Service": format!("s{}", i + 1)}]}));
+    }
+    let err = compile(&entries(values), &request("s0")).unwrap_err();
+    assert!(err.contains("more than 64 splitters"), "{err}");
+}
+
 // ----- properties -----
 
 fn service() -> impl Strategy<Value = &'static str> {
