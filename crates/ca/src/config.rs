@@ -54,10 +54,7 @@ fn duration(value: &Value, key: &str) -> Result<Duration, CaError> {
     let bad = |why: String| CaError::Config(format!("{key}: {why}"));
     match value {
         Value::String(s) => parse_go_duration(s).map_err(bad),
-        Value::Number(n) => n
-            .as_u64()
-            .map(Duration::from_nanos)
-            .ok_or_else(|| bad(format!("invalid duration {n}"))),
+        Value::Number(n) => legate_types::duration::from_json_nanos(n).map_err(bad),
         other => Err(bad(format!(
             "expected a duration such as \"72h\", got {other}"
         ))),

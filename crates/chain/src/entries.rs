@@ -21,12 +21,9 @@ impl<'de> Deserialize<'de> for GoDuration {
             Value::String(s) => parse_go_duration(&s)
                 .map(GoDuration)
                 .map_err(serde::de::Error::custom),
-            Value::Number(n) => n
-                .as_u64()
-                .map(|n| GoDuration(Duration::from_nanos(n)))
-                .ok_or_else(|| {
-                    serde::de::Error::custom(format!("invalid duration {n}: must not be negative"))
-                }),
+            Value::Number(n) => legate_types::duration::from_json_nanos(&n)
+                .map(GoDuration)
+                .map_err(serde::de::Error::custom),
             other => Err(serde::de::Error::custom(format!(
                 "invalid duration {other}"
             ))),

@@ -508,3 +508,44 @@ fn a_discovery_chain_deeper_than_the_bound_is_refused_with_a_clear_error() {
     let chain = agent.get("/v1/discovery-chain/s0").unwrap();
     assert_eq!(chain["Chain"]["ServiceName"], "s0", "{chain}");
 }
+
+#[test]
+fn deeply_nested_json_bodies_and_hcl_are_refused_not_fatal() {
+    let agent = TestAgent::dev(&[]);
+    let deep_json = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_object = format!(
+        r#"{{"Kind":"service-defaults","Name":"x","Meta":{}1{}}}"#,
+        r#"{"a":"#.repeat(50_000),
+        "}".repeat(50_000)
+    );
+    for (path, body) in [
+        ("/v1/agent/service/register", &deep_json),
+        ("/v1/catalog/register", &deep_json),
+        ("/v1/config", &deep_object),
+        ("/v1/txn", &deep_json),
+        ("/v1/connect/ca/configuration", &deep_object),
+    ] {
+        let (status, text) = agent.put(path, body);
+        assert!((400..500).contains(&status), "{path}: {status} {text}");
+    }
+    assert_alive(&agent);
+    // A config file nested past the bound stops the agent with a message.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deep.hcl");
+    std::fs::write(
+        &file,
+        format!("{}{}", "a {".repeat(100_000), "}".repeat(100_000)),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::binary())
+        .args(["agent", "-dev", "-config-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nest deeper than 64 levels"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

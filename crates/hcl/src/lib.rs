@@ -15,6 +15,12 @@
 
 use serde_json::{Map, Number, Value};
 
+/// How deeply blocks, objects, lists and block labels may nest. Parsing,
+/// and everything that walks the resulting value, recurse once per level,
+/// so the bound keeps hostile input from exhausting the stack (Consul's
+/// configs nest a handful of levels).
+pub const MAX_NESTING: usize = 64;
+
 /// A parse error with the 1-based line and column it was found at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}, column {column}: {message}")]
@@ -32,6 +38,7 @@ pub fn parse(input: &str) -> Result<Value, HclError> {
     let mut parser = Parser {
         chars: input.chars().collect(),
         pos: 0,
+        depth: 0,
     };
     let body = parser.parse_body(None)?;
     Ok(Value::Object(body))
@@ -40,6 +47,8 @@ pub fn parse(input: &str) -> Result<Value, HclError> {
 struct Parser {
     chars: Vec<char>,
     pos: usize,
+    /// Blocks, objects and lists open at this point.
+    depth: usize,
 }
 
 impl Parser {
@@ -59,6 +68,25 @@ impl Parser {
             column,
             message: message.into(),
         }
+    }
+
+    /// Parses one nested level with `parse`, refusing to go deeper than
+    /// [`MAX_NESTING`] (`extra` levels more are about to be added, as block
+    /// labels do).
+    fn nested<T>(
+        &mut self,
+        extra: usize,
+        parse: impl FnOnce(&mut Self) -> Result<T, HclError>,
+    ) -> Result<T, HclError> {
+        if self.depth + 1 + extra > MAX_NESTING {
+            return Err(self.error(format!(
+                "blocks, objects and lists nest deeper than {MAX_NESTING} levels"
+            )));
+        }
+        self.depth += 1;
+        let result = parse(self);
+        self.depth -= 1;
+        result
     }
 
     fn peek(&self) -> Option<char> {
@@ -141,6 +169,11 @@ impl Parser {
                 }
                 self.skip_space(false)?;
             }
+            if self.depth + labels.len() > MAX_NESTING {
+                return Err(self.error(format!(
+                    "blocks, objects and lists nest deeper than {MAX_NESTING} levels"
+                )));
+            }
             let mut value = match self.peek() {
                 Some('=') | Some(':') => {
                     self.pos += 1;
@@ -149,7 +182,8 @@ impl Parser {
                 }
                 Some('{') => {
                     self.pos += 1;
-                    Value::Object(self.parse_body(Some('}'))?)
+                    let labelled = labels.len();
+                    Value::Object(self.nested(labelled, |p| p.parse_body(Some('}')))?)
                 }
                 _ => return Err(self.error(format!("expected '=' or '{{' after key {key:?}"))),
             };
@@ -198,11 +232,11 @@ impl Parser {
             Some('<') if self.peek_at(1) == Some('<') => Ok(Value::String(self.parse_heredoc()?)),
             Some('{') => {
                 self.pos += 1;
-                Ok(Value::Object(self.parse_body(Some('}'))?))
+                Ok(Value::Object(self.nested(0, |p| p.parse_body(Some('}')))?))
             }
             Some('[') => {
                 self.pos += 1;
-                self.parse_list()
+                self.nested(0, Self::parse_list)
             }
             Some(c) if c == '-' || c == '+' || c.is_ascii_digit() || c == '.' => {
                 self.parse_number()

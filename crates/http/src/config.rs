@@ -89,11 +89,10 @@ fn chain_overrides(body: &[u8]) -> Result<legate_types::rpc::ChainOverrides, Api
             legate_types::duration::parse_go_duration(&s)
                 .map_err(|e| ApiError::bad_request(format!("OverrideConnectTimeout: {e}")))?,
         ),
-        Some(serde_json::Value::Number(n)) => {
-            Some(std::time::Duration::from_nanos(n.as_u64().ok_or_else(
-                || ApiError::bad_request("OverrideConnectTimeout must not be negative"),
-            )?))
-        }
+        Some(serde_json::Value::Number(n)) => Some(
+            legate_types::duration::from_json_nanos(&n)
+                .map_err(|e| ApiError::bad_request(format!("OverrideConnectTimeout: {e}")))?,
+        ),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "OverrideConnectTimeout: invalid duration {other}"

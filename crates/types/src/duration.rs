@@ -19,31 +19,40 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
     }
     let s = s.strip_prefix('+').unwrap_or(s);
     let bytes = s.as_bytes();
-    let mut total_nanos: f64 = 0.0;
+    let out_of_range = || format!("invalid duration {input:?}: out of range");
+    // Whole nanoseconds in integers, as Go's `time.ParseDuration` keeps
+    // them: a float would round durations past 2^53 ns (about 104 days).
+    let mut total: u128 = 0;
     let mut i = 0;
     while i < bytes.len() {
         let start = i;
-        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
             i += 1;
         }
-        if start == i {
+        let whole = &s[start..i];
+        let mut fraction = "";
+        if i < bytes.len() && bytes[i] == b'.' {
+            i += 1;
+            let fraction_start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            fraction = &s[fraction_start..i];
+        }
+        if whole.is_empty() && fraction.is_empty() {
             return Err(format!("invalid duration {input:?}"));
         }
-        let number: f64 = s[start..i]
-            .parse()
-            .map_err(|_| format!("invalid duration {input:?}"))?;
         let unit_start = i;
         while i < bytes.len() && !(bytes[i].is_ascii_digit() || bytes[i] == b'.') {
             i += 1;
         }
-        let unit = &s[unit_start..i];
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
+        let unit: u128 = match &s[unit_start..i] {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             "" => return Err(format!("invalid duration {input:?}: missing unit")),
             other => {
                 return Err(format!(
@@ -51,12 +60,44 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
                 ))
             }
         };
-        total_nanos += number * scale;
+        let mut value: u128 = 0;
+        for digit in whole.bytes() {
+            value = value
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u128::from(digit - b'0')))
+                .filter(|v| *v <= i64::MAX as u128)
+                .ok_or_else(out_of_range)?;
+        }
+        let mut nanos = value.checked_mul(unit).ok_or_else(out_of_range)?;
+        // The fraction, to the nanosecond (digits past it cannot matter).
+        let mut scale: u128 = 1;
+        let mut digits: u128 = 0;
+        for digit in fraction.bytes().take(18) {
+            digits = digits * 10 + u128::from(digit - b'0');
+            scale *= 10;
+        }
+        nanos += digits * unit / scale;
+        total = total.checked_add(nanos).ok_or_else(out_of_range)?;
+        if total > i64::MAX as u128 {
+            return Err(out_of_range());
+        }
     }
-    if !total_nanos.is_finite() || total_nanos > u64::MAX as f64 {
-        return Err(format!("invalid duration {input:?}: out of range"));
-    }
-    Ok(Duration::from_nanos(total_nanos.round() as u64))
+    Ok(Duration::from_nanos(total as u64))
+}
+
+/// A duration given as a JSON number of nanoseconds (as Consul's decoder
+/// accepts): a whole number from 0 to Go's largest duration (`i64::MAX`
+/// ns, about 292 years), so it formats and parses back the same.
+pub fn from_json_nanos(n: &serde_json::Number) -> Result<Duration, String> {
+    n.as_u64()
+        .filter(|n| *n <= i64::MAX as u64)
+        .map(Duration::from_nanos)
+        .ok_or_else(|| {
+            format!(
+                "invalid duration {n}: expected whole nanoseconds from 0 to {}",
+                i64::MAX
+            )
+        })
 }
 
 /// Formats a duration the way Go's `time.Duration.String()` does
@@ -120,10 +161,9 @@ pub mod opt_go {
             Some(serde_json::Value::String(s)) => parse_go_duration(&s)
                 .map(Some)
                 .map_err(serde::de::Error::custom),
-            Some(serde_json::Value::Number(n)) => n
-                .as_u64()
-                .map(|n| Some(Duration::from_nanos(n)))
-                .ok_or_else(|| serde::de::Error::custom(format!("invalid duration {n}"))),
+            Some(serde_json::Value::Number(n)) => from_json_nanos(&n)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
             Some(other) => Err(serde::de::Error::custom(format!(
                 "invalid duration {other}: expected a string such as \"10s\""
             ))),
@@ -134,6 +174,32 @@ pub mod opt_go {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn every_duration_formats_and_parses_back_exactly(nanos in 0..=i64::MAX as u64) {
+            let d = Duration::from_nanos(nanos);
+            proptest::prop_assert_eq!(parse_go_duration(&format_go_duration(d)), Ok(d));
+        }
+    }
+
+    #[test]
+    fn out_of_range_durations_are_refused() {
+        assert!(parse_go_duration("2562047h47m16.854775807s").is_ok());
+        for bad in [
+            "2562047h47m16.854775808s",
+            "9999999999999999999999h",
+            "99999999999h",
+        ] {
+            assert!(
+                parse_go_duration(bad).unwrap_err().contains("out of range"),
+                "{bad}"
+            );
+        }
+        let too_big = serde_json::Number::from(i64::MAX as u64 + 1);
+        assert!(from_json_nanos(&too_big).is_err());
+        assert!(from_json_nanos(&serde_json::Number::from(-1)).is_err());
+    }
 
     #[test]
     fn parses_go_durations() {
