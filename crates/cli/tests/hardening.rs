@@ -549,3 +549,64 @@ fn deeply_nested_json_bodies_and_hcl_are_refused_not_fatal() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn filters_on_unknown_fields_are_refused_as_go_bexpr_refuses_them() {
+    let agent = TestAgent::dev(&[]);
+    let body = r#"{"Name":"web","Port":1,"Meta":{"version":"v1"},"Check":{"TTL":"30s","Status":"passing"}}"#;
+    assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
+    let refused = |path: &str, filter: &str, selector: &str| {
+        let (status, _, text) =
+            agent.request("GET", &format!("{path}?filter={}", encode(filter)), None);
+        assert_eq!(status, 400, "{path} {filter}: {text}");
+        assert_eq!(
+            text.trim(),
+            format!(
+                "Failed to create boolean expression evaluator: Selector {selector:?} is not valid"
+            ),
+            "{path} {filter}"
+        );
+    };
+    refused("/v1/catalog/nodes", "Nodee == vm", "Nodee");
+    refused("/v1/catalog/nodes", "not Nodee == vm", "Nodee");
+    refused(
+        "/v1/catalog/service/web",
+        "ServiceMeta.version == v1 and ServicePortt == 1",
+        "ServicePortt",
+    );
+    refused(
+        "/v1/health/service/web",
+        "Service.Servicee == web",
+        "Service.Servicee",
+    );
+    refused(
+        "/v1/health/service/web",
+        "Checks.Statuss == passing",
+        "Checks.Statuss",
+    );
+    refused("/v1/agent/services", "Kindd == x", "Kindd");
+    refused("/v1/agent/checks", "Statuss == passing", "Statuss");
+    refused("/v1/health/state/any", "Node.Name == x", "Node.Name");
+    // Valid selectors keep working, lists included.
+    for (path, filter, expect) in [
+        ("/v1/catalog/nodes", "Node != nobody-here", 1),
+        ("/v1/catalog/service/web", "ServiceMeta.version == v1", 1),
+        ("/v1/catalog/service/web", "PeerName is empty", 1),
+        (
+            "/v1/health/service/web",
+            "Checks.Status == passing and Service.Meta.version == v1",
+            1,
+        ),
+        ("/v1/health/service/web", "Checks.Status == critical", 0),
+    ] {
+        let (status, _, text) =
+            agent.request("GET", &format!("{path}?filter={}", encode(filter)), None);
+        assert_eq!(status, 200, "{path} {filter}: {text}");
+        let rows: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            rows.as_array().unwrap().len(),
+            expect,
+            "{path} {filter}: {text}"
+        );
+    }
+}

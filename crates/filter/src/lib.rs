@@ -16,8 +16,13 @@
 //!
 //! Pure: no IO, depends on nothing of Legate's.
 
+pub mod rows;
+mod shape;
+
 use regex::Regex;
 use serde_json::Value;
+
+pub use shape::Shape;
 
 /// A filter parse error, phrased for the HTTP 400 body.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -437,14 +442,12 @@ impl Expr {
             Expr::And(terms) => terms.iter().all(|t| t.matches(row)),
             Expr::Or(terms) => terms.iter().any(|t| t.matches(row)),
             Expr::Not(inner) => !inner.matches(row),
-            Expr::Equal(path, value) => {
-                resolve(row, path).is_some_and(|field| equals(field, value))
-            }
-            Expr::IsEmpty(path) => resolve(row, path).is_none_or(is_empty),
-            Expr::Contains(path, value) => {
-                resolve(row, path).is_some_and(|field| contains(field, value))
-            }
-            Expr::Matches(path, regex) => resolve(row, path).is_some_and(|field| match field {
+            Expr::Equal(path, value) => resolve(row, path).iter().any(|field| equals(field, value)),
+            Expr::IsEmpty(path) => resolve(row, path).iter().all(|field| is_empty(field)),
+            Expr::Contains(path, value) => resolve(row, path)
+                .iter()
+                .any(|field| contains(field, value)),
+            Expr::Matches(path, regex) => resolve(row, path).iter().any(|field| match field {
                 Value::String(s) => regex.is_match(s),
                 Value::Array(items) => items
                     .iter()
@@ -455,15 +458,27 @@ impl Expr {
     }
 }
 
-fn resolve<'a>(row: &'a Value, path: &[PathStep]) -> Option<&'a Value> {
-    let mut current = row;
+/// The values `path` reaches in `row`. A step into a list steps into each
+/// of its elements (`Checks.Status` is every check's status), so a match
+/// holds when it holds for any of them.
+fn resolve<'a>(row: &'a Value, path: &[PathStep]) -> Vec<&'a Value> {
+    let mut current = vec![row];
     for PathStep::Field(name) in path {
-        current = match current {
-            Value::Object(map) => map.get(name)?,
-            _ => return None,
-        };
+        let mut next = Vec::with_capacity(current.len());
+        for value in current {
+            match value {
+                Value::Object(map) => next.extend(map.get(name)),
+                Value::Array(items) => next.extend(
+                    items
+                        .iter()
+                        .filter_map(|item| item.as_object().and_then(|m| m.get(name))),
+                ),
+                _ => {}
+            }
+        }
+        current = next;
     }
-    Some(current)
+    current
 }
 
 fn equals(field: &Value, value: &str) -> bool {
@@ -610,6 +625,21 @@ mod tests {
         ] {
             assert!(Expr::parse(bad).is_err(), "{bad:?} should not parse");
         }
+    }
+
+    #[test]
+    fn selectors_step_into_lists_of_objects() {
+        let row = json!({"Checks": [{"Status": "passing"}, {"Status": "critical"}]});
+        assert!(Expr::parse("Checks.Status == critical")
+            .unwrap()
+            .matches(&row));
+        assert!(!Expr::parse("Checks.Status == warning")
+            .unwrap()
+            .matches(&row));
+        assert!(!Expr::parse("Checks.Status is empty").unwrap().matches(&row));
+        assert!(Expr::parse("Checks.Nothing is empty")
+            .unwrap()
+            .matches(&row));
     }
 
     #[test]

@@ -38,12 +38,14 @@ fn content_hash(value: &Value) -> String {
 fn filtered<T: serde::Serialize>(
     rows: BTreeMap<String, T>,
     filter: Option<&str>,
+    shape: &legate_filter::Shape,
 ) -> Result<BTreeMap<String, T>, ApiError> {
     let Some(filter) = filter.filter(|f| !f.trim().is_empty()) else {
         return Ok(rows);
     };
-    let expr =
-        legate_filter::Expr::parse(filter).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let expr = legate_filter::Expr::parse(filter)
+        .and_then(|expr| expr.check(shape).map(|()| expr))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(rows
         .into_iter()
         .filter(|(_, row)| {
@@ -155,7 +157,11 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
         .collect();
     Ok(json(
         &req.params,
-        &filtered(rows, req.params.get("filter"))?,
+        &filtered(
+            rows,
+            req.params.get("filter"),
+            legate_filter::rows::node_service(),
+        )?,
     ))
 }
 
@@ -234,7 +240,11 @@ pub async fn checks(State(st): State<AppState>, req: Req) -> ApiResult {
     let rows: BTreeMap<String, HealthCheck> = st.agent.checks();
     Ok(json(
         &req.params,
-        &filtered(rows, req.params.get("filter"))?,
+        &filtered(
+            rows,
+            req.params.get("filter"),
+            legate_filter::rows::health_check(),
+        )?,
     ))
 }
 

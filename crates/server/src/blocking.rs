@@ -116,10 +116,11 @@ impl Server {
     pub(crate) async fn filtered_list<T: serde::Serialize>(
         &self,
         opts: &QueryOptions,
+        shape: &legate_filter::Shape,
         tables: &[legate_state::Table],
         read: impl Fn(&Tables) -> (u64, Vec<T>),
     ) -> Result<Queried<Vec<T>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
+        let filter = parse_filter(&opts.filter, shape)?;
         self.blocking_query(
             opts,
             |w| w.tables(tables),
@@ -132,12 +133,17 @@ impl Server {
     }
 }
 
-/// Parses a filter once, so a bad expression fails before any blocking.
-pub(crate) fn parse_filter(filter: &str) -> Result<Option<legate_filter::Expr>, RpcError> {
+/// Parses a filter once and checks its selectors against the rows'
+/// `shape`, so a bad expression fails before any blocking.
+pub(crate) fn parse_filter(
+    filter: &str,
+    shape: &legate_filter::Shape,
+) -> Result<Option<legate_filter::Expr>, RpcError> {
     if filter.trim().is_empty() {
         return Ok(None);
     }
     legate_filter::Expr::parse(filter)
+        .and_then(|expr| expr.check(shape).map(|()| expr))
         .map(Some)
         .map_err(|e| RpcError::BadRequest(e.to_string()))
 }

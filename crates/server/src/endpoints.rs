@@ -314,15 +314,17 @@ impl ServerRpc for Server {
 
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {
         self.authorize(&opts.token, Resource::Node(String::new()), Access::Read)?;
-        self.filtered_list(opts, &[Table::Nodes], |t| t.nodes())
-            .await
+        self.filtered_list(opts, legate_filter::rows::node(), &[Table::Nodes], |t| {
+            t.nodes()
+        })
+        .await
     }
 
     async fn catalog_services(
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<BTreeMap<String, Vec<String>>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
+        let filter = parse_filter(&opts.filter, legate_filter::rows::service_node())?;
         self.blocking_query(
             opts,
             |w| w.tables(&[Table::Services]),
@@ -351,7 +353,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         query: ServiceQuery,
     ) -> Result<Queried<Vec<ServiceNode>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
+        let filter = parse_filter(&opts.filter, legate_filter::rows::service_node())?;
         self.authorize(
             &opts.token,
             Resource::Service(query.service.clone()),
@@ -377,7 +379,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Option<NodeServices>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
+        let filter = parse_filter(&opts.filter, legate_filter::rows::node_service())?;
         self.authorize(&opts.token, Resource::Node(node.clone()), Access::Read)?;
         self.blocking_query(
             opts,
@@ -403,8 +405,13 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        self.filtered_list(opts, &[Table::Checks], |t| t.node_checks(&node))
-            .await
+        self.filtered_list(
+            opts,
+            legate_filter::rows::health_check(),
+            &[Table::Checks],
+            |t| t.node_checks(&node),
+        )
+        .await
     }
 
     async fn health_service_checks(
@@ -412,8 +419,13 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         service: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        self.filtered_list(opts, &[Table::Checks], |t| t.service_checks(&service))
-            .await
+        self.filtered_list(
+            opts,
+            legate_filter::rows::health_check(),
+            &[Table::Checks],
+            |t| t.service_checks(&service),
+        )
+        .await
     }
 
     async fn health_checks_in_state(
@@ -421,8 +433,13 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         state: Option<HealthStatus>,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        self.filtered_list(opts, &[Table::Checks], |t| t.checks_in_state(state))
-            .await
+        self.filtered_list(
+            opts,
+            legate_filter::rows::health_check(),
+            &[Table::Checks],
+            |t| t.checks_in_state(state),
+        )
+        .await
     }
 
     async fn health_service_nodes(
@@ -430,7 +447,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         query: ServiceQuery,
     ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
+        let filter = parse_filter(&opts.filter, legate_filter::rows::check_service_node())?;
         self.authorize(
             &opts.token,
             Resource::Service(query.service.clone()),
@@ -470,7 +487,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         prefix: String,
     ) -> Result<Queried<Vec<KvEntry>>, RpcError> {
-        let filter = parse_filter(&opts.filter)?;
+        let filter = parse_filter(&opts.filter, legate_filter::rows::any())?;
         self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
         self.blocking_query(
             opts,
@@ -673,8 +690,13 @@ impl ServerRpc for Server {
     }
 
     async fn session_list(&self, opts: &QueryOptions) -> Result<Queried<Vec<Session>>, RpcError> {
-        self.filtered_list(opts, &[Table::Sessions], |t| t.sessions())
-            .await
+        self.filtered_list(
+            opts,
+            legate_filter::rows::session(),
+            &[Table::Sessions],
+            |t| t.sessions(),
+        )
+        .await
     }
 
     async fn session_node(
@@ -682,8 +704,13 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<Session>>, RpcError> {
-        self.filtered_list(opts, &[Table::Sessions], |t| t.node_sessions(&node))
-            .await
+        self.filtered_list(
+            opts,
+            legate_filter::rows::session(),
+            &[Table::Sessions],
+            |t| t.node_sessions(&node),
+        )
+        .await
     }
 
     async fn config_apply(
@@ -734,9 +761,12 @@ impl ServerRpc for Server {
         kind: String,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
         let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
-        self.filtered_list(opts, &[Table::ConfigEntries], |t| {
-            t.config_entries_of_kind(&kind)
-        })
+        self.filtered_list(
+            opts,
+            legate_filter::rows::any(),
+            &[Table::ConfigEntries],
+            |t| t.config_entries_of_kind(&kind),
+        )
         .await
     }
 
@@ -745,9 +775,12 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         kinds: Vec<String>,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
-        self.filtered_list(opts, &[Table::ConfigEntries], |t| {
-            t.config_entries_of_kinds(&kinds)
-        })
+        self.filtered_list(
+            opts,
+            legate_filter::rows::any(),
+            &[Table::ConfigEntries],
+            |t| t.config_entries_of_kinds(&kinds),
+        )
         .await
     }
 

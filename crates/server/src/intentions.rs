@@ -535,8 +535,13 @@ impl Server {
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<Vec<Intention>>, RpcError> {
-        self.filtered_list(opts, &[Table::ConfigEntries], all_intentions)
-            .await
+        self.filtered_list(
+            opts,
+            legate_filter::rows::intention(),
+            &[Table::ConfigEntries],
+            all_intentions,
+        )
+        .await
     }
 
     /// A blocking read over every intention (in Consul's order).
