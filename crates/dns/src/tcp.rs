@@ -13,7 +13,7 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::net::NetError;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponse;
-use legate_net::{Acceptor, Incoming, LimitedStream};
+use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -49,13 +49,12 @@ async fn accept_loop(
     handler: Arc<DnsHandler>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut connections = tokio::task::JoinSet::new();
+    let mut connections = Connections::new();
     loop {
         let incoming = tokio::select! {
-            incoming = acceptor.next() => incoming,
+            incoming = connections.accept(&acceptor) => incoming,
             _ = stop.wait_for(|s| *s) => return,
         };
-        while connections.try_join_next().is_some() {}
         match incoming {
             // Over its cap: closed unanswered, as Consul's DNS server would
             // not have accepted it.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use legate_agent::limits::Limits;
-use legate_net::{Acceptor, Incoming, LimitedStream};
+use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 use tower::Service;
@@ -173,18 +173,15 @@ pub(crate) async fn serve(
 ) -> io::Result<()> {
     let acceptor = Acceptor::new(listener, limits.http_max_conns_per_client, "HTTP");
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut connections = tokio::task::JoinSet::new();
+    let mut connections = Connections::new();
     tokio::pin!(shutdown);
     loop {
         let incoming = tokio::select! {
-            incoming = acceptor.next() => incoming,
+            incoming = connections.accept(&acceptor) => incoming,
             _ = &mut shutdown => break,
         };
-        while connections.try_join_next().is_some() {}
         match incoming {
-            Incoming::OverLimit(stream, _) => {
-                connections.spawn(refuse(stream));
-            }
+            Incoming::OverLimit(stream, _) => connections.spawn(refuse(stream)),
             Incoming::Admitted(stream) => {
                 let _ = stream.get_ref().set_nodelay(true);
                 connections.spawn(connection(
@@ -197,10 +194,7 @@ pub(crate) async fn serve(
         }
     }
     let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
+    connections.drain(SHUTDOWN_GRACE).await;
     Ok(())
 }
 

@@ -269,6 +269,21 @@ mod tests {
         assert!(matches!(acceptor.next().await, Incoming::Admitted(_)));
     }
 
+    #[tokio::test]
+    async fn finished_connections_are_freed_while_waiting_for_the_next() {
+        let acceptor = Acceptor::new(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0, "test");
+        let mut connections = Connections::new();
+        for _ in 0..100 {
+            connections.spawn(async {});
+        }
+        assert_eq!(connections.len(), 100);
+        // No connection arrives; the finished tasks are joined meanwhile.
+        let waited =
+            tokio::time::timeout(Duration::from_millis(200), connections.accept(&acceptor)).await;
+        assert!(waited.is_err());
+        assert!(connections.is_empty(), "{} left", connections.len());
+    }
+
     #[test]
     fn no_cap_when_zero() {
         let limit = ClientLimit::new(0);
@@ -277,5 +292,56 @@ mod tests {
         assert_eq!(limit.open(ip), 1000);
         drop(slots);
         assert_eq!(limit.open(ip), 0);
+    }
+}
+
+/// The tasks serving a listener's connections. A finished task is freed
+/// as soon as it ends (a `JoinSet` keeps each task's memory, the whole
+/// connection future included, until it is joined), so a burst of
+/// connections leaves nothing behind.
+#[derive(Default)]
+pub struct Connections {
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Connections {
+    /// No connections yet.
+    pub fn new() -> Connections {
+        Connections::default()
+    }
+
+    /// Serves one connection.
+    pub fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task);
+    }
+
+    /// Connections being served.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// True when none is being served.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// The next connection from `acceptor`, freeing finished tasks while
+    /// waiting for it.
+    pub async fn accept(&mut self, acceptor: &Acceptor) -> Incoming {
+        loop {
+            tokio::select! {
+                incoming = acceptor.next() => return incoming,
+                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
+            }
+        }
+    }
+
+    /// Waits up to `grace` for every connection to end, then ends the rest.
+    pub async fn drain(&mut self, grace: Duration) {
+        let _ = tokio::time::timeout(grace, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        self.tasks.abort_all();
     }
 }

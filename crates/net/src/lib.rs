@@ -10,5 +10,5 @@
 mod accept;
 mod throttle;
 
-pub use accept::{Acceptor, ClientLimit, ClientSlot, Incoming, LimitedStream};
+pub use accept::{Acceptor, ClientLimit, ClientSlot, Connections, Incoming, LimitedStream};
 pub use throttle::Throttle;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use legate_net::{Acceptor, Incoming, LimitedStream};
+use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpListener;
 
@@ -98,16 +98,14 @@ impl Listener {
         let limit = self.max_connections;
         let hello_timeout = self.hello_timeout;
         let acceptor = Acceptor::new(self.listener, self.max_per_client, "server port");
-        let mut connections = tokio::task::JoinSet::new();
+        let mut connections = Connections::new();
         let full = legate_net::Throttle::new(std::time::Duration::from_secs(10));
         loop {
-            while connections.try_join_next().is_some() {}
             // Over its client's cap: closed unanswered, as Consul does.
-            let Incoming::Admitted(stream) = acceptor.next().await else {
+            let Incoming::Admitted(stream) = connections.accept(&acceptor).await else {
                 continue;
             };
             let peer = stream.peer();
-            while connections.try_join_next().is_some() {}
             if connections.len() >= limit {
                 if let Some(count) = full.hit() {
                     tracing::warn!(%peer, limit, refused = count, "server port: too many connections; closing new ones");
