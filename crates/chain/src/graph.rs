@@ -44,7 +44,9 @@ pub const ROUTING_KINDS: &[&str] = &[
 /// sound reaches no cycle, or its own walk would have met it.
 struct Graph {
     entries: RoutingEntries,
-    sound: std::cell::RefCell<std::collections::HashSet<Step>>,
+    /// Parts found sound, with how many splitters in a row they hold (so a
+    /// part reached at any depth is still held to [`MAX_CHAIN_DEPTH`]).
+    sound: std::cell::RefCell<std::collections::HashMap<Step, usize>>,
     /// Walks done (not remembered), for the tests.
     walks: std::cell::Cell<usize>,
 }
@@ -95,8 +97,11 @@ impl Graph {
                     }
                 }
                 walk.split_or_resolve(chain, "", &mut BTreeSet::new())
+                    .map(|_| ())
             }
-            None => walk.split_or_resolve(chain, "", &mut BTreeSet::new()),
+            None => walk
+                .split_or_resolve(chain, "", &mut BTreeSet::new())
+                .map(|_| ()),
         }
     }
 }
@@ -118,19 +123,29 @@ impl Walk<'_> {
         }
     }
 
-    /// Runs `walk` for `step` unless an earlier walk found it sound.
+    /// Runs `walk` for `step` unless an earlier walk found it sound; either
+    /// way, the part's splitters in a row, which must fit below the
+    /// `splitters_above` already on the path.
     fn once(
         &mut self,
         step: Step,
-        walk: impl FnOnce(&mut Self) -> Result<(), String>,
-    ) -> Result<(), String> {
-        if self.graph.sound.borrow().contains(&step) {
-            return Ok(());
+        splitters_above: usize,
+        walk: impl FnOnce(&mut Self) -> Result<usize, String>,
+    ) -> Result<usize, String> {
+        let known = self.graph.sound.borrow().get(&step).copied();
+        let height = match known {
+            Some(height) => height,
+            None => {
+                self.graph.walks.set(self.graph.walks.get() + 1);
+                let height = walk(self)?;
+                self.graph.sound.borrow_mut().insert(step, height);
+                height
+            }
+        };
+        if splitters_above + height > MAX_CHAIN_DEPTH {
+            return Err(too_deep(self.chain));
         }
-        self.graph.walks.set(self.graph.walks.get() + 1);
-        walk(self)?;
-        self.graph.sound.borrow_mut().insert(step);
-        Ok(())
+        Ok(height)
     }
 
     fn same_protocol(&self, service: &str) -> Result<(), String> {
@@ -144,14 +159,17 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// Checks what `service` splits or resolves to; the splitters in a row
+    /// from here.
     fn split_or_resolve(
         &mut self,
         service: &str,
         subset: &str,
         splitters_seen: &mut BTreeSet<String>,
-    ) -> Result<(), String> {
+    ) -> Result<usize, String> {
         let step = self.step(true, service, subset);
-        self.once(step, |walk| {
+        let above = splitters_seen.len();
+        self.once(step, above, |walk| {
             walk.split_or_resolve_now(service, subset, splitters_seen)
         })
     }
@@ -161,7 +179,7 @@ impl Walk<'_> {
         service: &str,
         subset: &str,
         splitters_seen: &mut BTreeSet<String>,
-    ) -> Result<(), String> {
+    ) -> Result<usize, String> {
         self.same_protocol(service)?;
         if subset.is_empty() && self.http {
             if let Some(splitter) = self.graph.splitters.get(service) {
@@ -171,6 +189,7 @@ impl Walk<'_> {
                 if !splitters_seen.insert(service.to_string()) {
                     return Err(format!("discovery chain {:?}: detected circular reference between splitters of {service:?}", self.chain));
                 }
+                let mut below = 0;
                 for split in &splitter.splits {
                     let target = if split.service.is_empty() {
                         service
@@ -180,22 +199,26 @@ impl Walk<'_> {
                     if target == service || !split.service_subset.is_empty() {
                         self.resolve_fresh(target, &split.service_subset)?;
                     } else {
-                        self.split_or_resolve(target, "", splitters_seen)?;
+                        below = below.max(self.split_or_resolve(target, "", splitters_seen)?);
                     }
                 }
                 splitters_seen.remove(service);
-                return Ok(());
+                return Ok(below + 1);
             }
         }
-        self.resolve_fresh(service, subset)
+        self.resolve_fresh(service, subset)?;
+        Ok(0)
     }
 
-    /// A resolver walk that starts here (no redirect seen yet).
+    /// A resolver walk that starts here (no redirect seen yet; its
+    /// redirects are bounded on their own, so it holds no splitters).
     fn resolve_fresh(&mut self, service: &str, subset: &str) -> Result<(), String> {
         let step = self.step(false, service, subset);
-        self.once(step, |walk| {
-            walk.resolve(service, subset, &mut BTreeSet::new())
+        self.once(step, 0, |walk| {
+            walk.resolve(service, subset, &mut BTreeSet::new())?;
+            Ok(0)
         })
+        .map(|_| ())
     }
 
     fn resolve(
@@ -368,6 +391,24 @@ mod tests {
             err.contains("circular reference between splitters"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn remembered_parts_are_still_held_to_the_depth_bound() {
+        // Each splitter leads to one whose name sorts earlier, so chains are
+        // checked shortest first and every walk meets a remembered part one
+        // hop down: the bound must still count the whole run.
+        let mut values = vec![
+            json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
+        ];
+        for i in 1..=200 {
+            values.push(
+                json!({"Kind": "service-splitter", "Name": format!("n{i:04}"),
+                               "Splits": [{"Weight": 100, "Service": format!("n{:04}", i - 1)}]}),
+            );
+        }
+        let err = validate_graph(&entries(values)).unwrap_err();
+        assert!(err.contains("more than 64 splitters"), "{err}");
     }
 
     #[test]

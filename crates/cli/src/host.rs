@@ -17,12 +17,15 @@ pub fn restrict_new_files() {
 }
 
 /// Creates `dir` (0700) if it is missing and takes group and other access
-/// away from everything already in it; logs what it changed.
+/// away from everything in it this user owns; logs what it changed. What
+/// cannot be changed (another user's files) is logged and left: the data
+/// dir's own 0700 already keeps other users out.
 pub fn secure_data_dir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let mut tightened = Vec::new();
-    tighten(dir, &mut tightened)
-        .map_err(|e| format!("restricting the permissions of {}: {e}", dir.display()))?;
+    if let Err(e) = tighten(dir, &mut tightened) {
+        tracing::warn!(data_dir = %dir.display(), error = %e, "could not restrict every file in the data dir to its owner");
+    }
     if !tightened.is_empty() {
         tracing::warn!(
             data_dir = %dir.display(),
@@ -35,9 +38,13 @@ pub fn secure_data_dir(dir: &Path) -> Result<(), String> {
 }
 
 fn tighten(path: &Path, tightened: &mut Vec<String>) -> std::io::Result<()> {
-    // Never follows links: a link's target is not ours to change.
+    use std::os::unix::fs::MetadataExt;
+    // Never follows links (a link's target is not ours to change) and
+    // leaves other users' files alone.
     let meta = std::fs::symlink_metadata(path)?;
-    if meta.file_type().is_symlink() {
+    // SAFETY: geteuid only reads the process's user id.
+    let ours = meta.uid() == unsafe { libc::geteuid() };
+    if meta.file_type().is_symlink() || !ours {
         return Ok(());
     }
     let mode = meta.permissions().mode() & 0o7777;
@@ -52,7 +59,11 @@ fn tighten(path: &Path, tightened: &mut Vec<String>) -> std::io::Result<()> {
     }
     if meta.is_dir() {
         for entry in std::fs::read_dir(path)? {
-            tighten(&entry?.path(), tightened)?;
+            let entry = entry?.path();
+            // One file that cannot be changed does not stop the others.
+            if let Err(e) = tighten(&entry, tightened) {
+                tracing::warn!(path = %entry.display(), error = %e, "could not restrict a data dir entry to its owner");
+            }
         }
     }
     Ok(())

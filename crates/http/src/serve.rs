@@ -1,9 +1,10 @@
 //! The HTTP accept loop and connections: at most
 //! `limits.http_max_conns_per_client` connections per client address (the
 //! next one gets Consul's 429 and is closed), a request head must arrive
-//! within `limits.http_handshake_timeout` of the connection or of the end
-//! of the previous request, and a keep-alive connection with no request in
-//! flight is closed after `limits.http_idle_timeout`. Requests in flight
+//! within `limits.http_handshake_timeout` of the connection or of the
+//! first byte after the previous request (HTTP/1; an HTTP/2 connection's
+//! control frames are not heads), and a keep-alive connection with no
+//! request in flight is closed after `limits.http_idle_timeout`. Requests in flight
 //! (blocking queries waiting up to ten minutes included) are never cut
 //! by these deadlines, but a request whose client has gone (the socket
 //! reads end-of-file) is dropped at once, as Go's server cancels it, so
@@ -42,6 +43,10 @@ struct Activity {
     head_started: AtomicU64,
     /// Last byte read or written (ms since `epoch`).
     last: AtomicU64,
+    /// The connection speaks HTTP/2 (it began with the preface): its
+    /// control frames are not request heads, so only the idle timeout
+    /// applies between requests.
+    http2: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -52,6 +57,7 @@ impl Activity {
             // A new connection owes its first request head from now on.
             head_started: AtomicU64::new(0),
             last: AtomicU64::new(0),
+            http2: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -66,7 +72,7 @@ impl Activity {
         }
         let now = self.now();
         let head = self.head_started.load(Ordering::Acquire);
-        if head != NONE {
+        if head != NONE && !self.http2.load(Ordering::Acquire) {
             let waited = Duration::from_millis(now.saturating_sub(head));
             return (waited > limits.http_handshake_timeout)
                 .then_some("no complete request head in time");
@@ -110,6 +116,13 @@ impl AsyncRead for Tracked {
         let result = Pin::new(&mut self.stream).poll_read(cx, buf);
         if buf.filled().len() > before {
             let a = &self.activity;
+            if before == 0 && a.last.load(Ordering::Acquire) == 0 {
+                let preface = b"PRI * HTTP/2.0";
+                let got = buf.filled();
+                if got.len() >= 3 && preface.starts_with(&got[..got.len().min(preface.len())]) {
+                    a.http2.store(true, Ordering::Release);
+                }
+            }
             let now = a.now();
             a.last.store(now, Ordering::Release);
             if a.in_flight.load(Ordering::Acquire) == 0 {

@@ -108,7 +108,10 @@ pub fn write_archive(data: &SnapshotData, index: u64, term: u64) -> Result<Vec<u
 /// every checksum matches.
 pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), ArchiveError> {
     let format = |e: std::io::Error| ArchiveError::Format(e.to_string());
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    // The whole inflated stream is capped too: tar reads some entries
+    // (GNU long names, PAX headers) whole before it hands any out.
+    let inflated = flate2::read::GzDecoder::new(bytes).take(MAX_STATE_BYTES + (4 << 20));
+    let mut tar = tar::Archive::new(inflated);
     let (mut meta, mut state, mut sums) = (None, None, None);
     for entry in tar.entries().map_err(format)? {
         let entry = entry.map_err(format)?;
@@ -118,7 +121,7 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
         } else {
             1 << 20
         };
-        let size = entry.header().size().map_err(format)?;
+        let size = entry.size();
         if size > limit {
             return Err(ArchiveError::Format(format!(
                 "{name} is larger than {limit} bytes"
