@@ -74,6 +74,13 @@ fn invalid(path: &[PathStep]) -> FilterError {
 }
 
 impl Expr {
+    /// Parses a filter for rows of `shape`, refusing selectors they lack.
+    pub fn parse_for(input: &str, shape: &Shape) -> Result<Expr, FilterError> {
+        let expr = Expr::parse(input)?;
+        expr.check(shape)?;
+        Ok(expr)
+    }
+
     /// Checks every selector of the expression against `shape`.
     pub fn check(&self, shape: &Shape) -> Result<(), FilterError> {
         match self {

@@ -43,8 +43,7 @@ fn filtered<T: serde::Serialize>(
     let Some(filter) = filter.filter(|f| !f.trim().is_empty()) else {
         return Ok(rows);
     };
-    let expr = legate_filter::Expr::parse(filter)
-        .and_then(|expr| expr.check(shape).map(|()| expr))
+    let expr = legate_filter::Expr::parse_for(filter, shape)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(rows
         .into_iter()

@@ -142,8 +142,7 @@ pub(crate) fn parse_filter(
     if filter.trim().is_empty() {
         return Ok(None);
     }
-    legate_filter::Expr::parse(filter)
-        .and_then(|expr| expr.check(shape).map(|()| expr))
+    legate_filter::Expr::parse_for(filter, shape)
         .map(Some)
         .map_err(|e| RpcError::BadRequest(e.to_string()))
 }
