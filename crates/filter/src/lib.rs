@@ -436,6 +436,14 @@ impl Expr {
         Ok(expr)
     }
 
+    /// Evaluates the expression against a row in its JSON form (a row that
+    /// cannot be serialised matches nothing).
+    pub fn matches_row<T: serde::Serialize>(&self, row: &T) -> bool {
+        serde_json::to_value(row)
+            .map(|v| self.matches(&v))
+            .unwrap_or(false)
+    }
+
     /// Evaluates the expression against one row.
     pub fn matches(&self, row: &Value) -> bool {
         match self {
@@ -518,11 +526,7 @@ pub fn filter_rows<T: serde::Serialize>(rows: Vec<T>, filter: &str) -> Result<Ve
     let expr = Expr::parse(filter)?;
     Ok(rows
         .into_iter()
-        .filter(|row| {
-            serde_json::to_value(row)
-                .map(|v| expr.matches(&v))
-                .unwrap_or(false)
-        })
+        .filter(|row| expr.matches_row(row))
         .collect())
 }
 

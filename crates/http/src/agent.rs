@@ -47,11 +47,7 @@ fn filtered<T: serde::Serialize>(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(rows
         .into_iter()
-        .filter(|(_, row)| {
-            serde_json::to_value(row)
-                .map(|v| expr.matches(&v))
-                .unwrap_or(false)
-        })
+        .filter(|(_, row)| expr.matches_row(row))
         .collect())
 }
 

@@ -156,11 +156,7 @@ pub(crate) fn apply_filter<T: serde::Serialize>(
         None => rows,
         Some(expr) => rows
             .into_iter()
-            .filter(|row| {
-                serde_json::to_value(row)
-                    .map(|v| expr.matches(&v))
-                    .unwrap_or(false)
-            })
+            .filter(|row| expr.matches_row(row))
             .collect(),
     }
 }
