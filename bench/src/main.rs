@@ -11,6 +11,8 @@ use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
+mod storage;
+
 #[derive(Parser)]
 #[command(name = "legate-bench")]
 struct Cli {
@@ -116,6 +118,21 @@ enum Command {
         concurrency: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+    },
+    /// Fills the KV store with `keys` keys of `size` incompressible bytes.
+    KvFill {
+        #[arg(long)]
+        url: String,
+        #[arg(long, value_enum, default_value = "legate")]
+        target: Target,
+        #[arg(long, default_value = "bench")]
+        prefix: String,
+        #[arg(long, default_value_t = 60_000)]
+        keys: u64,
+        #[arg(long, default_value_t = 4096)]
+        size: usize,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
     },
     /// Opens N watchers on one key, writes it once, and reports how long
     /// each watcher took to see the change.
@@ -788,6 +805,14 @@ async fn main() -> Result<()> {
             })
             .await
         }
+        Command::KvFill {
+            url,
+            target,
+            prefix,
+            keys,
+            size,
+            concurrency,
+        } => storage::kv_fill(client, target, &url, &prefix, keys, size, concurrency).await,
         Command::Csr { seconds } => {
             use legate_ca::builtin::{generate_root, make_csr, sign_leaf};
             use legate_ca::SpiffeId;

@@ -110,7 +110,7 @@ async fn put(st: &AppState, key: String, req: &Req, body: Bytes) -> ApiResult {
     let mut op = KvOp {
         verb: KvVerb::Set,
         key,
-        value: body.to_vec(),
+        value: body,
         flags,
         index: 0,
         session: String::new(),
@@ -159,7 +159,7 @@ async fn delete(st: &AppState, key: String, req: &Req) -> ApiResult {
             KvVerb::Delete
         },
         key,
-        value: Vec::new(),
+        value: Default::default(),
         flags: 0,
         index: 0,
         session: String::new(),

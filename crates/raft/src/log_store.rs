@@ -3,6 +3,12 @@
 //! one writer thread, which groups whatever has queued up into a single
 //! fsync'd transaction (group commit) and only then tells openraft the
 //! entries are durable. Votes, truncations and purges wait for their commit.
+//!
+//! Entries are stored in the binary encoding ([`legate_types::binary`])
+//! behind a format byte ([`ENTRY_FORMAT`]); entries an older Legate wrote
+//! as JSON are still read. After a purge has shrunk the log, a database
+//! file grown past [`COMPACT_ABOVE`] is compacted, so a snapshot gives
+//! back the disk the log it replaces took.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -20,6 +26,35 @@ const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 type NodeId = u64;
+
+/// The format byte in front of a stored entry: 1 is the binary encoding.
+/// (Older entries are JSON, which starts with `{`.)
+pub const ENTRY_FORMAT: u8 = 1;
+
+/// A database file larger than this is compacted after a purge.
+pub const COMPACT_ABOVE: u64 = 32 << 20;
+
+/// The pages redb keeps cached: entries are read back only at start
+/// (they are held in memory), so a small cache is enough.
+const CACHE_BYTES: usize = 16 << 20;
+
+/// An entry in its stored form.
+fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, legate_types::binary::BinaryError> {
+    let mut bytes = vec![ENTRY_FORMAT];
+    legate_types::binary::encode_into(&mut bytes, entry)?;
+    Ok(bytes)
+}
+
+/// An entry from its stored form (either format).
+fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry<TypeConfig>, String> {
+    match bytes.first() {
+        Some(&ENTRY_FORMAT) => legate_types::binary::decode(&bytes[1..]).map_err(|e| e.to_string()),
+        Some(b'{') => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        Some(other) => Err(format!("format {other} is not known to this Legate")),
+        None => Err("empty".into()),
+    }
+    .map_err(|e| format!("Raft log entry {index}: {e}"))
+}
 
 #[derive(Default)]
 struct Inner {
@@ -60,7 +95,7 @@ enum Done {
 }
 
 /// The writer thread: drains the queue, commits once, then reports.
-fn run_writer(db: Database, rx: std::sync::mpsc::Receiver<DiskOp>) {
+fn run_writer(mut db: Database, path: std::path::PathBuf, rx: std::sync::mpsc::Receiver<DiskOp>) {
     let mut closing = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -71,6 +106,9 @@ fn run_writer(db: Database, rx: std::sync::mpsc::Receiver<DiskOp>) {
             }
         }
         let mut done = Vec::with_capacity(batch.len());
+        let purged = batch
+            .iter()
+            .any(|op| matches!(op, DiskOp::Remove(RemoveRange::UpTo(_), _)));
         let result = (|| -> Result<(), String> {
             let txn = db.begin_write().map_err(|e| e.to_string())?;
             {
@@ -104,6 +142,9 @@ fn run_writer(db: Database, rx: std::sync::mpsc::Receiver<DiskOp>) {
             }
             txn.commit().map_err(|e| e.to_string())
         })();
+        if purged && result.is_ok() {
+            compact_if_large(&mut db, &path);
+        }
         for d in done {
             match d {
                 Done::Flushed(callback) => {
@@ -119,6 +160,23 @@ fn run_writer(db: Database, rx: std::sync::mpsc::Receiver<DiskOp>) {
             let _ = reply.send(result);
             return;
         }
+    }
+}
+
+/// Compacts the database when its file has grown past [`COMPACT_ABOVE`]
+/// (a failure only leaves the file as large as it was).
+fn compact_if_large(db: &mut Database, path: &Path) {
+    let before = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if before <= COMPACT_ABOVE {
+        return;
+    }
+    let started = std::time::Instant::now();
+    match db.compact() {
+        Ok(_) => {
+            let after = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            tracing::debug!(before, after, elapsed = ?started.elapsed(), "compacted the Raft log");
+        }
+        Err(e) => tracing::warn!(error = %e, "could not compact the Raft log"),
     }
 }
 
@@ -143,7 +201,10 @@ impl LogStore {
     /// A log persisted in `dir/raft.db`, loading what is already there.
     pub fn open(dir: &Path) -> Result<LogStore, Box<dyn std::error::Error + Send + Sync>> {
         std::fs::create_dir_all(dir)?;
-        let db = Database::create(dir.join("raft.db"))?;
+        let path = dir.join("raft.db");
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)?;
         let txn = db.begin_write()?;
         txn.open_table(LOG)?;
         txn.open_table(META)?;
@@ -154,7 +215,7 @@ impl LogStore {
             let log = read.open_table(LOG)?;
             for row in log.range(0u64..)? {
                 let (key, value) = row?;
-                let entry: Entry<TypeConfig> = serde_json::from_slice(value.value())?;
+                let entry = decode_entry(key.value(), value.value())?;
                 inner.entries.insert(key.value(), entry);
             }
             let meta = read.open_table(META)?;
@@ -171,7 +232,7 @@ impl LogStore {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("raft-log-writer".into())
-            .spawn(move || run_writer(db, rx))?;
+            .spawn(move || run_writer(db, path, rx))?;
         inner.disk = Some(tx);
         Ok(LogStore {
             inner: Arc::new(Mutex::new(inner)),
@@ -301,7 +362,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Some(_) => Some(
                 entries
                     .iter()
-                    .map(|e| serde_json::to_vec(e).map(|b| (e.log_id.index, b)))
+                    .map(|e| encode_entry(e).map(|b| (e.log_id.index, b)))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(io_err)?,
             ),

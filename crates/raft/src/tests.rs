@@ -6,7 +6,7 @@ use legate_types::KvOp;
 
 use super::*;
 
-fn options(dir: Option<PathBuf>) -> RaftOptions {
+pub(crate) fn options(dir: Option<PathBuf>) -> RaftOptions {
     RaftOptions {
         node_id: 1,
         address: "127.0.0.1:8300".into(),
@@ -78,7 +78,7 @@ async fn state_survives_restart_from_log_and_snapshot() {
         last_index
     );
     assert!(
-        dir.path().join("raft/snapshot.json").exists(),
+        dir.path().join("raft/snapshot.meta").exists(),
         "a snapshot should have been written"
     );
     let (next, _) = node

@@ -143,7 +143,7 @@ async fn every_kind_of_call_answers_as_in_process() {
 
     // Errors keep their variant and message.
     let huge = KvOp {
-        value: vec![b'x'; 600 * 1024],
+        value: vec![b'x'; 600 * 1024].into(),
         ..put("big", "")
     };
     let local = server.kv_apply(&w, huge.clone()).await.unwrap_err();

@@ -1,9 +1,11 @@
 //! Snapshot archives (`legate snapshot save|restore|inspect`,
 //! `/v1/snapshot`): a gzipped tar holding `meta.json` (Consul's snapshot
-//! metadata shape), `state.json` (the tables, as Raft snapshots hold them)
-//! and `SHA256SUMS` over both, laid out as Consul's archives are. Reading
-//! checks every sum, the version and the size before decoding anything,
-//! and never inflates more than [`MAX_STATE_BYTES`].
+//! metadata shape), `state.bin` (the tables in their stored form,
+//! [`crate::stream`], as Raft snapshots hold them) and `SHA256SUMS` over
+//! both, laid out as Consul's archives are. Version 1 archives, with the
+//! JSON `state.json`, are still read. Reading checks every sum, the
+//! version and the size before decoding anything, and never inflates more
+//! than [`MAX_STATE_BYTES`].
 
 use std::io::Read;
 
@@ -11,14 +13,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::SnapshotData;
 
-/// The archive format version this build writes and reads.
-pub const ARCHIVE_VERSION: u32 = 1;
+/// The archive format version this build writes (it reads 1 as well).
+pub const ARCHIVE_VERSION: u32 = 2;
 
-/// The largest `state.json` an archive may inflate to (1 GiB).
+/// The largest `state file` an archive may inflate to (1 GiB).
 pub const MAX_STATE_BYTES: u64 = 1 << 30;
 
 const META: &str = "meta.json";
-const STATE: &str = "state.json";
+const STATE: &str = "state.bin";
+const STATE_V1: &str = "state.json";
 const SUMS: &str = "SHA256SUMS";
 
 /// `meta.json`: what the snapshot is (Consul's fields).
@@ -28,7 +31,7 @@ pub struct SnapshotMeta {
     /// `<term>-<index>-<unix ms>`.
     #[serde(rename = "ID")]
     pub id: String,
-    /// Bytes of `state.json`.
+    /// Bytes of `state.bin`.
     pub size: u64,
     /// The Raft index the state was taken at.
     pub index: u64,
@@ -48,7 +51,7 @@ pub enum ArchiveError {
     #[error("the snapshot failed verification: {0}")]
     Verification(String),
     /// Written by a newer Legate.
-    #[error("the snapshot has version {0}; this Legate reads version {ARCHIVE_VERSION}")]
+    #[error("the snapshot has version {0}; this Legate reads versions 1 to {ARCHIVE_VERSION}")]
     Version(u32),
     /// Encoding failed.
     #[error("the snapshot could not be encoded: {0}")]
@@ -58,7 +61,7 @@ pub enum ArchiveError {
 /// Writes `data`, taken at `index` in `term`, as an archive.
 pub fn write_archive(data: &SnapshotData, index: u64, term: u64) -> Result<Vec<u8>, ArchiveError> {
     let state = data
-        .encode()
+        .to_stream_bytes()
         .map_err(|e| ArchiveError::Encode(e.to_string()))?;
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -102,7 +105,7 @@ pub fn write_archive(data: &SnapshotData, index: u64, term: u64) -> Result<Vec<u
 
 /// Reads and verifies an archive. It is read as a stream: entry sizes are
 /// checked from the tar headers before anything is inflated, and
-/// `state.json` is decoded while it is inflated and hashed, so a
+/// the state file is decoded while it is inflated and hashed, so a
 /// decompression bomb is refused without being inflated and no copy of
 /// the inflated state is ever held. Nothing decoded is returned unless
 /// every checksum matches.
@@ -116,7 +119,7 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
     for entry in tar.entries().map_err(format)? {
         let entry = entry.map_err(format)?;
         let name = entry.path().map_err(format)?.to_string_lossy().into_owned();
-        let limit = if name == STATE {
+        let limit = if name == STATE || name == STATE_V1 {
             MAX_STATE_BYTES
         } else {
             1 << 20
@@ -130,16 +133,14 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
         match name.as_str() {
             META => meta = Some(small_file(entry, limit)?),
             SUMS => sums = Some(small_file(entry, limit)?),
-            STATE => {
+            STATE | STATE_V1 if state.is_none() => {
                 let mut reader = Hashing::new(entry.take(limit));
-                let decoded = serde_json::from_reader::<_, SnapshotData>(std::io::BufReader::new(
-                    &mut reader,
-                ));
+                let decoded = SnapshotData::read_from(&mut reader);
                 // Whatever decoding left (nothing, or all after an error)
                 // still counts towards the checksum.
                 std::io::copy(&mut reader, &mut std::io::sink()).map_err(format)?;
                 let (digest, length) = reader.finish();
-                state = Some((decoded, digest, length));
+                state = Some((name, decoded, digest, length));
             }
             other => {
                 return Err(ArchiveError::Format(format!(
@@ -150,10 +151,13 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
     }
     let missing = |name: &str| ArchiveError::Verification(format!("{name} is missing"));
     let meta_bytes = meta.ok_or_else(|| missing(META))?;
-    let (decoded, state_digest, state_len) = state.ok_or_else(|| missing(STATE))?;
+    let (state_name, decoded, state_digest, state_len) = state.ok_or_else(|| missing(STATE))?;
     let sums = String::from_utf8(sums.ok_or_else(|| missing(SUMS))?)
         .map_err(|_| ArchiveError::Verification(format!("{SUMS} is not text")))?;
-    for (name, digest) in [(META, sha256_hex(&meta_bytes)), (STATE, state_digest)] {
+    for (name, digest) in [
+        (META, sha256_hex(&meta_bytes)),
+        (state_name.as_str(), state_digest),
+    ] {
         let listed = sums
             .lines()
             .find_map(|line| {
@@ -169,16 +173,16 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
     }
     let meta: SnapshotMeta = serde_json::from_slice(&meta_bytes)
         .map_err(|e| ArchiveError::Format(format!("{META}: {e}")))?;
-    if meta.version != ARCHIVE_VERSION {
+    if !(1..=ARCHIVE_VERSION).contains(&meta.version) {
         return Err(ArchiveError::Version(meta.version));
     }
     if meta.size != state_len {
         return Err(ArchiveError::Verification(format!(
-            "{STATE} holds {state_len} bytes, {META} says {}",
+            "{state_name} holds {state_len} bytes, {META} says {}",
             meta.size
         )));
     }
-    let data = decoded.map_err(|e| ArchiveError::Format(format!("{STATE}: {e}")))?;
+    let data = decoded.map_err(|e| ArchiveError::Format(format!("{state_name}: {e}")))?;
     Ok((meta, data))
 }
 
@@ -232,7 +236,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// One line of `snapshot inspect`: a kind of record, how many and how many
-/// bytes of `state.json` they take.
+/// bytes of `state.bin` they take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordSummary {
     /// The kind (`Node`, `KVS`, …, named as Consul's inspect names them).
@@ -249,7 +253,11 @@ impl SnapshotData {
         fn line<T: Serialize>(kind: &'static str, rows: &[T]) -> RecordSummary {
             let size = rows
                 .iter()
-                .map(|r| serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0))
+                .map(|r| {
+                    legate_types::binary::encode(r)
+                        .map(|v| v.len())
+                        .unwrap_or(0)
+                })
                 .sum();
             RecordSummary {
                 kind,
@@ -294,7 +302,7 @@ mod tests {
     fn round_trip_keeps_meta_and_rows() {
         let bytes = archive_with_kv();
         let (meta, data) = read_archive(&bytes).unwrap();
-        assert_eq!((meta.index, meta.term, meta.version), (5, 2, 1));
+        assert_eq!((meta.index, meta.term, meta.version), (5, 2, 2));
         assert!(meta.id.starts_with("2-5-"));
         assert_eq!(data.kv.len(), 1);
         assert_eq!(data.summary()[0].kind, "KVS");
@@ -349,7 +357,7 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .contains("state.json is larger than 1073741824 bytes"),
+                .contains("state.bin is larger than 1073741824 bytes"),
             "{error}"
         );
     }

@@ -17,6 +17,7 @@ mod config_entries;
 mod connect_ca;
 mod kv;
 mod session;
+pub mod stream;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use command::{Command, CommandResult};
 pub use connect_ca::StoredCaRoot;
+pub use stream::StreamError;
 pub use watch::{Changes, Table, WatchSet, Watches};
 
 /// Key of a service or check row: (node name, id).
@@ -64,7 +66,8 @@ pub struct Tables {
     pub(crate) restores: u64,
 }
 
-/// The serializable form of the tables, used for Raft snapshots.
+/// A copy of the tables (cheap: KV values are shared, not copied), as
+/// snapshots store it; see [`stream`] for its stored form.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct SnapshotData {
     nodes: Vec<Node>,
@@ -86,13 +89,6 @@ pub struct SnapshotData {
     service_index: Vec<(String, u64)>,
 }
 
-impl SnapshotData {
-    /// Encodes the copy.
-    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(self)
-    }
-}
-
 impl Tables {
     /// The max index of a table (0 when never written).
     pub fn table_index(&self, table: Table) -> u64 {
@@ -111,6 +107,25 @@ impl Tables {
     /// A system metadata value.
     pub fn system_metadata(&self, key: &str) -> Option<&str> {
         self.system_metadata.get(key).map(String::as_str)
+    }
+
+    /// About how many bytes the tables hold: KV keys and values exactly,
+    /// other rows at a flat estimate. Walks the KV table; callers ask
+    /// rarely (the snapshot policy, at most once a second).
+    pub fn approx_bytes(&self) -> u64 {
+        const ROW: u64 = 512;
+        let kv: u64 = self
+            .kv
+            .values()
+            .map(|e| (e.key.len() + e.value.len()) as u64 + 64)
+            .sum();
+        let rows = self.nodes.len()
+            + self.services.len()
+            + self.checks.len()
+            + self.kv_tombstones.len()
+            + self.sessions.len()
+            + self.config_entries.len();
+        kv + rows as u64 * ROW
     }
 
     /// The highest index any table has seen.
@@ -275,9 +290,9 @@ impl StateStore {
         result
     }
 
-    /// Serializes the whole store.
-    pub fn snapshot(&self) -> Result<Vec<u8>, serde_json::Error> {
-        self.snapshot_data().encode()
+    /// The whole store in its stored form ([`stream`]), as one buffer.
+    pub fn snapshot(&self) -> Result<Vec<u8>, StreamError> {
+        self.snapshot_data().to_stream_bytes()
     }
 
     /// Copies the tables for a snapshot. Only the copy happens under the
@@ -287,9 +302,21 @@ impl StateStore {
         self.read().to_snapshot()
     }
 
-    /// Replaces the whole store with a snapshot and wakes every watcher.
-    pub fn restore(&self, bytes: &[u8]) -> Result<(), serde_json::Error> {
-        let data: SnapshotData = serde_json::from_slice(bytes)?;
+    /// Replaces the whole store with a snapshot in its stored form.
+    pub fn restore(&self, bytes: &[u8]) -> Result<(), StreamError> {
+        self.restore_from(bytes)
+    }
+
+    /// Replaces the whole store with a snapshot read from `input` (either
+    /// stream version) and wakes every watcher.
+    pub fn restore_from(&self, input: impl std::io::Read) -> Result<(), StreamError> {
+        let data = SnapshotData::read_from(input)?;
+        self.restore_data(data);
+        Ok(())
+    }
+
+    /// Replaces the whole store with `data` and wakes every watcher.
+    pub fn restore_data(&self, data: SnapshotData) {
         let mut tables = Tables::from_snapshot(data);
         let index = tables.latest_index();
         let mut current = self.write();
@@ -297,7 +324,6 @@ impl StateStore {
         *current = tables;
         drop(current);
         self.watches.notify_all(index);
-        Ok(())
     }
 }
 

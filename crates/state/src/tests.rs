@@ -35,7 +35,7 @@ fn kv(verb: KvVerb, key: &str, value: &str, index: u64, session: &str) -> Comman
     Command::Kv(KvOp {
         verb,
         key: key.to_string(),
-        value: value.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec().into(),
         flags: 0,
         index,
         session: session.to_string(),
@@ -189,7 +189,10 @@ fn kv_cas_and_delete_tree_keep_indexes_moving_forward() {
     );
     store.apply(4, &kv(KvVerb::Set, "a/c/d", "x", 0, ""));
     let (index, entry) = store.read().kv_get("a/b");
-    assert_eq!((index, entry.unwrap().value), (3, b"2".to_vec()));
+    assert_eq!(
+        (index, entry.unwrap().value),
+        (3, bytes::Bytes::from_static(b"2"))
+    );
     assert_eq!(store.read().kv_keys("a/", "/").1, vec!["a/b", "a/c/"]);
     store.apply(9, &kv(KvVerb::DeleteTree, "a/", "", 0, ""));
     let (index, entries) = store.read().kv_list("a/");

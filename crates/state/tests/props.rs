@@ -47,7 +47,7 @@ fn kv_op() -> impl Strategy<Value = KvOp> {
         .prop_map(|(verb, key, index, session)| KvOp {
             verb,
             key,
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             flags: index,
             index,
             session: session.to_string(),

@@ -1,7 +1,6 @@
 //! Key/value store shapes.
 
-use base64::Engine;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 /// Largest value a KV entry may hold (Consul's `kv_max_value_size` default).
 pub const KV_MAX_VALUE_SIZE: usize = 512 * 1024;
@@ -19,8 +18,8 @@ pub struct KvEntry {
     #[serde(default)]
     pub flags: u64,
     /// The value; base64 on the wire, `null` when empty.
-    #[serde(default, with = "base64_value")]
-    pub value: Vec<u8>,
+    #[serde(default, with = "crate::binary::bytes_value")]
+    pub value: bytes::Bytes,
     /// Session holding the lock, if any.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub session: String,
@@ -30,28 +29,6 @@ pub struct KvEntry {
     /// Index of the write that last modified the key.
     #[serde(default)]
     pub modify_index: u64,
-}
-
-mod base64_value {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(value: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        if value.is_empty() {
-            s.serialize_none()
-        } else {
-            s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(value))
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let text = Option::<String>::deserialize(d)?;
-        match text {
-            None => Ok(Vec::new()),
-            Some(t) => base64::engine::general_purpose::STANDARD
-                .decode(t.as_bytes())
-                .map_err(|e| serde::de::Error::custom(format!("Value is not valid base64: {e}"))),
-        }
-    }
 }
 
 /// A KV verb, as in `/v1/txn`'s `KV.Verb`.
@@ -119,8 +96,8 @@ pub struct KvOp {
     #[serde(default)]
     pub key: String,
     /// The value for set-like verbs.
-    #[serde(default, with = "base64_value")]
-    pub value: Vec<u8>,
+    #[serde(default, with = "crate::binary::bytes_value")]
+    pub value: bytes::Bytes,
     /// Flags for set-like verbs.
     #[serde(default)]
     pub flags: u64,
@@ -134,11 +111,11 @@ pub struct KvOp {
 
 impl KvOp {
     /// A `set` of `key` to `value`.
-    pub fn set(key: impl Into<String>, value: Vec<u8>) -> KvOp {
+    pub fn set(key: impl Into<String>, value: impl Into<bytes::Bytes>) -> KvOp {
         KvOp {
             verb: KvVerb::Set,
             key: key.into(),
-            value,
+            value: value.into(),
             flags: 0,
             index: 0,
             session: String::new(),
