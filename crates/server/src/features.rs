@@ -11,8 +11,16 @@ pub const INTENTIONS_AS_CONFIG_ENTRIES: &str = "si";
 /// Federation states (`ft_fs`).
 pub const FEDERATION_STATES: &str = "fs";
 
+/// Snapshot restores logged in pieces (`ft_rp`): archives larger than
+/// one Raft entry.
+pub const PIECEWISE_RESTORE: &str = "rp";
+
 /// Every feature this build supports.
-pub const SUPPORTED: &[&str] = &[INTENTIONS_AS_CONFIG_ENTRIES, FEDERATION_STATES];
+pub const SUPPORTED: &[&str] = &[
+    INTENTIONS_AS_CONFIG_ENTRIES,
+    FEDERATION_STATES,
+    PIECEWISE_RESTORE,
+];
 
 /// The features a server advertises: this build's, minus any masked.
 pub fn advertised(masked: &[String]) -> BTreeSet<String> {
@@ -59,6 +67,7 @@ mod tests {
             tags(&all),
             vec![
                 ("ft_fs".to_string(), "1".to_string()),
+                ("ft_rp".to_string(), "1".to_string()),
                 ("ft_si".to_string(), "1".to_string())
             ]
         );

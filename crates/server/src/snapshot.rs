@@ -43,11 +43,22 @@ impl Server {
         if snapshot.0.is_empty() {
             return Err(RpcError::BadRequest("the snapshot is empty".into()));
         }
-        if snapshot.0.len() > SnapshotArchive::MAX_RESTORE_BYTES {
+        let pieces = snapshot.0.len() > SnapshotArchive::PIECE_BYTES;
+        let limit = if !pieces
+            || crate::features::cluster_supports(
+                &self.server_features(),
+                crate::features::PIECEWISE_RESTORE,
+            ) {
+            SnapshotArchive::MAX_RESTORE_BYTES
+        } else {
+            // An older server in the cluster could not apply the pieces.
+            SnapshotArchive::PIECE_BYTES
+        };
+        if snapshot.0.len() > limit {
             return Err(RpcError::BadRequest(format!(
                 "the snapshot is {} bytes; a restore takes at most {} MiB",
                 snapshot.0.len(),
-                SnapshotArchive::MAX_RESTORE_BYTES >> 20
+                limit >> 20
             )));
         }
         // Verified here so a bad archive is refused before it is logged
@@ -58,10 +69,32 @@ impl Server {
         .await
         .map_err(|e| RpcError::Internal(e.to_string()))?
         .map_err(|e| RpcError::BadRequest(e.to_string()))?;
-        self.write(Command::Restore(snapshot)).await?;
+        if pieces {
+            self.restore_in_pieces(snapshot).await?;
+        } else {
+            self.write(Command::Restore(snapshot)).await?;
+        }
         // Session clocks start afresh for the restored sessions.
         self.session_timers.clear_all();
         crate::leader::start_session_clocks(self);
+        Ok(())
+    }
+
+    /// Logs a large archive as pieces of one entry each, then the commit
+    /// that restores it; every server stages the pieces in order.
+    async fn restore_in_pieces(&self, snapshot: SnapshotArchive) -> Result<(), RpcError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let length = snapshot.0.len() as u64;
+        for (n, piece) in snapshot.0.chunks(SnapshotArchive::PIECE_BYTES).enumerate() {
+            self.write(Command::RestorePiece {
+                id: id.clone(),
+                offset: (n * SnapshotArchive::PIECE_BYTES) as u64,
+                data: SnapshotArchive(piece.to_vec()),
+            })
+            .await?;
+        }
+        drop(snapshot);
+        self.write(Command::RestoreCommit { id, length }).await?;
         Ok(())
     }
 }

@@ -5,7 +5,7 @@
 //! both, laid out as Consul's archives are. Version 1 archives, with the
 //! JSON `state.json`, are still read. Reading checks every sum, the
 //! version and the size before decoding anything, and never inflates more
-//! than [`MAX_STATE_BYTES`].
+//! than [`inflation_limit`] allows.
 
 use std::io::Read;
 
@@ -16,8 +16,18 @@ use crate::SnapshotData;
 /// The archive format version this build writes (it reads 1 as well).
 pub const ARCHIVE_VERSION: u32 = 2;
 
-/// The largest `state file` an archive may inflate to (1 GiB).
+/// The state file of any archive may inflate to 1 GiB ...
 pub const MAX_STATE_BYTES: u64 = 1 << 30;
+
+/// ... and a larger archive's to this many times its compressed size:
+/// real state compresses far less (values are often already compressed),
+/// while a decompression bomb inflates about a thousand times.
+pub const MAX_INFLATION: u64 = 64;
+
+/// How far the state file of an archive of `compressed` bytes may inflate.
+pub fn inflation_limit(compressed: usize) -> u64 {
+    MAX_STATE_BYTES.max((compressed as u64).saturating_mul(MAX_INFLATION))
+}
 
 const META: &str = "meta.json";
 const STATE: &str = "state.bin";
@@ -113,14 +123,15 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
     let format = |e: std::io::Error| ArchiveError::Format(e.to_string());
     // The whole inflated stream is capped too: tar reads some entries
     // (GNU long names, PAX headers) whole before it hands any out.
-    let inflated = flate2::read::GzDecoder::new(bytes).take(MAX_STATE_BYTES + (4 << 20));
+    let state_limit = inflation_limit(bytes.len());
+    let inflated = flate2::read::GzDecoder::new(bytes).take(state_limit + (4 << 20));
     let mut tar = tar::Archive::new(inflated);
     let (mut meta, mut state, mut sums) = (None, None, None);
     for entry in tar.entries().map_err(format)? {
         let entry = entry.map_err(format)?;
         let name = entry.path().map_err(format)?.to_string_lossy().into_owned();
         let limit = if name == STATE || name == STATE_V1 {
-            MAX_STATE_BYTES
+            state_limit
         } else {
             1 << 20
         };

@@ -84,6 +84,28 @@ pub enum Command {
     /// table's index becomes the command's, so indexes never go back.
     #[serde(rename = "12")]
     Restore(legate_types::rpc::SnapshotArchive),
+    /// One piece of an archive too large for one entry, staged until
+    /// [`Command::RestoreCommit`]. The piece at offset 0 starts a new
+    /// upload, replacing an unfinished one; the staged bytes are part of
+    /// snapshots, so a server that installs one mid-upload has them too.
+    #[serde(rename = "13")]
+    RestorePiece {
+        /// The upload.
+        id: String,
+        /// Where the piece starts in the archive.
+        offset: u64,
+        /// The bytes.
+        data: legate_types::rpc::SnapshotArchive,
+    },
+    /// Restore the staged upload `id` of `length` bytes, as
+    /// [`Command::Restore`] does with an archive of its own.
+    #[serde(rename = "14")]
+    RestoreCommit {
+        /// The upload.
+        id: String,
+        /// Its length in bytes.
+        length: u64,
+    },
 }
 
 impl Command {
@@ -103,6 +125,8 @@ impl Command {
             Command::SystemMetadataInit { .. } => 10,
             Command::CaSet { .. } => 11,
             Command::Restore(_) => 12,
+            Command::RestorePiece { .. } => 13,
+            Command::RestoreCommit { .. } => 14,
         }
     }
 }
@@ -120,6 +144,21 @@ pub enum CommandResult {
     Failed(String),
     /// The results of a batch, in order.
     Batch(Vec<CommandResult>),
+}
+
+fn restore_archive(
+    tables: &mut Tables,
+    index: u64,
+    archive: &[u8],
+    changes: &mut Changes,
+) -> CommandResult {
+    match crate::archive::read_archive(archive) {
+        Ok((_, data)) => {
+            tables.restore_at(index, data, changes);
+            CommandResult::Done
+        }
+        Err(e) => CommandResult::Failed(e.to_string()),
+    }
 }
 
 pub(crate) fn apply(
@@ -170,12 +209,16 @@ pub(crate) fn apply(
             *cas,
             changes,
         )),
-        Command::Restore(archive) => match crate::archive::read_archive(&archive.0) {
-            Ok((_, data)) => {
-                tables.restore_at(index, data, changes);
-                CommandResult::Done
+        Command::Restore(archive) => restore_archive(tables, index, &archive.0, changes),
+        Command::RestorePiece { id, offset, data } => {
+            match tables.stage_restore_piece(id, *offset, &data.0) {
+                Ok(()) => CommandResult::Done,
+                Err(e) => CommandResult::Failed(e),
             }
-            Err(e) => CommandResult::Failed(e.to_string()),
+        }
+        Command::RestoreCommit { id, length } => match tables.take_restore_upload(id, *length) {
+            Ok(archive) => restore_archive(tables, index, &archive, changes),
+            Err(e) => CommandResult::Failed(e),
         },
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);

@@ -18,6 +18,7 @@ mod connect_ca;
 mod kv;
 mod session;
 pub mod stream;
+mod upload;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -64,6 +65,8 @@ pub struct Tables {
     /// How many snapshot restores this store has applied (not replicated
     /// state: it only lets blocking queries notice a restore).
     pub(crate) restores: u64,
+    /// An archive being restored in pieces.
+    pub(crate) restore_upload: Option<upload::RestoreUpload>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as
@@ -87,6 +90,8 @@ pub struct SnapshotData {
     ca_config: Option<legate_types::connect::CaConfiguration>,
     table_index: Vec<(String, u64)>,
     service_index: Vec<(String, u64)>,
+    #[serde(default)]
+    restore_upload: Option<(String, legate_types::rpc::SnapshotArchive)>,
 }
 
 impl Tables {
@@ -209,6 +214,7 @@ impl Tables {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
+            restore_upload: self.restore_upload_row(),
         }
     }
 
@@ -243,6 +249,12 @@ impl Tables {
         tables.ca_config = data.ca_config;
         tables.table_index = data.table_index.into_iter().collect();
         tables.service_index = data.service_index.into_iter().collect();
+        tables.restore_upload = data
+            .restore_upload
+            .map(|(id, archive)| upload::RestoreUpload {
+                id,
+                bytes: archive.0,
+            });
         tables
     }
 }

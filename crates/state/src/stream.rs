@@ -63,6 +63,20 @@ mod kind {
     pub const TABLE_INDEX: u8 = 11;
     pub const SERVICE_INDEX: u8 = 12;
     pub const KV_REAPED_INDEX: u8 = 13;
+    pub const RESTORE_UPLOAD: u8 = 14;
+}
+
+/// Bytes that serialize as a byte string (raw in the binary encoding).
+struct BytesView<'a>(&'a [u8]);
+
+impl Serialize for BytesView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        legate_types::binary::bytes_value::serialize(self.0, s)
+    }
+}
+
+fn serde_bytes_view(bytes: &[u8]) -> BytesView<'_> {
+    BytesView(bytes)
 }
 
 struct RecordWriter<W> {
@@ -125,6 +139,14 @@ impl SnapshotData {
         }
         w.all(kind::TABLE_INDEX, &self.table_index)?;
         w.all(kind::SERVICE_INDEX, &self.service_index)?;
+        if let Some((id, archive)) = &self.restore_upload {
+            // In pieces, as it was logged: one record stays small.
+            let piece = legate_types::rpc::SnapshotArchive::PIECE_BYTES;
+            for (n, bytes) in archive.0.chunks(piece).enumerate() {
+                let bytes = serde_bytes_view(bytes);
+                w.record(kind::RESTORE_UPLOAD, &(id, (n * piece) as u64, bytes))?;
+            }
+        }
         w.out.write_all(&[kind::END])?;
         w.out.write_all(&8u32.to_le_bytes())?;
         w.out.write_all(&w.records.to_le_bytes())?;
@@ -233,6 +255,19 @@ fn add_record(
         kind::CA_CONFIG => data.ca_config = Some(row(body, position)?),
         kind::TABLE_INDEX => data.table_index.push(row(body, position)?),
         kind::SERVICE_INDEX => data.service_index.push(row(body, position)?),
+        kind::RESTORE_UPLOAD => {
+            let (id, offset, piece): (String, u64, legate_types::rpc::SnapshotArchive) =
+                row(body, position)?;
+            let upload = data
+                .restore_upload
+                .get_or_insert_with(|| (id.clone(), Default::default()));
+            if upload.0 != id || upload.1 .0.len() as u64 != offset {
+                return Err(StreamError::Damaged(format!(
+                    "record {position}: a restore upload piece out of order"
+                )));
+            }
+            upload.1 .0.extend_from_slice(&piece.0);
+        }
         other => {
             return Err(StreamError::Damaged(format!(
                 "record {position} is of kind {other}, which this Legate does not know \

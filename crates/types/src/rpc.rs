@@ -113,37 +113,22 @@ pub struct RaftConfiguration {
 }
 
 /// A snapshot archive as `GET /v1/snapshot` returns it (a gzipped tar of
-/// `meta.json`, `state.json` and `SHA256SUMS`); base64 when serialized.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct SnapshotArchive(pub Vec<u8>);
+/// `meta.json`, `state.bin` and `SHA256SUMS`); base64 in JSON, raw bytes
+/// in the binary encoding.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SnapshotArchive(#[serde(with = "crate::binary::bytes_value")] pub Vec<u8>);
 
 impl SnapshotArchive {
-    /// The largest archive a restore takes: logged base64-encoded in one
-    /// Raft entry, it must still fit one message between servers (48 MiB).
-    pub const MAX_RESTORE_BYTES: usize = 32 << 20;
+    /// The largest archive a restore takes (it is held in memory).
+    pub const MAX_RESTORE_BYTES: usize = 8 << 30;
+    /// The largest piece of an archive one Raft entry carries; a larger
+    /// archive is logged in pieces of this size.
+    pub const PIECE_BYTES: usize = 4 << 20;
 }
 
 impl std::fmt::Debug for SnapshotArchive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SnapshotArchive({} bytes)", self.0.len())
-    }
-}
-
-impl Serialize for SnapshotArchive {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use base64::Engine;
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
-    }
-}
-
-impl<'de> Deserialize<'de> for SnapshotArchive {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use base64::Engine;
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD
-            .decode(text.as_bytes())
-            .map(SnapshotArchive)
-            .map_err(serde::de::Error::custom)
     }
 }
 
