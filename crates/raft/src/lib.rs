@@ -106,6 +106,8 @@ pub(crate) fn value_bytes(command: &Command) -> usize {
         Command::Kv(op) => op.value.len(),
         Command::Txn(ops) => ops.iter().map(|op| op.kv.value.len()).sum(),
         Command::Restore(archive) => archive.0.len(),
+        Command::RestorePiece { data, .. } => data.0.len(),
+        Command::Batch(commands) => commands.iter().map(value_bytes).sum(),
         _ => 0,
     }
 }

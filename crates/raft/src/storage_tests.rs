@@ -274,3 +274,33 @@ async fn a_follower_behind_the_purged_log_catches_up_from_a_snapshot_file() {
     follower.shutdown().await;
     leader.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_taken_after_64_mib_of_values_whatever_the_entry_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let raft_dir = dir.path().join("raft");
+    let mut opts = options(Some(dir.path().into()));
+    opts.snapshot_threshold = 1_000_000;
+    let node = RaftNode::start(opts, Arc::new(StateStore::new()))
+        .await
+        .unwrap();
+    assert!(node.wait_for_leader(Duration::from_secs(5)).await);
+    // Concurrent writes, so they are logged as batches.
+    let writes: Vec<_> = (0..288)
+        .map(|i| {
+            let node = node.clone();
+            tokio::spawn(async move {
+                node.apply(Command::Kv(KvOp::set(format!("k{i}"), vec![1; 256 << 10])))
+                    .await
+            })
+        })
+        .collect();
+    for write in writes {
+        write.await.unwrap().unwrap();
+    }
+    wait_until("a snapshot is taken", || {
+        current_snapshot_file(&raft_dir).is_some_and(|f| f.exists())
+    })
+    .await;
+    node.shutdown().await;
+}
