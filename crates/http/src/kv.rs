@@ -110,7 +110,9 @@ async fn put(st: &AppState, key: String, req: &Req, body: Bytes) -> ApiResult {
     let mut op = KvOp {
         verb: KvVerb::Set,
         key,
-        value: body,
+        // A value of its own size: the body shares the connection's read
+        // buffer, which the store would otherwise keep alive per key.
+        value: bytes::Bytes::copy_from_slice(&body),
         flags,
         index: 0,
         session: String::new(),

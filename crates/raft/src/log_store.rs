@@ -395,7 +395,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let mut inner = self.lock();
             inner.last_purged = Some(log_id);
             let keep = inner.entries.split_off(&(log_id.index + 1));
-            inner.entries = keep;
+            let purged = std::mem::replace(&mut inner.entries, keep);
+            drop(inner);
+            drop(purged);
+            crate::release_free_memory();
         }
         self.durable(|reply| DiskOp::Remove(RemoveRange::UpTo(log_id.index), reply))
             .await

@@ -182,16 +182,6 @@ fn save_snapshot(
     Ok(current)
 }
 
-/// Hands memory freed by a large change back to the system (glibc keeps
-/// freed small allocations in its heap otherwise).
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 impl StateMachine {
     /// A state machine over `store`; with `snapshot_dir`, the last snapshot
     /// is loaded from there (restoring the store) and new ones are saved
@@ -359,7 +349,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let current = tokio::task::spawn_blocking(move || {
             let saved = save_snapshot(&dir, &saved_meta, &copy);
             drop(copy);
-            release_free_memory();
+            crate::release_free_memory();
             saved
         })
         .await
@@ -477,7 +467,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let data = SnapshotData::read_from(BufReader::with_capacity(1 << 20, file))
                 .map_err(|e| format!("installing snapshot {}: {e}", meta_owned.snapshot_id))?;
             store.restore_data(data);
-            release_free_memory();
+            crate::release_free_memory();
             let name = file_name_for(&meta_owned.snapshot_id);
             std::fs::rename(&incoming, dir.join(&name)).map_err(|e| e.to_string())?;
             let current = CurrentSnapshot {
