@@ -731,8 +731,19 @@ pub fn load(data_dir: &Path) -> std::io::Result<Option<PersistedState>> {
         .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))
 }
 
-/// Refuses upstreams Legate cannot serve yet, naming them.
+/// The most upstreams one proxy may have: each is a chain and its
+/// targets' endpoints followed for as long as the proxy is registered.
+pub const MAX_UPSTREAMS: usize = 10_000;
+
+/// Refuses upstreams Legate cannot serve yet, naming them, and more than
+/// [`MAX_UPSTREAMS`].
 fn check_upstreams(upstreams: &[legate_types::Upstream]) -> Result<(), AgentError> {
+    if upstreams.len() > MAX_UPSTREAMS {
+        return Err(AgentError::BadRequest(format!(
+            "Upstreams: {} upstreams is more than the {MAX_UPSTREAMS} one proxy may have",
+            upstreams.len()
+        )));
+    }
     for (i, u) in upstreams.iter().enumerate() {
         match u.destination_type.as_str() {
             "" | "service" => {}

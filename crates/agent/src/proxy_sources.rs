@@ -24,8 +24,10 @@ const WAIT: Duration = Duration::from_secs(300);
 
 /// How many keys each shared cache holds at most.
 pub const CACHE_CAPACITY: usize = 10_000;
-/// How long a key nobody asks for stays cached.
-pub const CACHE_IDLE_TTL: Duration = Duration::from_secs(120);
+/// How long a key nobody asks for stays cached (a proxy that restarts
+/// asks again within milliseconds; one that was deregistered frees its
+/// keys within this and half of it again).
+pub const CACHE_IDLE_TTL: Duration = Duration::from_secs(30);
 
 /// Data sources backed by the agent's RPC client and leaf manager. Chains,
 /// endpoints, intentions and roots go through shared, bounded caches, so
@@ -35,7 +37,7 @@ pub struct AgentSources {
     default_allow: bool,
     roots: Arc<SharedWatch<(), IndexedCaRoots>>,
     intentions: Arc<SharedWatch<String, Vec<Intention>>>,
-    chains: Arc<SharedWatch<(String, String), CompiledChain>>,
+    chains: Arc<SharedWatch<(String, String), Arc<CompiledChain>>>,
     /// Keyed by (service, datacenter, subset filter).
     endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
 }
@@ -132,7 +134,7 @@ async fn fetch_chain(
     service: &str,
     compile_datacenter: &str,
     min_index: u64,
-) -> Result<Fetched<CompiledChain>, String> {
+) -> Result<Fetched<Arc<CompiledChain>>, String> {
     let q = rpc
         .discovery_chain(
             &opts(datacenter, min_index),
@@ -150,7 +152,7 @@ async fn fetch_chain(
     let chain: CompiledChain = serde_json::from_value(chain).map_err(|e| e.to_string())?;
     Ok(Fetched {
         index: q.meta.index,
-        value: chain,
+        value: Arc::new(chain),
     })
 }
 
@@ -236,7 +238,7 @@ impl DataSources for AgentSources {
         service: &str,
         datacenter: &str,
         min_index: u64,
-    ) -> Result<Fetched<CompiledChain>, String> {
+    ) -> Result<Fetched<Arc<CompiledChain>>, String> {
         self.chains
             .get(
                 (service.to_string(), datacenter.to_string()),

@@ -26,6 +26,10 @@ pub type Fetch<K, V> = Arc<
 
 type Slot<V> = Option<Result<(u64, V), String>>;
 
+/// After dropping this many entries at once, freed memory is handed back
+/// to the system.
+const RELEASE_AFTER: usize = 64;
+
 struct Entry<V> {
     state: watch::Sender<Slot<V>>,
     last_used: Mutex<Instant>,
@@ -126,6 +130,20 @@ where
     /// Drops idle entries past their TTL, then the least recently used
     /// idle ones while over capacity (entries someone waits on stay).
     fn evict(&self, entries: &mut HashMap<K, Arc<Entry<V>>>) {
+        let before = entries.len();
+        self.evict_idle(entries);
+        if before - entries.len() >= RELEASE_AFTER {
+            // A proxy with many upstreams went away: give its memory back
+            // once the aborted reads have been dropped (the runtime drops
+            // an aborted task's state on its next poll, not here).
+            tokio::spawn(async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                legate_types::memory::release_free_memory();
+            });
+        }
+    }
+
+    fn evict_idle(&self, entries: &mut HashMap<K, Arc<Entry<V>>>) {
         let idle = |e: &Entry<V>| e.state.receiver_count() == 0;
         entries.retain(|_, e| {
             let expired = idle(e)
@@ -288,5 +306,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(cache.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_value_nobody_follows_is_freed_once_its_key_expires() {
+        let value = Arc::new("a compiled chain".to_string());
+        let weak = Arc::downgrade(&value);
+        let held = std::sync::Mutex::new(Some(value));
+        let fetch: Fetch<String, Arc<String>> = Arc::new(move |_key: String, min_index: u64| {
+            let first = held.lock().unwrap().take();
+            Box::pin(async move {
+                match first {
+                    Some(value) if min_index == 0 => Ok(Fetched { index: 1, value }),
+                    _ => {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Err("never".to_string())
+                    }
+                }
+            })
+        });
+        let cache = SharedWatch::new(fetch, 100, Duration::from_millis(30));
+        let got = cache
+            .get("db".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        drop(got);
+        assert!(weak.upgrade().is_some(), "cached while fresh");
+        for _ in 0..100 {
+            if weak.upgrade().is_none() {
+                assert!(cache.is_empty());
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the value outlived its expired key");
     }
 }

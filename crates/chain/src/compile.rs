@@ -131,7 +131,7 @@ pub struct CompiledChain {
     /// Nodes by id.
     pub nodes: BTreeMap<String, Value>,
     /// Targets by id.
-    pub targets: BTreeMap<String, Target>,
+    pub targets: BTreeMap<String, Box<Target>>,
 }
 
 struct Compiler<'a> {
@@ -140,7 +140,7 @@ struct Compiler<'a> {
     protocol: String,
     http: bool,
     nodes: BTreeMap<String, Value>,
-    targets: BTreeMap<String, Target>,
+    targets: BTreeMap<String, Box<Target>>,
     /// Whether any entry (or override) shaped the chain.
     customized: bool,
 }
@@ -222,7 +222,7 @@ impl Compiler<'_> {
             sni: sni.clone(),
             name: sni,
         };
-        self.targets.insert(id.clone(), target);
+        self.targets.insert(id.clone(), Box::new(target));
         id
     }
 

@@ -124,6 +124,10 @@ fn wildcard_rule(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The most sources one `service-intentions` entry may have (every proxy
+/// of the destination holds them all).
+pub const MAX_INTENTION_SOURCES: usize = 10_000;
+
 fn validate_intentions(name: &str, e: &ServiceIntentions) -> Result<(), String> {
     validate_intentions_as(name, e, false)
 }
@@ -147,6 +151,12 @@ fn validate_intentions_as(
     }
     if e.sources.is_empty() {
         return Err("At least one source is required".into());
+    }
+    if e.sources.len() > MAX_INTENTION_SOURCES {
+        return Err(format!(
+            "Sources: {} sources is more than the {MAX_INTENTION_SOURCES} one entry may have",
+            e.sources.len()
+        ));
     }
     let mut seen = BTreeSet::new();
     for (i, s) in e.sources.iter().enumerate() {

@@ -48,7 +48,7 @@ pub trait DataSources: Send + Sync + 'static {
         service: &str,
         datacenter: &str,
         min_index: u64,
-    ) -> Result<Fetched<CompiledChain>, String>;
+    ) -> Result<Fetched<Arc<CompiledChain>>, String>;
     /// The mesh endpoints (sidecars or native instances) of one target.
     async fn endpoints(
         &self,
@@ -87,9 +87,9 @@ enum Update {
     /// The protocol of the proxy's own service (from its chain).
     OwnProtocol(String),
     Roots(IndexedCaRoots),
-    Leaf(IssuedCert),
+    Leaf(Box<IssuedCert>),
     Intentions(Vec<Intention>),
-    Chain(String, CompiledChain),
+    Chain(String, Arc<CompiledChain>),
     Endpoints(String, String, Vec<Endpoint>),
     /// The upstreams a native service's clients ask for now.
     Wanted(BTreeSet<String>),
@@ -262,7 +262,7 @@ struct Building {
     intentions: Option<Vec<Intention>>,
     /// The upstreams followed now (registered, or asked for by native clients).
     upstreams: Vec<Upstream>,
-    chains: BTreeMap<String, CompiledChain>,
+    chains: BTreeMap<String, Arc<CompiledChain>>,
     endpoints: BTreeMap<String, BTreeMap<String, Vec<Endpoint>>>,
 }
 
@@ -512,7 +512,7 @@ async fn run_proxy(
                 let (s, d) = (s.clone(), d.clone());
                 async move { s.leaf(&d, i).await }
             },
-            Update::Leaf,
+            |leaf| Update::Leaf(Box::new(leaf)),
         )));
         let s = sources.clone();
         let d = destination.clone();
@@ -533,7 +533,7 @@ async fn run_proxy(
                 let (s, d, dc) = (s.clone(), d.clone(), dc.clone());
                 async move { s.chain(&d, &dc, i).await }
             },
-            |c: CompiledChain| Update::OwnProtocol(c.protocol),
+            |c: Arc<CompiledChain>| Update::OwnProtocol(c.protocol.clone()),
         )));
     }
     let mut building = Building {
@@ -568,7 +568,7 @@ async fn run_proxy(
             match update {
                 Update::OwnProtocol(p) => building.own_protocol = Some(p),
                 Update::Roots(r) => building.roots = Some(r),
-                Update::Leaf(l) => building.leaf = Some(l),
+                Update::Leaf(l) => building.leaf = Some(*l),
                 Update::Intentions(i) => building.intentions = Some(i),
                 Update::Wanted(names) => {
                     let upstreams = names

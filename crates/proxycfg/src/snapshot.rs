@@ -43,7 +43,7 @@ pub struct UpstreamSnapshot {
     /// The upstream as registered.
     pub upstream: Upstream,
     /// Its compiled discovery chain.
-    pub chain: CompiledChain,
+    pub chain: std::sync::Arc<CompiledChain>,
     /// Endpoints by chain target id.
     pub endpoints: BTreeMap<String, Vec<Endpoint>>,
 }

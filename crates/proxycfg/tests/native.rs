@@ -58,7 +58,7 @@ impl DataSources for Quiet {
         service: &str,
         datacenter: &str,
         min_index: u64,
-    ) -> Result<Fetched<CompiledChain>, String> {
+    ) -> Result<Fetched<std::sync::Arc<CompiledChain>>, String> {
         let request = CompileRequest {
             service: service.into(),
             datacenter: datacenter.into(),
@@ -66,7 +66,7 @@ impl DataSources for Quiet {
             ..Default::default()
         };
         let chain = compile(&[], &request).map_err(|e| e.to_string())?;
-        once(min_index, || chain).await
+        once(min_index, || std::sync::Arc::new(chain)).await
     }
     async fn endpoints(
         &self,

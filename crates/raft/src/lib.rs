@@ -112,16 +112,7 @@ pub(crate) fn value_bytes(command: &Command) -> usize {
     }
 }
 
-/// Hands memory freed by a large change (a snapshot, a purge of the log)
-/// back to the system: glibc otherwise keeps freed small allocations in
-/// its heaps, and RSS would stay at its peak after a large delete.
-pub(crate) fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
+pub(crate) use legate_types::memory::release_free_memory;
 
 /// A running Raft node with its state store.
 #[derive(Clone)]

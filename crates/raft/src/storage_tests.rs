@@ -136,15 +136,20 @@ async fn a_data_dir_written_as_json_by_an_older_legate_still_starts() {
     }
 }
 
+/// A leader on disk whose entry count never calls for a snapshot.
+async fn leader_without_count_snapshots(dir: &std::path::Path, store: Arc<StateStore>) -> RaftNode {
+    let mut opts = options(Some(dir.into()));
+    opts.snapshot_threshold = 1_000_000;
+    let node = RaftNode::start(opts, store).await.unwrap();
+    assert!(node.wait_for_leader(Duration::from_secs(5)).await);
+    node
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_delete_gives_back_the_snapshot_and_log_disk() {
     let dir = tempfile::tempdir().unwrap();
     let raft_dir = dir.path().join("raft");
-    let mut opts = options(Some(dir.path().into()));
-    opts.snapshot_threshold = 1_000_000;
-    let store = Arc::new(StateStore::new());
-    let node = RaftNode::start(opts, store.clone()).await.unwrap();
-    assert!(node.wait_for_leader(Duration::from_secs(5)).await);
+    let node = leader_without_count_snapshots(dir.path(), Arc::new(StateStore::new())).await;
     // 40 MiB of values in a few large entries, then enough small entries
     // that the large ones fall out of the log kept after a snapshot.
     let writes: Vec<_> = (0..256)
@@ -279,12 +284,7 @@ async fn a_follower_behind_the_purged_log_catches_up_from_a_snapshot_file() {
 async fn a_snapshot_is_taken_after_64_mib_of_values_whatever_the_entry_count() {
     let dir = tempfile::tempdir().unwrap();
     let raft_dir = dir.path().join("raft");
-    let mut opts = options(Some(dir.path().into()));
-    opts.snapshot_threshold = 1_000_000;
-    let node = RaftNode::start(opts, Arc::new(StateStore::new()))
-        .await
-        .unwrap();
-    assert!(node.wait_for_leader(Duration::from_secs(5)).await);
+    let node = leader_without_count_snapshots(dir.path(), Arc::new(StateStore::new())).await;
     // Concurrent writes, so they are logged as batches.
     let writes: Vec<_> = (0..288)
         .map(|i| {

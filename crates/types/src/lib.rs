@@ -14,6 +14,7 @@ pub mod error;
 pub mod intention;
 pub mod keys;
 pub mod kv;
+pub mod memory;
 pub mod meta;
 pub mod metrics;
 pub mod query;

@@ -645,7 +645,7 @@ pub(crate) fn resolver_targets<'a>(
     let mut out: Vec<&Target> = resolver
         .and_then(|r| r.get("Target"))
         .and_then(Value::as_str)
-        .and_then(|id| chain.targets.get(id))
+        .and_then(|id| chain.targets.get(id).map(|t| &**t))
         .into_iter()
         .collect();
     if let Some(Value::Array(ids)) = resolver.and_then(|r| r.pointer("/Failover/Targets")) {

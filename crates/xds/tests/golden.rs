@@ -72,7 +72,7 @@ fn upstream(
             local_bind_port: port,
             ..Default::default()
         },
-        chain,
+        chain: chain.into(),
         endpoints,
     }
 }
