@@ -612,6 +612,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     init_logging(&config);
     crate::host::restrict_new_files();
     crate::host::raise_open_file_limit();
+    crate::host::spawn_memory_release();
     if let Some(dir) = &config.data_dir {
         crate::host::secure_data_dir(dir)?;
     }

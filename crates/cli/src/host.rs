@@ -94,6 +94,27 @@ pub fn raise_open_file_limit() {
     }
 }
 
+/// Free heap above which the agent hands memory back to the system.
+const FREE_HEAP_THRESHOLD: u64 = 32 << 20;
+
+/// Every 10 s, hands free heap back to the system once more than 32 MiB of
+/// it is free: a burst of work (thousands of finished blocking queries, a
+/// deregistered proxy, a large delete) otherwise leaves RSS at its peak.
+pub fn spawn_memory_release() {
+    tokio::spawn(async {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            // mallinfo2 walks the free lists: off the runtime's threads.
+            let _ = tokio::task::spawn_blocking(|| {
+                legate_types::memory::release_if_more_free_than(FREE_HEAP_THRESHOLD)
+            })
+            .await;
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

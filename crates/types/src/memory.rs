@@ -11,3 +11,64 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Bytes the allocator holds free (glibc's `mallinfo2().fordblks`), or
+/// `None` where that cannot be asked.
+pub fn free_heap_bytes() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics.
+        let info = unsafe { libc::mallinfo2() };
+        Some(info.fordblks as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
+/// Hands free memory back when the allocator holds more than `threshold`
+/// bytes of it; returns whether it did. Called now and then by the binary,
+/// so memory a burst of work (thousands of finished blocking queries, a
+/// deregistered proxy) left free does not stay counted against the agent.
+pub fn release_if_more_free_than(threshold: u64) -> bool {
+    match free_heap_bytes() {
+        Some(free) if free > threshold => {
+            release_free_memory();
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::*;
+
+    fn rss_bytes() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    }
+
+    #[test]
+    fn free_heap_is_handed_back_once_over_the_threshold() {
+        // 96 MiB of small allocations with a live one after them, so the
+        // freed ones sit below the top of the heap, which glibc never
+        // trims by itself.
+        let chunks: Vec<Box<[u8; 480]>> = (0..200_000).map(|_| Box::new([1u8; 480])).collect();
+        let sentinel = Box::new([2u8; 480]);
+        drop(chunks);
+        let free = free_heap_bytes().unwrap();
+        assert!(free > 64 << 20, "{free} bytes free");
+        assert!(!release_if_more_free_than(u64::MAX));
+        let before = rss_bytes();
+        assert!(release_if_more_free_than(32 << 20));
+        let after = rss_bytes();
+        assert!(
+            before.saturating_sub(after) > 48 << 20,
+            "RSS {before} -> {after}"
+        );
+        assert_eq!(sentinel[0], 2);
+    }
+}
