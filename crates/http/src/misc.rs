@@ -127,25 +127,40 @@ pub async fn snapshot_save(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 /// `PUT /v1/snapshot`: replaces the state with the archive in the body.
-pub async fn snapshot_restore(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
-    if body.is_empty() {
-        return Err(ApiError::bad_request(
-            "Missing snapshot: the request body must be a snapshot archive",
-        ));
-    }
-    // One restore at a time through this agent: each is verified (inflated
-    // and decoded) before it is written, and a second would double that.
+pub async fn snapshot_restore(
+    State(st): State<AppState>,
+    req: Req,
+    body: axum::body::Body,
+) -> ApiResult {
+    // One restore at a time through this agent, taken before the body is
+    // read: each is held, verified (inflated and decoded) and written, and
+    // a second would double that.
     let Some(_restoring) = RestoreSlot::take() else {
         return Err(ApiError {
             status: axum::http::StatusCode::TOO_MANY_REQUESTS,
             message: "Snapshot restore already in progress; try again when it has finished".into(),
         });
     };
+    let limit = legate_types::rpc::SnapshotArchive::MAX_RESTORE_BYTES;
+    let body = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError {
+            status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!(
+                "Request body too large: a snapshot restore takes at most {} MiB",
+                limit >> 20
+            ),
+        })?;
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            "Missing snapshot: the request body must be a snapshot archive",
+        ));
+    }
     st.agent
         .rpc()
         .snapshot_restore(
             &req.write_options(),
-            legate_types::rpc::SnapshotArchive(body.to_vec()),
+            legate_types::rpc::SnapshotArchive(Vec::from(body)),
         )
         .await?;
     Ok(axum::response::IntoResponse::into_response(

@@ -100,6 +100,17 @@ const MAX_BATCH: usize = 256;
 /// so an entry always fits a message between servers.
 const MAX_BATCH_BYTES: usize = 4 << 20;
 
+/// The value bytes a command adds to the log that a snapshot would
+/// shorten: all of [`value_bytes`] but staged restore pieces, which are
+/// live state until their commit (counted by the store's size).
+pub(crate) fn log_budget_bytes(command: &Command) -> usize {
+    match command {
+        Command::RestorePiece { .. } => 0,
+        Command::Batch(commands) => commands.iter().map(log_budget_bytes).sum(),
+        other => value_bytes(other),
+    }
+}
+
 /// The value bytes a command carries (what makes entries large).
 pub(crate) fn value_bytes(command: &Command) -> usize {
     match command {

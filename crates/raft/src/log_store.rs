@@ -97,6 +97,7 @@ enum Done {
 /// The writer thread: drains the queue, commits once, then reports.
 fn run_writer(mut db: Database, path: std::path::PathBuf, rx: std::sync::mpsc::Receiver<DiskOp>) {
     let mut closing = None;
+    let mut compacted_len = 0u64;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
@@ -142,9 +143,7 @@ fn run_writer(mut db: Database, path: std::path::PathBuf, rx: std::sync::mpsc::R
             }
             txn.commit().map_err(|e| e.to_string())
         })();
-        if purged && result.is_ok() {
-            compact_if_large(&mut db, &path);
-        }
+
         for d in done {
             match d {
                 Done::Flushed(callback) => {
@@ -155,6 +154,11 @@ fn run_writer(mut db: Database, path: std::path::PathBuf, rx: std::sync::mpsc::R
                 }
             }
         }
+        // After the replies: a purge never waits for its compaction (Raft
+        // awaits purges; heartbeats must go on).
+        if purged && result.is_ok() {
+            compact_if_grown(&mut db, &path, &mut compacted_len);
+        }
         if let Some(reply) = closing.take() {
             drop(db);
             let _ = reply.send(result);
@@ -164,16 +168,19 @@ fn run_writer(mut db: Database, path: std::path::PathBuf, rx: std::sync::mpsc::R
 }
 
 /// Compacts the database when its file has grown past [`COMPACT_ABOVE`]
-/// (a failure only leaves the file as large as it was).
-fn compact_if_large(db: &mut Database, path: &Path) {
+/// and to twice what the last compaction left (so a log whose live part
+/// is large is not rewritten on every purge for nothing); a failure only
+/// leaves the file as large as it was.
+fn compact_if_grown(db: &mut Database, path: &Path, compacted_len: &mut u64) {
     let before = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if before <= COMPACT_ABOVE {
+    if before <= COMPACT_ABOVE.max(compacted_len.saturating_mul(2)) {
         return;
     }
     let started = std::time::Instant::now();
     match db.compact() {
         Ok(_) => {
             let after = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            *compacted_len = after;
             tracing::debug!(before, after, elapsed = ?started.elapsed(), "compacted the Raft log");
         }
         Err(e) => tracing::warn!(error = %e, "could not compact the Raft log"),
@@ -397,8 +404,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let keep = inner.entries.split_off(&(log_id.index + 1));
             let purged = std::mem::replace(&mut inner.entries, keep);
             drop(inner);
-            drop(purged);
-            crate::release_free_memory();
+            // Freeing and trimming a large purge is off Raft's task.
+            tokio::task::spawn_blocking(move || {
+                drop(purged);
+                crate::release_free_memory();
+            });
         }
         self.durable(|reply| DiskOp::Remove(RemoveRange::UpTo(log_id.index), reply))
             .await

@@ -44,9 +44,9 @@ const SHRINK_FLOOR: u64 = 8 << 20;
 
 /// `snapshot.meta`: the current snapshot and the file holding it.
 #[derive(Serialize, Deserialize, Clone)]
-struct CurrentSnapshot {
-    meta: SnapshotMeta<NodeId, BasicNode>,
-    file: String,
+pub(crate) struct CurrentSnapshot {
+    pub(crate) meta: SnapshotMeta<NodeId, BasicNode>,
+    pub(crate) file: String,
 }
 
 /// The JSON form of `snapshot.json` (stream version 0 inside).
@@ -82,6 +82,9 @@ struct Inner {
 /// Where snapshots are kept.
 struct SnapshotDir {
     path: PathBuf,
+    /// Serializes making a snapshot current (a build and an install may
+    /// finish at the same time).
+    commit: Mutex<()>,
     /// Removes the folder when it is a temporary one.
     _temporary: Option<tempfile::TempDir>,
 }
@@ -121,10 +124,10 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Makes `file` (already in `dir`) the current snapshot: writes
-/// `snapshot.meta` atomically, then removes every other snapshot file.
-fn commit_snapshot(dir: &Path, current: &CurrentSnapshot) -> std::io::Result<()> {
-    let tmp = dir.join("snapshot.meta.tmp");
+/// Writes `snapshot.meta` naming `current`, atomically (its own tmp
+/// name, fsync, rename, fsync of the folder).
+fn write_meta(dir: &Path, current: &CurrentSnapshot) -> std::io::Result<()> {
+    let tmp = dir.join(format!("snapshot.meta.{}.tmp", current.file));
     let bytes = serde_json::to_vec(current).map_err(std::io::Error::other)?;
     {
         let mut out = std::fs::File::create(&tmp)?;
@@ -132,13 +135,11 @@ fn commit_snapshot(dir: &Path, current: &CurrentSnapshot) -> std::io::Result<()>
         out.sync_all()?;
     }
     std::fs::rename(&tmp, dir.join(META_FILE))?;
-    sync_dir(dir)?;
-    remove_stale_files(dir, Some(&current.file));
-    Ok(())
+    sync_dir(dir)
 }
 
-/// Removes snapshot files other than `keep` (older snapshots, unfinished
-/// writes and receptions) and the legacy single file.
+/// At start only: removes snapshot files other than `keep` (older
+/// snapshots, unfinished writes and receptions) and the legacy file.
 fn remove_stale_files(dir: &Path, keep: Option<&str>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -154,7 +155,8 @@ fn remove_stale_files(dir: &Path, keep: Option<&str>) {
     }
 }
 
-/// Writes `data` as the snapshot `meta` into `dir` and makes it current.
+/// Writes `data` as the file of snapshot `meta` into `dir` (durably; it
+/// is not current until [`StateMachine::make_current`]).
 fn save_snapshot(
     dir: &Path,
     meta: &SnapshotMeta<NodeId, BasicNode>,
@@ -168,18 +170,17 @@ fn save_snapshot(
         data.write_to(&mut out).map_err(|e| e.to_string())?;
         let out = out.into_inner().map_err(|e| e.to_string())?;
         out.sync_all().map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, dir.join(&file)).map_err(|e| e.to_string())
+        std::fs::rename(&tmp, dir.join(&file)).map_err(|e| e.to_string())?;
+        sync_dir(dir).map_err(|e| e.to_string())
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(format!("writing snapshot {file}: {e}"));
     }
-    let current = CurrentSnapshot {
+    Ok(CurrentSnapshot {
         meta: meta.clone(),
         file,
-    };
-    commit_snapshot(dir, &current).map_err(|e| format!("recording snapshot: {e}"))?;
-    Ok(current)
+    })
 }
 
 impl StateMachine {
@@ -196,6 +197,7 @@ impl StateMachine {
                     .map_err(|e| format!("creating {}: {e}", path.display()))?;
                 SnapshotDir {
                     path,
+                    commit: Mutex::new(()),
                     _temporary: None,
                 }
             }
@@ -206,6 +208,7 @@ impl StateMachine {
                     .map_err(|e| format!("creating a snapshot folder: {e}"))?;
                 SnapshotDir {
                     path: temporary.path().to_path_buf(),
+                    commit: Mutex::new(()),
                     _temporary: Some(temporary),
                 }
             }
@@ -248,6 +251,7 @@ impl StateMachine {
                 .map_err(|e| format!("restoring {}: {e}", legacy_path.display()))?;
             drop(legacy.data);
             let current = save_snapshot(dir, &legacy.meta, &self.store.snapshot_data())?;
+            write_meta(dir, &current).map_err(|e| format!("recording snapshot: {e}"))?;
             tracing::info!(
                 file = %current.file,
                 "rewrote the JSON snapshot of an older Legate in the binary form"
@@ -317,8 +321,32 @@ impl StateMachine {
         &self.dir.path
     }
 
-    fn open_current(&self, current: &CurrentSnapshot) -> std::io::Result<std::fs::File> {
-        std::fs::File::open(self.dir.path.join(&current.file))
+    /// Makes `candidate` (its file written) the current snapshot unless
+    /// the current one is newer, in which case the candidate's file is
+    /// removed; then removes the file it replaced. Returns whether it
+    /// became current. Blocking (file system).
+    pub(crate) fn make_current(&self, candidate: CurrentSnapshot) -> Result<bool, String> {
+        let _commit = self.dir.commit.lock().unwrap_or_else(|e| e.into_inner());
+        let newer_held = self
+            .lock()
+            .current
+            .as_ref()
+            .is_some_and(|c| c.meta.last_log_id > candidate.meta.last_log_id);
+        if newer_held {
+            let _ = std::fs::remove_file(self.dir.path.join(&candidate.file));
+            return Ok(false);
+        }
+        write_meta(&self.dir.path, &candidate).map_err(|e| format!("recording snapshot: {e}"))?;
+        // Swap and remove under the lock, so get_current_snapshot never
+        // names a file that is gone.
+        let mut inner = self.lock();
+        let keep = candidate.file.clone();
+        if let Some(old) = inner.current.replace(candidate) {
+            if old.file != keep {
+                let _ = std::fs::remove_file(self.dir.path.join(&old.file));
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -344,23 +372,26 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             inner.budget.applied = 0;
             (copy, meta, self.store.read().approx_bytes())
         };
-        let dir = self.dir.path.clone();
+        let machine = self.clone();
         let saved_meta = meta.clone();
-        let current = tokio::task::spawn_blocking(move || {
-            let saved = save_snapshot(&dir, &saved_meta, &copy);
+        let file = tokio::task::spawn_blocking(move || -> Result<std::fs::File, String> {
+            let saved = save_snapshot(&machine.dir.path, &saved_meta, &copy);
             drop(copy);
             crate::release_free_memory();
-            saved
+            let saved = saved?;
+            // Opened before it can be superseded: the handle stays valid.
+            let file = std::fs::File::open(machine.dir.path.join(&saved.file))
+                .map_err(|e| e.to_string())?;
+            machine.make_current(saved)?;
+            Ok(file)
         })
         .await
         .map_err(sm_err)?
         .map_err(sm_err)?;
-        let file = self.open_current(&current).map_err(sm_err)?;
         {
             let mut inner = self.lock();
             inner.budget.live_at_snapshot = live;
             inner.budget.asked = None;
-            inner.current = Some(current);
         }
         Ok(Snapshot {
             meta,
@@ -393,7 +424,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match entry.payload {
                 EntryPayload::Blank => results.push(CommandResult::Done),
                 EntryPayload::Normal(command) => {
-                    applied_bytes += crate::value_bytes(&command) as u64;
+                    applied_bytes += crate::log_budget_bytes(&command) as u64;
                     results.push(self.store.apply(entry.log_id.index, &command))
                 }
                 EntryPayload::Membership(membership) => {
@@ -456,8 +487,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .incoming
             .take()
             .ok_or_else(|| sm_err("a snapshot was installed that was never received"))?;
+        let machine = self.clone();
         let (store, dir, meta_owned) = (self.store.clone(), self.dir.path.clone(), meta.clone());
-        let current = tokio::task::spawn_blocking(move || -> Result<CurrentSnapshot, String> {
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
             use std::io::Seek;
             let mut file = file;
             file.sync_all().map_err(|e| e.to_string())?;
@@ -470,12 +502,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             crate::release_free_memory();
             let name = file_name_for(&meta_owned.snapshot_id);
             std::fs::rename(&incoming, dir.join(&name)).map_err(|e| e.to_string())?;
-            let current = CurrentSnapshot {
+            sync_dir(&dir).map_err(|e| e.to_string())?;
+            machine.make_current(CurrentSnapshot {
                 meta: meta_owned,
                 file: name,
-            };
-            commit_snapshot(&dir, &current).map_err(|e| e.to_string())?;
-            Ok(current)
+            })?;
+            Ok(())
         })
         .await
         .map_err(sm_err)?
@@ -489,17 +521,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             live_at_snapshot: live,
             asked: None,
         };
-        inner.current = Some(current);
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let Some(current) = self.lock().current.clone() else {
+        // Opened under the lock that guards replacing (and removing) it.
+        let inner = self.lock();
+        let Some(current) = inner.current.clone() else {
             return Ok(None);
         };
-        let file = self.open_current(&current).map_err(sm_err)?;
+        let file = std::fs::File::open(self.dir.path.join(&current.file)).map_err(sm_err)?;
+        drop(inner);
         Ok(Some(Snapshot {
             meta: current.meta,
             snapshot: Box::new(tokio::fs::File::from_std(file)),

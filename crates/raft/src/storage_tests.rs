@@ -304,3 +304,35 @@ async fn a_snapshot_is_taken_after_64_mib_of_values_whatever_the_entry_count() {
     .await;
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_snapshot_finished_late_never_replaces_a_newer_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let machine =
+        state_machine::StateMachine::new(Arc::new(StateStore::new()), Some(dir.path().into()))
+            .unwrap();
+    let snapshot = |index: u64| {
+        let file = format!("snapshot-{index}-1.bin");
+        std::fs::write(dir.path().join(&file), b"state").unwrap();
+        state_machine::CurrentSnapshot {
+            meta: openraft::SnapshotMeta {
+                last_log_id: Some(log_id(index)),
+                last_membership: Default::default(),
+                snapshot_id: format!("{index}-1"),
+            },
+            file,
+        }
+    };
+    // An install at 200 lands first; a build that copied at 100 ends later.
+    assert!(machine.make_current(snapshot(200)).unwrap());
+    assert!(!machine.make_current(snapshot(100)).unwrap());
+    assert_eq!(
+        current_snapshot_file(dir.path()).unwrap(),
+        dir.path().join("snapshot-200-1.bin")
+    );
+    assert!(!dir.path().join("snapshot-100-1.bin").exists());
+    // A newer one replaces it and removes its file.
+    assert!(machine.make_current(snapshot(300)).unwrap());
+    assert!(!dir.path().join("snapshot-200-1.bin").exists());
+    assert!(dir.path().join("snapshot-300-1.bin").exists());
+}

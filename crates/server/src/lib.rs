@@ -272,11 +272,20 @@ impl Server {
 
     /// Writes a command through Raft, mapping failures to endpoint errors.
     pub(crate) async fn write(&self, command: Command) -> Result<(u64, CommandResult), RpcError> {
-        match self.raft.apply(command).await {
-            Ok((_, CommandResult::Failed(message))) => Err(RpcError::BadRequest(message)),
-            Ok(ok) => Ok(ok),
-            Err(RaftError::NotLeader { .. }) => Err(RpcError::NoLeader),
-            Err(e) => Err(RpcError::Internal(e.to_string())),
-        }
+        write_through(&self.raft, command).await
+    }
+}
+
+/// Applies `command` through `raft`, a refused command as a 400 and a
+/// lost leadership as Consul's no-leader error.
+pub(crate) async fn write_through(
+    raft: &RaftNode,
+    command: Command,
+) -> Result<(u64, CommandResult), RpcError> {
+    match raft.apply(command).await {
+        Ok((_, CommandResult::Failed(message))) => Err(RpcError::BadRequest(message)),
+        Ok(ok) => Ok(ok),
+        Err(RaftError::NotLeader { .. }) => Err(RpcError::NoLeader),
+        Err(e) => Err(RpcError::Internal(e.to_string())),
     }
 }

@@ -81,20 +81,43 @@ impl Server {
     }
 
     /// Logs a large archive as pieces of one entry each, then the commit
-    /// that restores it; every server stages the pieces in order.
+    /// that restores it; every server stages the pieces in order. It runs
+    /// as a task of its own, so a client that goes away mid-upload does
+    /// not leave pieces staged; an upload that fails part way is ended
+    /// (its pieces discarded) by a commit of the length staged so far.
     async fn restore_in_pieces(&self, snapshot: SnapshotArchive) -> Result<(), RpcError> {
-        let id = uuid::Uuid::new_v4().to_string();
-        let length = snapshot.0.len() as u64;
-        for (n, piece) in snapshot.0.chunks(SnapshotArchive::PIECE_BYTES).enumerate() {
-            self.write(Command::RestorePiece {
-                id: id.clone(),
-                offset: (n * SnapshotArchive::PIECE_BYTES) as u64,
-                data: SnapshotArchive(piece.to_vec()),
-            })
-            .await?;
-        }
-        drop(snapshot);
-        self.write(Command::RestoreCommit { id, length }).await?;
-        Ok(())
+        let raft = self.raft.clone();
+        let task = tokio::spawn(async move {
+            let id = uuid::Uuid::new_v4().to_string();
+            let length = snapshot.0.len() as u64;
+            let mut staged = 0u64;
+            for piece in snapshot.0.chunks(SnapshotArchive::PIECE_BYTES) {
+                let written = crate::write_through(
+                    &raft,
+                    Command::RestorePiece {
+                        id: id.clone(),
+                        offset: staged,
+                        data: SnapshotArchive(piece.to_vec()),
+                    },
+                )
+                .await;
+                if let Err(e) = written {
+                    if staged > 0 {
+                        let discard = Command::RestoreCommit {
+                            id: id.clone(),
+                            length: 0,
+                        };
+                        let _ = crate::write_through(&raft, discard).await;
+                    }
+                    return Err(e);
+                }
+                staged += piece.len() as u64;
+            }
+            drop(snapshot);
+            crate::write_through(&raft, Command::RestoreCommit { id, length })
+                .await
+                .map(|_| ())
+        });
+        task.await.map_err(|e| RpcError::Internal(e.to_string()))?
     }
 }

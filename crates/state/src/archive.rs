@@ -24,9 +24,14 @@ pub const MAX_STATE_BYTES: u64 = 1 << 30;
 /// while a decompression bomb inflates about a thousand times.
 pub const MAX_INFLATION: u64 = 64;
 
+/// ... but never past this (every server inflates a restore).
+pub const MAX_INFLATED_BYTES: u64 = 16 << 30;
+
 /// How far the state file of an archive of `compressed` bytes may inflate.
 pub fn inflation_limit(compressed: usize) -> u64 {
-    MAX_STATE_BYTES.max((compressed as u64).saturating_mul(MAX_INFLATION))
+    MAX_STATE_BYTES
+        .max((compressed as u64).saturating_mul(MAX_INFLATION))
+        .min(MAX_INFLATED_BYTES)
 }
 
 const META: &str = "meta.json";
@@ -71,7 +76,7 @@ pub enum ArchiveError {
 /// Writes `data`, taken at `index` in `term`, as an archive.
 pub fn write_archive(data: &SnapshotData, index: u64, term: u64) -> Result<Vec<u8>, ArchiveError> {
     let state = data
-        .to_stream_bytes()
+        .to_archive_stream_bytes()
         .map_err(|e| ArchiveError::Encode(e.to_string()))?;
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -193,7 +198,10 @@ pub fn read_archive(bytes: &[u8]) -> Result<(SnapshotMeta, SnapshotData), Archiv
             meta.size
         )));
     }
-    let data = decoded.map_err(|e| ArchiveError::Format(format!("{state_name}: {e}")))?;
+    let mut data = decoded.map_err(|e| ArchiveError::Format(format!("{state_name}: {e}")))?;
+    // An archive never carries a staged upload; one in a crafted archive
+    // is ignored.
+    data.restore_upload = None;
     Ok((meta, data))
 }
 

@@ -90,8 +90,10 @@ pub struct SnapshotData {
     ca_config: Option<legate_types::connect::CaConfiguration>,
     table_index: Vec<(String, u64)>,
     service_index: Vec<(String, u64)>,
-    #[serde(default)]
-    restore_upload: Option<(String, legate_types::rpc::SnapshotArchive)>,
+    /// A restore being uploaded in pieces (Raft snapshots only: the
+    /// stream writes it as pieces; JSON forms and archives never hold it).
+    #[serde(skip)]
+    pub(crate) restore_upload: Option<upload::RestoreUpload>,
 }
 
 impl Tables {
@@ -130,7 +132,7 @@ impl Tables {
             + self.kv_tombstones.len()
             + self.sessions.len()
             + self.config_entries.len();
-        kv + rows as u64 * ROW
+        kv + rows as u64 * ROW + self.restore_upload_bytes()
     }
 
     /// The highest index any table has seen.
@@ -164,6 +166,8 @@ impl Tables {
             fresh.table_index.insert(table.name().to_string(), index);
         }
         fresh.kv_reaped_index = fresh.kv_reaped_index.max(index);
+        // A restore ends any upload, whatever its archive held.
+        fresh.restore_upload = None;
         fresh.restores = self.restores + 1;
         *self = fresh;
         changes.everything = true;
@@ -214,7 +218,7 @@ impl Tables {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
-            restore_upload: self.restore_upload_row(),
+            restore_upload: self.restore_upload.clone(),
         }
     }
 
@@ -249,12 +253,7 @@ impl Tables {
         tables.ca_config = data.ca_config;
         tables.table_index = data.table_index.into_iter().collect();
         tables.service_index = data.service_index.into_iter().collect();
-        tables.restore_upload = data
-            .restore_upload
-            .map(|(id, archive)| upload::RestoreUpload {
-                id,
-                bytes: archive.0,
-            });
+        tables.restore_upload = data.restore_upload;
         tables
     }
 }

@@ -116,6 +116,17 @@ impl<W: Write> RecordWriter<W> {
 impl SnapshotData {
     /// Writes the copy as a binary stream; returns the bytes written.
     pub fn write_to<W: Write>(&self, out: W) -> Result<u64, StreamError> {
+        self.write_stream(out, true)
+    }
+
+    /// The stream an archive holds: everything but a staged upload.
+    pub fn to_archive_stream_bytes(&self) -> Result<Vec<u8>, StreamError> {
+        let mut out = Vec::new();
+        self.write_stream(&mut out, false)?;
+        Ok(out)
+    }
+
+    fn write_stream<W: Write>(&self, out: W, with_upload: bool) -> Result<u64, StreamError> {
         let mut w = RecordWriter {
             out,
             body: Vec::new(),
@@ -139,12 +150,13 @@ impl SnapshotData {
         }
         w.all(kind::TABLE_INDEX, &self.table_index)?;
         w.all(kind::SERVICE_INDEX, &self.service_index)?;
-        if let Some((id, archive)) = &self.restore_upload {
+        if let Some(upload) = self.restore_upload.as_ref().filter(|_| with_upload) {
             // In pieces, as it was logged: one record stays small.
-            let piece = legate_types::rpc::SnapshotArchive::PIECE_BYTES;
-            for (n, bytes) in archive.0.chunks(piece).enumerate() {
-                let bytes = serde_bytes_view(bytes);
-                w.record(kind::RESTORE_UPLOAD, &(id, (n * piece) as u64, bytes))?;
+            let mut offset = 0u64;
+            for piece in &upload.pieces {
+                let bytes = serde_bytes_view(piece);
+                w.record(kind::RESTORE_UPLOAD, &(&upload.id, offset, bytes))?;
+                offset += piece.len() as u64;
             }
         }
         w.out.write_all(&[kind::END])?;
@@ -260,13 +272,17 @@ fn add_record(
                 row(body, position)?;
             let upload = data
                 .restore_upload
-                .get_or_insert_with(|| (id.clone(), Default::default()));
-            if upload.0 != id || upload.1 .0.len() as u64 != offset {
+                .get_or_insert_with(|| crate::upload::RestoreUpload {
+                    id: id.clone(),
+                    ..Default::default()
+                });
+            if upload.id != id || upload.length != offset {
                 return Err(StreamError::Damaged(format!(
                     "record {position}: a restore upload piece out of order"
                 )));
             }
-            upload.1 .0.extend_from_slice(&piece.0);
+            upload.length += piece.0.len() as u64;
+            upload.pieces.push(piece.0.into());
         }
         other => {
             return Err(StreamError::Damaged(format!(

@@ -1,16 +1,23 @@
 //! A snapshot archive restored in pieces: `RestorePiece` commands stage
-//! its bytes in order, `RestoreCommit` takes them whole. The staged bytes
-//! are replicated state (part of snapshots), never local.
+//! its bytes in order, `RestoreCommit` ends the upload (restoring it when
+//! complete, discarding it otherwise). The staged pieces are replicated
+//! state, part of Raft snapshots (shared, not copied) but never of
+//! archives, and a restore clears them.
 
+use bytes::Bytes;
 use legate_types::rpc::SnapshotArchive;
 
 use crate::Tables;
 
 /// The archive staged so far.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct RestoreUpload {
-    pub(crate) id: String,
-    pub(crate) bytes: Vec<u8>,
+pub struct RestoreUpload {
+    /// The upload.
+    pub id: String,
+    /// Its pieces in order.
+    pub pieces: Vec<Bytes>,
+    /// Their total length.
+    pub length: u64,
 }
 
 impl Tables {
@@ -25,20 +32,23 @@ impl Tables {
         if offset == 0 {
             self.restore_upload = Some(RestoreUpload {
                 id: id.to_string(),
-                bytes: data.to_vec(),
+                pieces: vec![Bytes::copy_from_slice(data)],
+                length: data.len() as u64,
             });
             return Ok(());
         }
         match &mut self.restore_upload {
-            Some(upload) if upload.id == id && upload.bytes.len() as u64 == offset => {
-                if upload.bytes.len() + data.len() > SnapshotArchive::MAX_RESTORE_BYTES {
+            Some(upload) if upload.id == id && upload.length == offset => {
+                let length = upload.length + data.len() as u64;
+                if length > SnapshotArchive::MAX_RESTORE_BYTES as u64 {
                     self.restore_upload = None;
                     return Err(format!(
                         "snapshot upload {id} is larger than {} bytes",
                         SnapshotArchive::MAX_RESTORE_BYTES
                     ));
                 }
-                upload.bytes.extend_from_slice(data);
+                upload.pieces.push(Bytes::copy_from_slice(data));
+                upload.length = length;
                 Ok(())
             }
             _ => Err(format!(
@@ -48,27 +58,28 @@ impl Tables {
         }
     }
 
-    /// Takes the staged upload `id` once it holds exactly `length` bytes.
+    /// Ends upload `id`: its archive when it holds exactly `length` bytes;
+    /// an error otherwise (an upload of that id is discarded either way,
+    /// so a restore that failed part way frees what it staged).
     pub(crate) fn take_restore_upload(&mut self, id: &str, length: u64) -> Result<Vec<u8>, String> {
         match self.restore_upload.take() {
-            Some(upload) if upload.id == id && upload.bytes.len() as u64 == length => {
-                Ok(upload.bytes)
+            Some(upload) if upload.id == id && upload.length == length => {
+                Ok(upload.pieces.concat())
             }
+            Some(upload) if upload.id == id => Err(format!(
+                "snapshot upload {id} is not complete ({length} bytes expected, {} staged); discarded",
+                upload.length
+            )),
             other => {
-                let held = other.as_ref().map(|u| (u.id.clone(), u.bytes.len()));
                 self.restore_upload = other;
-                Err(format!(
-                    "snapshot upload {id} is not complete ({length} bytes expected, staged: {held:?})"
-                ))
+                Err(format!("snapshot upload {id} is not staged"))
             }
         }
     }
 
-    /// The staged upload as snapshots hold it.
-    pub(crate) fn restore_upload_row(&self) -> Option<(String, SnapshotArchive)> {
-        self.restore_upload
-            .as_ref()
-            .map(|u| (u.id.clone(), SnapshotArchive(u.bytes.clone())))
+    /// The staged upload's length (for the size of the live state).
+    pub(crate) fn restore_upload_bytes(&self) -> u64 {
+        self.restore_upload.as_ref().map_or(0, |u| u.length)
     }
 }
 
@@ -100,18 +111,23 @@ mod tests {
         let copy = StateStore::new();
         copy.restore(&store.snapshot().unwrap()).unwrap();
         let staged = copy.read().restore_upload.clone().unwrap();
-        assert_eq!(
-            (staged.id.as_str(), &staged.bytes[..]),
-            ("a", &b"abcde"[..])
-        );
+        assert_eq!((staged.id.as_str(), staged.length), ("a", 5));
+        assert_eq!(staged.pieces.concat(), b"abcde");
+        // ... but an archive never carries it.
+        let archive = crate::archive::write_archive(&store.snapshot_data(), 4, 1).unwrap();
+        let (_, data) = crate::archive::read_archive(&archive).unwrap();
+        assert!(data.restore_upload.is_none());
         let commit = |id: &str, length| Command::RestoreCommit {
             id: id.into(),
             length,
         };
-        assert!(failed(copy.apply(5, &commit("a", 4))), "wrong length");
-        assert!(copy.read().restore_upload.is_some(), "kept after a refusal");
-        // The right commit takes the bytes, which are not an archive here.
-        assert!(failed(copy.apply(6, &commit("a", 5))));
+        assert!(failed(copy.apply(5, &commit("other", 5))), "not staged");
+        assert!(copy.read().restore_upload.is_some(), "another id keeps it");
+        // A wrong length ends the upload too: a failed restore frees it.
+        assert!(failed(copy.apply(6, &commit("a", 4))));
         assert!(copy.read().restore_upload.is_none());
+        // The right length takes the bytes (not an archive here: refused).
+        assert!(!failed(store.apply(7, &commit("a", 5))) || store.read().restore_upload.is_none());
+        assert!(store.read().restore_upload.is_none());
     }
 }

@@ -13,13 +13,23 @@ pub fn release_free_memory() {
 }
 
 /// Bytes the allocator holds free (glibc's `mallinfo2().fordblks`), or
-/// `None` where that cannot be asked.
+/// `None` where that cannot be asked (another allocator, or a glibc older
+/// than 2.33: the function is looked up at run time, so the binary still
+/// starts there).
 pub fn free_heap_bytes() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
+        type MallInfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
+        static MALLINFO2: std::sync::OnceLock<Option<MallInfo2>> = std::sync::OnceLock::new();
+        let function = MALLINFO2.get_or_init(|| {
+            // SAFETY: dlsym with a NUL-terminated name only looks it up.
+            let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
+            // SAFETY: glibc's mallinfo2 has exactly this signature.
+            (!symbol.is_null())
+                .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, MallInfo2>(symbol) })
+        });
         // SAFETY: mallinfo2 only reads the allocator's statistics.
-        let info = unsafe { libc::mallinfo2() };
-        Some(info.fordblks as u64)
+        function.map(|f| unsafe { f() }.fordblks as u64)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {

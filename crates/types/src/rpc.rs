@@ -119,8 +119,9 @@ pub struct RaftConfiguration {
 pub struct SnapshotArchive(#[serde(with = "crate::binary::bytes_value")] pub Vec<u8>);
 
 impl SnapshotArchive {
-    /// The largest archive a restore takes (it is held in memory).
-    pub const MAX_RESTORE_BYTES: usize = 8 << 30;
+    /// The largest archive a restore takes (it is held in memory, on
+    /// every server while it is staged).
+    pub const MAX_RESTORE_BYTES: usize = 2 << 30;
     /// The largest piece of an archive one Raft entry carries; a larger
     /// archive is logged in pieces of this size.
     pub const PIECE_BYTES: usize = 4 << 20;
