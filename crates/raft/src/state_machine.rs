@@ -9,7 +9,11 @@
 //! `snapshot.meta`, which names the current one and is replaced last, so
 //! a crash leaves the previous snapshot in force; without one (`-dev`) in
 //! a private temporary folder. An older data dir's `snapshot.json` is
-//! read once and rewritten in the new form.
+//! read once and rewritten in the new form. A build and an install may
+//! finish at once: making one current is serialized, an older one never
+//! replaces a newer one, and a replaced file is removed only under the
+//! lock that opening the current one takes. Leftovers (unfinished writes
+//! and receptions) are removed at start only.
 //!
 //! When a snapshot is due is decided here too ([`StateMachine::snapshot_due`]):
 //! besides openraft's entry count, after 64 MiB of values were applied
