@@ -145,6 +145,23 @@ async fn leader_without_count_snapshots(dir: &std::path::Path, store: Arc<StateS
     node
 }
 
+/// Writes `count` keys `prefix/<n>` of `size` bytes all at once, so they
+/// are logged as batches.
+async fn write_concurrently(node: &RaftNode, prefix: &str, count: usize, size: usize) {
+    let writes: Vec<_> = (0..count)
+        .map(|i| {
+            let (node, key) = (node.clone(), format!("{prefix}/{i}"));
+            tokio::spawn(async move {
+                node.apply(Command::Kv(KvOp::set(key, vec![i as u8; size])))
+                    .await
+            })
+        })
+        .collect();
+    for write in writes {
+        write.await.unwrap().unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_delete_gives_back_the_snapshot_and_log_disk() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,21 +169,7 @@ async fn a_large_delete_gives_back_the_snapshot_and_log_disk() {
     let node = leader_without_count_snapshots(dir.path(), Arc::new(StateStore::new())).await;
     // 40 MiB of values in a few large entries, then enough small entries
     // that the large ones fall out of the log kept after a snapshot.
-    let writes: Vec<_> = (0..256)
-        .map(|i| {
-            let node = node.clone();
-            tokio::spawn(async move {
-                node.apply(Command::Kv(KvOp::set(
-                    format!("big/{i}"),
-                    vec![i as u8; 160 << 10],
-                )))
-                .await
-            })
-        })
-        .collect();
-    for write in writes {
-        write.await.unwrap().unwrap();
-    }
+    write_concurrently(&node, "big", 256, 160 << 10).await;
     for i in 0..300 {
         node.apply(Command::Kv(KvOp::set(format!("small/{i}"), vec![1])))
             .await
@@ -286,18 +289,7 @@ async fn a_snapshot_is_taken_after_64_mib_of_values_whatever_the_entry_count() {
     let raft_dir = dir.path().join("raft");
     let node = leader_without_count_snapshots(dir.path(), Arc::new(StateStore::new())).await;
     // Concurrent writes, so they are logged as batches.
-    let writes: Vec<_> = (0..288)
-        .map(|i| {
-            let node = node.clone();
-            tokio::spawn(async move {
-                node.apply(Command::Kv(KvOp::set(format!("k{i}"), vec![1; 256 << 10])))
-                    .await
-            })
-        })
-        .collect();
-    for write in writes {
-        write.await.unwrap().unwrap();
-    }
+    write_concurrently(&node, "k", 288, 256 << 10).await;
     wait_until("a snapshot is taken", || {
         current_snapshot_file(&raft_dir).is_some_and(|f| f.exists())
     })
