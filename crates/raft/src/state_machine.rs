@@ -320,11 +320,6 @@ impl StateMachine {
         due
     }
 
-    /// The folder snapshots are kept in.
-    pub fn snapshot_dir(&self) -> &Path {
-        &self.dir.path
-    }
-
     /// Makes `candidate` (its file written) the current snapshot unless
     /// the current one is newer, in which case the candidate's file is
     /// removed; then removes the file it replaced. Returns whether it
@@ -360,7 +355,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         // between the copy and the log id it corresponds to (the copy
         // shares KV values, so it is small); write it out after releasing
         // the lock, so applies are not held up.
-        let (copy, meta, live) = {
+        let (copy, meta) = {
             let mut inner = self.lock();
             let copy = self.store.snapshot_data();
             inner.snapshot_seq += 1;
@@ -374,8 +369,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 ),
             };
             inner.budget.applied = 0;
-            (copy, meta, self.store.read().approx_bytes())
+            (copy, meta)
         };
+        // The size estimate walks the KV table: not under the lock applies wait on.
+        let live = self.store.read().approx_bytes();
         let machine = self.clone();
         let saved_meta = meta.clone();
         let file = tokio::task::spawn_blocking(move || -> Result<std::fs::File, String> {

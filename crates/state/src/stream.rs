@@ -75,10 +75,6 @@ impl Serialize for BytesView<'_> {
     }
 }
 
-fn serde_bytes_view(bytes: &[u8]) -> BytesView<'_> {
-    BytesView(bytes)
-}
-
 struct RecordWriter<W> {
     out: W,
     body: Vec<u8>,
@@ -154,8 +150,10 @@ impl SnapshotData {
             // In pieces, as it was logged: one record stays small.
             let mut offset = 0u64;
             for piece in &upload.pieces {
-                let bytes = serde_bytes_view(piece);
-                w.record(kind::RESTORE_UPLOAD, &(&upload.id, offset, bytes))?;
+                w.record(
+                    kind::RESTORE_UPLOAD,
+                    &(&upload.id, offset, BytesView(piece)),
+                )?;
                 offset += piece.len() as u64;
             }
         }
