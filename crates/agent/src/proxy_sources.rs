@@ -2,6 +2,7 @@
 //! reads) and the leaf manager, and a task that keeps the manager's set of
 //! proxies equal to the local `connect-proxy` registrations.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +12,12 @@ use legate_chain::CompiledChain;
 use legate_proxycfg::{DataSources, Endpoint, EndpointHealth, Fetched, Manager, ProxyRegistration};
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
-use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery};
-use legate_types::{Consistency, HealthStatus, QueryOptions};
+use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched, UNDECODABLE_CALL};
+use legate_types::{Consistency, HealthStatus, QueryOptions, RpcError};
 use serde_json::Value;
 
 use crate::leaf::LeafManager;
-use crate::shared_watch::SharedWatch;
+use crate::shared_watch::{Changes, ChangesError, Checked, SharedWatch};
 use crate::Agent;
 
 /// How long one blocking read of a data source may wait.
@@ -71,20 +72,30 @@ impl AgentSources {
             CACHE_IDLE_TTL,
         );
         let (r, dc) = (rpc.clone(), datacenter.clone());
-        let chains = SharedWatch::new(
+        let chains = SharedWatch::batched(
             Arc::new(move |(service, compile_dc): (String, String), min| {
                 let (r, dc) = (r.clone(), dc.clone());
                 Box::pin(async move { fetch_chain(&*r, &dc, &service, &compile_dc, min).await })
+            }),
+            // Every chain is compiled from the config entries.
+            batched_changes(rpc.clone(), move |_: &(String, String)| {
+                (datacenter.clone(), Watched::ConfigEntries)
             }),
             CACHE_CAPACITY,
             CACHE_IDLE_TTL,
         );
         let r = rpc.clone();
-        let endpoints = SharedWatch::new(
+        let endpoints = SharedWatch::batched(
             Arc::new(
                 move |(service, dc, filter): (String, String, String), min| {
                     let r = r.clone();
                     Box::pin(async move { fetch_endpoints(&*r, &service, &dc, &filter, min).await })
+                },
+            ),
+            batched_changes(
+                rpc.clone(),
+                |(service, dc, _): &(String, String, String)| {
+                    (dc.clone(), Watched::Service(service.clone()))
                 },
             ),
             CACHE_CAPACITY,
@@ -99,6 +110,65 @@ impl AgentSources {
             endpoints,
         }
     }
+}
+
+/// The keys of one datacenter in a batched watch: their positions among
+/// all keys, and what each follows there.
+type DatacenterWatch = (Vec<usize>, Vec<(Watched, u64)>);
+
+/// A batched watch over the servers' [`ServerRpc::changes_since`]: each key
+/// is followed as what `watched` names, in its datacenter. Keys of several
+/// datacenters make one call each; the first to answer ends the wait (the
+/// others' keys stay as they were and are asked again).
+fn batched_changes<K: Send + Sync + 'static>(
+    rpc: Arc<dyn ServerRpc>,
+    watched: impl Fn(&K) -> (String, Watched) + Send + Sync + 'static,
+) -> Changes<K> {
+    let watched = Arc::new(watched);
+    Arc::new(move |keys: Vec<(K, u64)>| {
+        let (rpc, watched) = (rpc.clone(), watched.clone());
+        Box::pin(async move {
+            let mut by_datacenter: BTreeMap<String, DatacenterWatch> = BTreeMap::new();
+            for (position, (key, since)) in keys.iter().enumerate() {
+                let (datacenter, item) = watched(key);
+                let group = by_datacenter.entry(datacenter).or_default();
+                group.0.push(position);
+                group.1.push((item, *since));
+            }
+            let calls = by_datacenter
+                .into_iter()
+                .map(|(datacenter, (positions, items))| {
+                    let rpc = rpc.clone();
+                    Box::pin(async move {
+                        let answer = rpc.changes_since(&opts(&datacenter, 1), items).await;
+                        (positions, answer)
+                    })
+                });
+            let ((positions, answer), _, _) = futures::future::select_all(calls).await;
+            let answer = answer.map_err(|e| match e {
+                RpcError::BadRequest(m) if m.starts_with(UNDECODABLE_CALL) => {
+                    ChangesError::Unsupported
+                }
+                other => ChangesError::Failed(other.to_string()),
+            })?;
+            let mut checked: Vec<Checked> = keys
+                .iter()
+                .map(|(_, since)| Checked {
+                    index: *since,
+                    changed: false,
+                })
+                .collect();
+            for &position in &positions {
+                checked[position].index = answer.meta.index;
+            }
+            for changed in answer.value {
+                if let Some(&position) = positions.get(changed as usize) {
+                    checked[position].changed = true;
+                }
+            }
+            Ok(checked)
+        })
+    })
 }
 
 /// Weight of an instance as Consul sends it (1..=128).

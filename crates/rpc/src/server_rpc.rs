@@ -13,7 +13,7 @@ use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, Issu
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 use legate_types::rpc::{
     AutopilotConfiguration, AutopilotHealth, ChainOverrides, RaftConfiguration, ServerRpc,
-    ServiceQuery, SnapshotArchive, TxnOp, TxnResponse,
+    ServiceQuery, SnapshotArchive, TxnOp, TxnResponse, Watched, UNDECODABLE_CALL,
 };
 use legate_types::{
     CheckServiceNode, Consistency, DeregisterRequest, HealthCheck, HealthStatus, KvEntry, KvOp,
@@ -459,6 +459,7 @@ server_rpc_calls! {
     config_list(opts: &QueryOptions; kind: String) -> Queried<Vec<ConfigEntry>>;
     config_list_all(opts: &QueryOptions; kinds: Vec<String>) -> Queried<Vec<ConfigEntry>>;
     discovery_chain(opts: &QueryOptions; service: String, compile_datacenter: String, overrides: ChainOverrides) -> Queried<serde_json::Value>;
+    changes_since(opts: &QueryOptions; watched: Vec<(Watched, u64)>) -> Queried<Vec<u32>>;
     config_delete(opts: &WriteOptions; kind: String, name: String, cas: Option<u64>) -> bool;
     ca_roots(opts: &QueryOptions;) -> Queried<IndexedCaRoots>;
     ca_config_get(opts: &QueryOptions;) -> Queried<CaConfiguration>;
@@ -532,8 +533,8 @@ impl FrameHandler for RpcHandler {
         let result = match serde_json::from_slice::<Call>(&request) {
             Ok(call) => dispatch(&*self.rpc, call).await,
             Err(e) => {
-                tracing::debug!(%peer, error = %e, "undecodable RPC call");
-                Err(RpcError::BadRequest(format!("undecodable RPC call: {e}")))
+                tracing::debug!(%peer, error = %e, "{UNDECODABLE_CALL}");
+                Err(RpcError::BadRequest(format!("{UNDECODABLE_CALL}: {e}")))
             }
         };
         serde_json::to_vec(&result).unwrap_or_else(|e| {

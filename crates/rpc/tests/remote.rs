@@ -298,3 +298,53 @@ async fn calls_in_flight_to_a_leader_that_loses_its_place_end_at_once() {
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_watches_answer_over_the_wire_and_unknown_calls_name_themselves() {
+    use legate_types::rpc::{Watched, UNDECODABLE_CALL};
+    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let (address, _task) = listen(server.clone(), "127.0.0.1:0").await;
+    let pool = Arc::new(Pool::default());
+    let remote = RemoteRpc::new(address.clone(), pool.clone());
+    let register: RegisterRequest = serde_json::from_value(json!({
+        "Node": "n1", "Address": "10.0.0.1",
+        "Service": {"ID": "db1", "Service": "db", "Port": 80}
+    }))
+    .unwrap();
+    let at = remote
+        .catalog_register(&WriteOptions::default(), register)
+        .await
+        .unwrap();
+    let watched = vec![
+        (Watched::Service("db".into()), at - 1),
+        (Watched::Service("web".into()), 0),
+        (Watched::ConfigEntries, at),
+    ];
+    let q = QueryOptions::default();
+    let local = server.changes_since(&q, watched.clone()).await.unwrap();
+    let answered = remote.changes_since(&q, watched).await.unwrap();
+    assert_eq!(answered.value, vec![0]);
+    same(local.value, answered.value);
+    assert_eq!(local.meta.index, answered.meta.index);
+
+    // What an older server answers to a call it does not know: clients
+    // recognise it and fall back.
+    let answer = pool
+        .call(
+            &address,
+            Kind::Rpc,
+            br#"{"a_call_from_the_future":{}}"#,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let answer: Result<serde_json::Value, RpcError> = serde_json::from_slice(&answer).unwrap();
+    match answer {
+        Err(RpcError::BadRequest(m)) => assert!(m.starts_with(UNDECODABLE_CALL), "{m}"),
+        other => panic!("expected a 400, got {other:?}"),
+    }
+    server.shutdown().await;
+}

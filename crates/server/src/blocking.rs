@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
-use legate_state::{Tables, WatchSet, Watches};
+use legate_state::{Table, Tables, WatchSet, Watches};
+use legate_types::rpc::{Watched, MAX_WATCHED};
 use legate_types::{Consistency, Queried, QueryMeta, QueryOptions, RpcError};
 use rand::Rng;
 
-use crate::Server;
+use crate::{Access, Resource, Server};
 
 impl Server {
     /// Checks that a request targets this datacenter.
@@ -51,6 +52,21 @@ impl Server {
         watch: impl Fn(&Watches) -> WatchSet,
         read: impl Fn(&Tables) -> Result<(u64, T), RpcError>,
     ) -> Result<Queried<T>, RpcError> {
+        self.blocking_read(opts, watch, read, |index, _| index > opts.min_index)
+            .await
+    }
+
+    /// [`Server::blocking_query`] with its own test of whether a result
+    /// ends the wait (`ready`); a blocking read (`min_index` > 0) answers
+    /// once `ready` holds, a snapshot is restored or the wait runs out.
+    /// Nothing a read returned is kept while waiting.
+    pub(crate) async fn blocking_read<T>(
+        &self,
+        opts: &QueryOptions,
+        watch: impl Fn(&Watches) -> WatchSet,
+        read: impl Fn(&Tables) -> Result<(u64, T), RpcError>,
+        ready: impl Fn(u64, &T) -> bool,
+    ) -> Result<Queried<T>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.check_consistency(opts.consistency).await?;
         let deadline = if opts.min_index > 0 {
@@ -79,7 +95,7 @@ impl Server {
             let done = match deadline {
                 None => true,
                 Some(deadline) => {
-                    index > opts.min_index || restored || tokio::time::Instant::now() >= deadline
+                    ready(index, &value) || restored || tokio::time::Instant::now() >= deadline
                 }
             };
             if done {
@@ -88,12 +104,16 @@ impl Server {
                     value,
                 });
             }
+            // Read again after the wait: a result held while waiting would
+            // cost its size for every blocking query in flight.
+            drop(value);
             let remaining = deadline
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or_default();
             tokio::select! {
                 _ = watches.wait(remaining) => {}
                 _ = self.shutdown.wait() => {
+                    let value = read(&self.store.read())?.1;
                     return Ok(Queried { meta: self.query_meta(index, opts.consistency), value });
                 }
             }
@@ -159,4 +179,78 @@ pub(crate) fn apply_filter<T: serde::Serialize>(
             .filter(|row| expr.matches_row(row))
             .collect(),
     }
+}
+
+impl Server {
+    /// [`legate_types::rpc::ServerRpc::changes_since`]: one blocking wait
+    /// for many services (and the config entries), answered with the
+    /// positions that changed after the index beside each.
+    pub(crate) async fn changes_since_query(
+        &self,
+        opts: &QueryOptions,
+        watched: Vec<(Watched, u64)>,
+    ) -> Result<Queried<Vec<u32>>, RpcError> {
+        if watched.len() > MAX_WATCHED {
+            return Err(RpcError::BadRequest(format!(
+                "a watch of {} entries is more than the {MAX_WATCHED} one call may follow",
+                watched.len()
+            )));
+        }
+        for (item, _) in &watched {
+            if let Watched::Service(name) = item {
+                self.authorize(&opts.token, Resource::Service(name.clone()), Access::Read)?;
+            }
+        }
+        let config_entries = watched.iter().any(|(w, _)| *w == Watched::ConfigEntries);
+        let services = watched
+            .iter()
+            .any(|(w, _)| matches!(w, Watched::Service(_)));
+        self.blocking_read(
+            opts,
+            |w| {
+                let mut set = if services {
+                    w.any_service()
+                } else {
+                    WatchSet::default()
+                };
+                if config_entries {
+                    set.extend(w.tables(&[Table::ConfigEntries]));
+                }
+                set
+            },
+            |t| Ok(changed_positions(t, &watched)),
+            |_, changed| !changed.is_empty(),
+        )
+        .await
+    }
+}
+
+/// The positions of `watched` that changed after their index, and the
+/// index the answer is current at: the highest index among the watched
+/// entries and the tables, so none of them can be newer than the answer
+/// (and be reported again, forever).
+fn changed_positions(tables: &Tables, watched: &[(Watched, u64)]) -> (u64, Vec<u32>) {
+    let mut current = Table::ALL
+        .iter()
+        .map(|t| tables.table_index(*t))
+        .max()
+        .unwrap_or(0);
+    let mut changed = Vec::new();
+    for (position, (item, since)) in watched.iter().enumerate() {
+        let (is_changed, index) = match item {
+            Watched::Service(name) => (
+                tables.service_changed_after(name, *since),
+                tables.service_index(name),
+            ),
+            Watched::ConfigEntries => {
+                let index = tables.table_index(Table::ConfigEntries);
+                (index > *since, index)
+            }
+        };
+        current = current.max(index);
+        if is_changed {
+            changed.push(position as u32);
+        }
+    }
+    (current, changed)
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use legate_state::{Command, CommandResult, Table};
 use legate_types::config_entry::{self, ConfigEntry};
 use legate_types::duration::{format_go_duration, parse_go_duration};
-use legate_types::rpc::{ServerRpc, ServiceQuery, TxnError, TxnOp, TxnResponse};
+use legate_types::rpc::{ServerRpc, ServiceQuery, TxnError, TxnOp, TxnResponse, Watched};
 use legate_types::*;
 
 use crate::blocking::{apply_filter, parse_filter};
@@ -877,6 +877,14 @@ impl ServerRpc for Server {
             },
         )
         .await
+    }
+
+    async fn changes_since(
+        &self,
+        opts: &QueryOptions,
+        watched: Vec<(Watched, u64)>,
+    ) -> Result<Queried<Vec<u32>>, RpcError> {
+        self.changes_since_query(opts, watched).await
     }
 
     async fn ca_roots(&self, opts: &QueryOptions) -> Result<Queried<IndexedCaRoots>, RpcError> {

@@ -389,6 +389,12 @@ impl Tables {
         (self.table_index(Table::Services), out)
     }
 
+    /// Whether a write after `index` touched the service `name` (a name no
+    /// write has touched has not changed, whatever the catalog's index).
+    pub fn service_changed_after(&self, name: &str, index: u64) -> bool {
+        self.service_index.get(name).is_some_and(|i| *i > index)
+    }
+
     /// The index that blocking reads of one service use: the last write that
     /// touched the service, or the catalog tables when it never existed.
     pub fn service_index(&self, name: &str) -> u64 {

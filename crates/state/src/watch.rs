@@ -92,6 +92,8 @@ pub struct Watches {
     tables: HashMap<Table, watch::Sender<u64>>,
     kv_prefixes: Mutex<HashMap<String, watch::Sender<u64>>>,
     services: Mutex<HashMap<String, watch::Sender<u64>>>,
+    /// Fires on a change to any service (batched watches of many names).
+    any_service: watch::Sender<u64>,
 }
 
 impl Default for Watches {
@@ -103,6 +105,7 @@ impl Default for Watches {
                 .collect(),
             kv_prefixes: Mutex::new(HashMap::new()),
             services: Mutex::new(HashMap::new()),
+            any_service: watch::channel(0).0,
         }
     }
 }
@@ -167,6 +170,14 @@ impl Watches {
         }
     }
 
+    /// Subscribes to changes of every service at once (a watch of many
+    /// names checks which of them changed when it wakes).
+    pub fn any_service(&self) -> WatchSet {
+        WatchSet {
+            receivers: vec![self.any_service.subscribe()],
+        }
+    }
+
     /// Wakes everything `changes` concerns.
     pub fn notify(&self, index: u64, changes: &Changes) {
         for table in &changes.tables {
@@ -194,6 +205,7 @@ impl Watches {
             }
         }
         if !changes.services.is_empty() {
+            self.any_service.send_replace(index);
             let mut map = self.services.lock().unwrap_or_else(|e| e.into_inner());
             map.retain(|_, sender| sender.receiver_count() > 0);
             for name in &changes.services {
@@ -206,6 +218,7 @@ impl Watches {
 
     /// Wakes every subscription (after a snapshot restore).
     pub fn notify_all(&self, index: u64) {
+        self.any_service.send_replace(index);
         for sender in self.tables.values() {
             sender.send_replace(index);
         }

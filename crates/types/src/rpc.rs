@@ -17,6 +17,25 @@ use crate::{
     WriteOptions,
 };
 
+/// What one entry of a batched watch ([`ServerRpc::changes_since`])
+/// follows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Watched {
+    /// One service's instances, checks and nodes (what a health read of
+    /// the service depends on).
+    Service(String),
+    /// The config entries (what every compiled discovery chain depends on).
+    ConfigEntries,
+}
+
+/// How a server's answer to a call it cannot decode begins (a 400): an
+/// older server asked for a call it does not know answers this, so a
+/// client can fall back to older calls.
+pub const UNDECODABLE_CALL: &str = "undecodable RPC call";
+
+/// How many entries one batched watch may follow.
+pub const MAX_WATCHED: usize = 100_000;
+
 /// Selects service instances for catalog and health reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ServiceQuery {
@@ -437,6 +456,17 @@ pub trait ServerRpc: Send + Sync + 'static {
         compile_datacenter: String,
         overrides: ChainOverrides,
     ) -> Result<Queried<serde_json::Value>, RpcError>;
+    /// Which of `watched` changed after the index beside each: the
+    /// positions of those that did, with the index the answer is current
+    /// at (every change up to it is seen). With `min_index` > 0 it blocks
+    /// until one changed or the wait ran out; one call follows as many
+    /// services as a proxy's upstreams, where a blocking read per service
+    /// would hold a request (and its server-side wait) each.
+    async fn changes_since(
+        &self,
+        opts: &QueryOptions,
+        watched: Vec<(Watched, u64)>,
+    ) -> Result<Queried<Vec<u32>>, RpcError>;
     /// Deletes a config entry; `false` when `cas` did not match.
     async fn config_delete(
         &self,

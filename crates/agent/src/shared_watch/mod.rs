@@ -1,21 +1,30 @@
 //! A bounded cache of blocking reads shared by every local proxy (and the
-//! DNS interface): one
-//! background blocking query per key (a chain, a target's endpoints, a
+//! DNS interface): one value per key (a chain, a target's endpoints, a
 //! destination's intentions), however many proxies need it. Keys never
 //! include ACL tokens, so a proxy rotating its token does not multiply
 //! entries. Entries nobody has asked for within the idle TTL stop and are
 //! dropped; past the capacity, the least recently used idle entries go
 //! first.
+//!
+//! A cache learns of changes in one of two ways: a blocking read per key
+//! ([`SharedWatch::new`]), or one blocking call for all its keys that
+//! names the keys that changed, which are then read again
+//! ([`SharedWatch::batched`], see [`batch`]): a sidecar with thousands of
+//! upstreams then holds one request in flight rather than thousands.
+
+mod batch;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use batch::{Changes, ChangesError, Checked};
 pub use legate_proxycfg::Fetched;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// Reads one key, blocking until its index passes `min_index`.
 pub type Fetch<K, V> = Arc<
@@ -33,7 +42,31 @@ const RELEASE_AFTER: usize = 64;
 struct Entry<V> {
     state: watch::Sender<Slot<V>>,
     last_used: Mutex<Instant>,
-    task: tokio::task::JoinHandle<()>,
+    /// Batched mode: the index up to which the key is known unchanged.
+    checked: AtomicU64,
+    /// Per-key mode: the key's own blocking read.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl<V> Entry<V> {
+    fn stop(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+}
+
+/// How a batched cache follows its keys.
+struct Batching {
+    /// Wakes the batch driver when keys come or go.
+    keys_changed: Arc<Notify>,
+    /// The servers do not know batched watches: every key has its own
+    /// blocking read from then on.
+    per_key: AtomicBool,
 }
 
 /// The cache.
@@ -42,6 +75,7 @@ pub struct SharedWatch<K, V> {
     entries: Mutex<HashMap<K, Arc<Entry<V>>>>,
     capacity: usize,
     idle_ttl: Duration,
+    batching: Option<Batching>,
 }
 
 impl<K, V> SharedWatch<K, V>
@@ -49,13 +83,45 @@ where
     K: Clone + Eq + Hash + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// A cache of at most `capacity` keys; idle keys expire after `idle_ttl`.
+    /// A cache of at most `capacity` keys, each followed by its own
+    /// blocking read; idle keys expire after `idle_ttl`.
     pub fn new(fetch: Fetch<K, V>, capacity: usize, idle_ttl: Duration) -> Arc<Self> {
+        Self::start(fetch, capacity, idle_ttl, None)
+    }
+
+    /// A cache whose keys are followed together: `changes` names the keys
+    /// that changed (blocking until one did) and `fetch` reads those again
+    /// without blocking. When the servers do not know batched watches
+    /// ([`ChangesError::Unsupported`]), every key gets its own blocking
+    /// read, as with [`SharedWatch::new`].
+    pub fn batched(
+        fetch: Fetch<K, V>,
+        changes: Changes<K>,
+        capacity: usize,
+        idle_ttl: Duration,
+    ) -> Arc<Self> {
+        let batching = Batching {
+            keys_changed: Arc::new(Notify::new()),
+            per_key: AtomicBool::new(false),
+        };
+        let keys_changed = batching.keys_changed.clone();
+        let cache = Self::start(fetch, capacity, idle_ttl, Some(batching));
+        tokio::spawn(batch::drive(Arc::downgrade(&cache), keys_changed, changes));
+        cache
+    }
+
+    fn start(
+        fetch: Fetch<K, V>,
+        capacity: usize,
+        idle_ttl: Duration,
+        batching: Option<Batching>,
+    ) -> Arc<Self> {
         let cache = Arc::new(SharedWatch {
             fetch,
             entries: Mutex::new(HashMap::new()),
             capacity,
             idle_ttl,
+            batching,
         });
         // Expire idle keys even when no new key arrives.
         let weak = Arc::downgrade(&cache);
@@ -81,19 +147,43 @@ where
         self.len() == 0
     }
 
+    /// Whether keys are followed by one batched watch (rather than a
+    /// blocking read each).
+    fn batched_now(&self) -> bool {
+        self.batching
+            .as_ref()
+            .is_some_and(|b| !b.per_key.load(Ordering::Acquire))
+    }
+
     /// The entry for `key` and a subscription to it, taken under the lock
     /// so eviction can never remove an entry between the two.
     fn entry(self: &Arc<Self>, key: &K) -> (Arc<Entry<V>>, watch::Receiver<Slot<V>>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = entries.get(key) {
-            *e.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            e.touch();
             return (e.clone(), e.state.subscribe());
         }
         self.evict(&mut entries);
-        let state = watch::channel(None).0;
+        let entry = Arc::new(Entry {
+            state: watch::channel(None).0,
+            last_used: Mutex::new(Instant::now()),
+            checked: AtomicU64::new(0),
+            task: Mutex::new(None),
+        });
+        match &self.batching {
+            Some(b) if self.batched_now() => b.keys_changed.notify_one(),
+            _ => self.follow_alone(key, &entry),
+        }
+        let rx = entry.state.subscribe();
+        entries.insert(key.clone(), entry.clone());
+        (entry, rx)
+    }
+
+    /// Gives `entry` its own blocking read.
+    fn follow_alone(&self, key: &K, entry: &Arc<Entry<V>>) {
         let fetch = self.fetch.clone();
         let k = key.clone();
-        let tx = state.clone();
+        let tx = entry.state.clone();
         let task = tokio::spawn(async move {
             let mut index = 0;
             let mut failures = 0u32;
@@ -111,20 +201,12 @@ where
                         if tx.borrow().as_ref().is_none_or(|s| s.is_err()) {
                             tx.send_replace(Some(Err(e)));
                         }
-                        tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(failures.min(6))))
-                            .await;
+                        tokio::time::sleep(batch::backoff(failures)).await;
                     }
                 }
             }
         });
-        let entry = Arc::new(Entry {
-            state,
-            last_used: Mutex::new(Instant::now()),
-            task,
-        });
-        let rx = entry.state.subscribe();
-        entries.insert(key.clone(), entry.clone());
-        (entry, rx)
+        *entry.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
     }
 
     /// Drops idle entries past their TTL, then the least recently used
@@ -132,7 +214,13 @@ where
     fn evict(&self, entries: &mut HashMap<K, Arc<Entry<V>>>) {
         let before = entries.len();
         self.evict_idle(entries);
-        if before - entries.len() >= RELEASE_AFTER {
+        let evicted = before - entries.len();
+        if evicted > 0 {
+            if let Some(b) = &self.batching {
+                b.keys_changed.notify_one();
+            }
+        }
+        if evicted >= RELEASE_AFTER {
             // A proxy with many upstreams went away: give its memory back
             // once the aborted reads have been dropped (the runtime drops
             // an aborted task's state on its next poll, not here).
@@ -153,7 +241,7 @@ where
                     .elapsed()
                     > self.idle_ttl;
             if expired {
-                e.task.abort();
+                e.stop();
             }
             !expired
         });
@@ -166,7 +254,7 @@ where
             match oldest {
                 Some(k) => {
                     if let Some(e) = entries.remove(&k) {
-                        e.task.abort();
+                        e.stop();
                     }
                 }
                 None => break,
@@ -190,7 +278,7 @@ where
         };
         let _ = tokio::time::timeout(wait, rx.wait_for(newer)).await;
         let slot = rx.borrow().clone();
-        *entry.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        entry.touch();
         match slot {
             Some(Ok((index, value))) => Ok(Fetched { index, value }),
             Some(Err(e)) => Err(e),
@@ -208,7 +296,7 @@ impl<K, V> SharedWatch<K, V> {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
         {
-            e.task.abort();
+            e.stop();
         }
     }
 }
