@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
-use legate_proxycfg::{DataSources, Endpoint, EndpointHealth, Fetched, Manager, ProxyRegistration};
+use legate_proxycfg::{
+    DataSources, Endpoint, EndpointHealth, Fetched, Manager, ProxyRegistration, Subscription,
+};
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
 use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched, UNDECODABLE_CALL};
@@ -323,19 +325,38 @@ impl DataSources for AgentSources {
         target: &Target,
         min_index: u64,
     ) -> Result<Fetched<Vec<Endpoint>>, String> {
-        let filter = target
-            .subset
-            .get("Filter")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let key = (target.service.clone(), target.datacenter.clone(), filter);
-        self.endpoints.get(key, min_index, WAIT).await
+        self.endpoints
+            .get(endpoints_key(target), min_index, WAIT)
+            .await
     }
 
     fn default_allow(&self) -> bool {
         self.default_allow
     }
+
+    fn follow_chain(
+        self: Arc<Self>,
+        service: String,
+        datacenter: String,
+    ) -> Subscription<Arc<CompiledChain>> {
+        Box::pin(self.chains.subscribe((service, datacenter)))
+    }
+
+    fn follow_endpoints(self: Arc<Self>, target: Target) -> Subscription<Vec<Endpoint>> {
+        Box::pin(self.endpoints.subscribe(endpoints_key(&target)))
+    }
+}
+
+/// The endpoints cache's key of a target: (service, datacenter, subset
+/// filter).
+fn endpoints_key(target: &Target) -> (String, String, String) {
+    let filter = target
+        .subset
+        .get("Filter")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    (target.service.clone(), target.datacenter.clone(), filter)
 }
 
 /// The local registrations proxycfg serves: `connect-proxy` services

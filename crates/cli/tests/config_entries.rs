@@ -377,8 +377,12 @@ fn bootstrap_entries_are_written_once_and_never_overwrite() {
     );
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().display().to_string();
+    let ports = common::own_server_ports();
     let flags = [
         "-server",
+        &ports[0],
+        &ports[1],
+        &ports[2],
         "-bootstrap-expect=1",
         "-bind=127.0.0.1",
         "-node=boot",

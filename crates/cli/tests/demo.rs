@@ -330,7 +330,7 @@ services {{
     )
     .unwrap();
     let data = dir.path().join("data");
-    let flags = [
+    let mut flags = vec![
         "-server".to_string(),
         "-bootstrap".to_string(),
         "-bind=127.0.0.1".to_string(),
@@ -340,6 +340,7 @@ services {{
         "-config-file".to_string(),
         config.display().to_string(),
     ];
+    flags.extend(common::own_server_ports());
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut agent = TestAgent::start_with(&args, false);
     let _web = start_proxy(&agent, "web", &dir.path().join("web.log"));

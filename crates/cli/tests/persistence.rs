@@ -9,13 +9,15 @@ use common::{eventually, TestAgent};
 use serde_json::json;
 
 fn server_flags(dir: &str) -> Vec<String> {
-    vec![
+    let mut flags = vec![
         "-server".into(),
         "-bootstrap-expect=1".into(),
         format!("-data-dir={dir}"),
         "-node=persist".into(),
         "-bind=127.0.0.1".into(),
-    ]
+    ];
+    flags.extend(common::own_server_ports());
+    flags
 }
 
 #[test]

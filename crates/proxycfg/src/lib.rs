@@ -1,9 +1,11 @@
 //! proxycfg: one snapshot state machine per local proxy. Each proxy's
 //! watchers follow its data sources (CA roots, its leaf certificate, the
 //! intentions for its destination, the compiled discovery chain of every
-//! upstream and the healthy endpoints of every chain target) with blocking
-//! reads; changes are debounced and a complete [`ConnectProxySnapshot`] is
-//! published to whoever serves that proxy (the xDS server).
+//! upstream and the healthy endpoints of every chain target): its own
+//! sources with blocking reads, its upstreams' as [`Subscription`]s polled
+//! by the proxy's task; changes are debounced and a complete
+//! [`ConnectProxySnapshot`] is published to whoever serves that proxy (the
+//! xDS server).
 //!
 //! proxycfg never touches the state store or RPC: it sees [`DataSources`].
 //! Depends on `legate-types` and `legate-chain` only.
@@ -11,5 +13,5 @@
 mod manager;
 mod snapshot;
 
-pub use manager::{DataSources, Fetched, Manager, ProxyRegistration, DEBOUNCE};
+pub use manager::{DataSources, Fetched, Manager, ProxyRegistration, Subscription, DEBOUNCE};
 pub use snapshot::{ConnectProxySnapshot, Endpoint, EndpointHealth, UpstreamSnapshot};

@@ -2,10 +2,12 @@
 //! publishes a new snapshot (debounced) whenever one of them changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::stream::{AbortHandle, Abortable, SelectAll, Stream, StreamExt};
 use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
@@ -57,6 +59,69 @@ pub trait DataSources: Send + Sync + 'static {
     ) -> Result<Fetched<Vec<Endpoint>>, String>;
     /// What intentions decide when none matches.
     fn default_allow(&self) -> bool;
+
+    /// Follows the compiled chain of `service` as seen from `datacenter`:
+    /// every value newer than the last. By default, blocking reads of
+    /// [`DataSources::chain`]; a source that keeps values itself answers
+    /// from them, without a task or a read in flight per upstream.
+    fn follow_chain(
+        self: Arc<Self>,
+        service: String,
+        datacenter: String,
+    ) -> Subscription<Arc<CompiledChain>> {
+        follow_reads(move |index| {
+            let (sources, service, datacenter) =
+                (self.clone(), service.clone(), datacenter.clone());
+            async move { sources.chain(&service, &datacenter, index).await }
+        })
+    }
+
+    /// Follows the endpoints of one target, as [`DataSources::follow_chain`]
+    /// follows a chain.
+    fn follow_endpoints(self: Arc<Self>, target: Target) -> Subscription<Vec<Endpoint>> {
+        follow_reads(move |index| {
+            let (sources, target) = (self.clone(), target.clone());
+            async move { sources.endpoints(&target, index).await }
+        })
+    }
+}
+
+/// A data source followed over time: each item is a newer value.
+pub type Subscription<T> = Pin<Box<dyn Stream<Item = T> + Send>>;
+
+/// Follows blocking reads: each value read at a new index (failures are
+/// retried after a growing pause).
+fn follow_reads<T, F, Fut>(read: F) -> Subscription<T>
+where
+    T: Send + 'static,
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Fetched<T>, String>> + Send + 'static,
+{
+    Box::pin(futures::stream::unfold(
+        (read, 0u64),
+        |(read, mut index)| async move {
+            let mut failures = 0u32;
+            loop {
+                match read(index).await {
+                    Ok(fetched) if fetched.index == index && index != 0 => failures = 0,
+                    Ok(fetched) => {
+                        index = fetched.index;
+                        return Some((fetched.value, (read, index)));
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        tracing::debug!(error = %e, "proxycfg data source failed; retrying");
+                        tokio::time::sleep(retry_pause(failures)).await;
+                    }
+                }
+            }
+        },
+    ))
+}
+
+/// The pause before retrying a data source after `failures` failures.
+fn retry_pause(failures: u32) -> Duration {
+    Duration::from_millis(100 * 2u64.pow(failures.min(6)))
 }
 
 /// A local proxy as the agent registered it.
@@ -249,7 +314,7 @@ async fn follow<T, F, Fut>(
             Err(e) => {
                 failures += 1;
                 tracing::debug!(error = %e, "proxycfg data source failed; retrying");
-                tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(failures.min(6)))).await;
+                tokio::time::sleep(retry_pause(failures)).await;
             }
         }
     }
@@ -263,7 +328,8 @@ struct Building {
     /// The upstreams followed now (registered, or asked for by native clients).
     upstreams: Vec<Upstream>,
     chains: BTreeMap<String, Arc<CompiledChain>>,
-    endpoints: BTreeMap<String, BTreeMap<String, Vec<Endpoint>>>,
+    /// Keyed by (upstream, target id): one map for every upstream.
+    endpoints: BTreeMap<(String, String), Vec<Endpoint>>,
 }
 
 impl Building {
@@ -271,10 +337,10 @@ impl Building {
     fn upstream(&self, upstream: &Upstream) -> Option<UpstreamSnapshot> {
         let id = &upstream.destination_name;
         let chain = self.chains.get(id)?;
-        let found = self.endpoints.get(id);
         let mut endpoints = BTreeMap::new();
         for target in chain.targets.keys() {
-            endpoints.insert(target.clone(), found.and_then(|m| m.get(target)).cloned()?);
+            let found = self.endpoints.get(&(id.clone(), target.clone()))?;
+            endpoints.insert(target.clone(), found.clone());
         }
         Some(UpstreamSnapshot {
             upstream: upstream.clone(),
@@ -349,17 +415,44 @@ impl Building {
     }
 }
 
-/// The watchers of one proxy's upstreams: a chain watcher per upstream and
-/// an endpoints watcher per chain target. Dropping it stops them all.
+/// The watchers of one proxy's upstreams: a chain subscription per
+/// upstream and an endpoints subscription per chain target, all polled by
+/// the proxy's own task (no task per upstream). Dropping it stops them.
 struct UpstreamWatchers {
     sources: Arc<dyn DataSources>,
-    tx: mpsc::UnboundedSender<Update>,
     datacenter: String,
-    chains: HashMap<String, JoinHandle<()>>,
-    targets: HashMap<(String, String), JoinHandle<()>>,
+    chains: HashMap<String, AbortHandle>,
+    targets: HashMap<(String, String), AbortHandle>,
+    streams: SelectAll<Subscription<Update>>,
 }
 
 impl UpstreamWatchers {
+    /// Adds a subscription whose items become updates; the handle stops it.
+    fn subscribe<T: Send + 'static>(
+        &mut self,
+        subscription: Subscription<T>,
+        wrap: impl Fn(T) -> Update + Send + 'static,
+    ) -> AbortHandle {
+        let (handle, registration) = AbortHandle::new_pair();
+        self.streams.push(Box::pin(Abortable::new(
+            subscription.map(wrap),
+            registration,
+        )));
+        handle
+    }
+
+    /// The next update of any subscription (pending while there is none).
+    async fn next(&mut self) -> Update {
+        loop {
+            if self.streams.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            if let Some(update) = self.streams.next().await {
+                return update;
+            }
+        }
+    }
+
     /// Follows exactly `upstreams`: new ones start, dropped ones stop and
     /// are forgotten.
     fn follow_upstreams(&mut self, building: &mut Building, upstreams: Vec<Upstream>) {
@@ -386,7 +479,7 @@ impl UpstreamWatchers {
             .retain(|name, _| wanted.contains(name.as_str()));
         building
             .endpoints
-            .retain(|name, _| wanted.contains(name.as_str()));
+            .retain(|(name, _), _| wanted.contains(name.as_str()));
         for upstream in &upstreams {
             let name = upstream.destination_name.clone();
             if self.chains.contains_key(&name) {
@@ -397,22 +490,16 @@ impl UpstreamWatchers {
             } else {
                 upstream.datacenter.clone()
             };
-            let s = self.sources.clone();
-            let (chain_of, tag) = (name.clone(), name.clone());
-            let handle = tokio::spawn(follow(
-                self.tx.clone(),
-                move |i| {
-                    let (s, name, dc) = (s.clone(), chain_of.clone(), dc.clone());
-                    async move { s.chain(&name, &dc, i).await }
-                },
-                move |c| Update::Chain(tag.clone(), c),
-            ));
+            let chain = self.sources.clone().follow_chain(name.clone(), dc);
+            let tag = name.clone();
+            let handle = self.subscribe(chain, move |c| Update::Chain(tag.clone(), c));
             self.chains.insert(name, handle);
         }
         building.upstreams = upstreams;
     }
 
-    /// Restarts endpoint watchers for the targets of an upstream's new chain.
+    /// Follows the endpoints of the targets of an upstream's new chain
+    /// (and stops following its old targets).
     fn follow_targets(&mut self, building: &mut Building, upstream: &str, chain: &CompiledChain) {
         self.targets.retain(|(u, id), handle| {
             let keep = u != upstream || chain.targets.contains_key(id);
@@ -421,36 +508,20 @@ impl UpstreamWatchers {
             }
             keep
         });
-        if let Some(m) = building.endpoints.get_mut(upstream) {
-            m.retain(|id, _| chain.targets.contains_key(id));
-        }
+        building
+            .endpoints
+            .retain(|(u, id), _| u != upstream || chain.targets.contains_key(id));
         for (id, target) in &chain.targets {
             let key = (upstream.to_string(), id.clone());
             if self.targets.contains_key(&key) {
                 continue;
             }
-            let s = self.sources.clone();
-            let (u, tid, target) = (upstream.to_string(), id.clone(), target.clone());
-            let handle = tokio::spawn(follow(
-                self.tx.clone(),
-                move |i| {
-                    let (s, t) = (s.clone(), target.clone());
-                    async move { s.endpoints(&t, i).await }
-                },
-                move |e| Update::Endpoints(u.clone(), tid.clone(), e),
-            ));
+            let endpoints = self.sources.clone().follow_endpoints((**target).clone());
+            let (u, tid) = (upstream.to_string(), id.clone());
+            let handle = self.subscribe(endpoints, move |e| {
+                Update::Endpoints(u.clone(), tid.clone(), e)
+            });
             self.targets.insert(key, handle);
-        }
-    }
-}
-
-impl Drop for UpstreamWatchers {
-    fn drop(&mut self) {
-        for (_, t) in self.chains.drain() {
-            t.abort();
-        }
-        for (_, t) in self.targets.drain() {
-            t.abort();
         }
     }
 }
@@ -547,21 +618,34 @@ async fn run_proxy(
     };
     let mut watchers = UpstreamWatchers {
         sources: sources.clone(),
-        tx: tx.clone(),
         datacenter: registration.datacenter.clone(),
         chains: HashMap::new(),
         targets: HashMap::new(),
+        streams: SelectAll::new(),
     };
     if !registration.native {
         watchers.follow_upstreams(&mut building, registration.proxy.upstreams.clone());
     }
     drop(tx);
     let default_allow = sources.default_allow();
-    while let Some(first) = rx.recv().await {
+    // The proxy's own sources arrive on `rx`, its upstreams' from the
+    // watchers' subscriptions.
+    async fn next(
+        rx: &mut mpsc::UnboundedReceiver<Update>,
+        watchers: &mut UpstreamWatchers,
+    ) -> Option<Update> {
+        tokio::select! {
+            update = rx.recv() => update,
+            update = watchers.next() => Some(update),
+        }
+    }
+    while let Some(first) = next(&mut rx, &mut watchers).await {
         let received = std::time::Instant::now();
         let mut pending = vec![first];
         let deadline = tokio::time::Instant::now() + DEBOUNCE;
-        while let Ok(Some(more)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        while let Ok(Some(more)) =
+            tokio::time::timeout_at(deadline, next(&mut rx, &mut watchers)).await
+        {
             pending.push(more);
         }
         for update in pending {
@@ -594,11 +678,7 @@ async fn run_proxy(
                     {
                         continue;
                     }
-                    building
-                        .endpoints
-                        .entry(upstream)
-                        .or_default()
-                        .insert(target, list);
+                    building.endpoints.insert((upstream, target), list);
                 }
             }
         }

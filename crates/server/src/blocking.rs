@@ -85,7 +85,9 @@ impl Server {
         // indexes went back (the client resets on the lower index).
         let restores = self.store.read().restores();
         loop {
-            let watches = watch(self.store.watches());
+            // Subscribed only when the read may wait: a subscription to a
+            // service keeps its channel until the next write to it.
+            let watches = deadline.map(|_| watch(self.store.watches()));
             let (index, value, restored) = {
                 let tables = self.store.read();
                 let (index, value) = read(&tables)?;
@@ -111,7 +113,7 @@ impl Server {
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or_default();
             tokio::select! {
-                _ = watches.wait(remaining) => {}
+                _ = watches.unwrap_or_default().wait(remaining) => {}
                 _ = self.shutdown.wait() => {
                     let value = read(&self.store.read())?.1;
                     return Ok(Queried { meta: self.query_meta(index, opts.consistency), value });

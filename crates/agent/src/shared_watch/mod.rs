@@ -262,6 +262,25 @@ where
         }
     }
 
+    /// Follows `key`: its value now (once there is one) and every newer
+    /// value after it. The key stays cached while the stream lives; no
+    /// task or read is held for it beyond the cache's own.
+    pub fn subscribe(self: &Arc<Self>, key: K) -> impl futures::Stream<Item = V> + Send + 'static {
+        let (entry, rx) = self.entry(&key);
+        futures::stream::unfold((entry, rx, None), |(entry, mut rx, last)| async move {
+            loop {
+                let slot = rx.borrow_and_update().clone();
+                if let Some(Ok((index, value))) = slot {
+                    if last != Some(index) {
+                        entry.touch();
+                        return Some((value, (entry, rx, Some(index))));
+                    }
+                }
+                rx.changed().await.ok()?;
+            }
+        })
+    }
+
     /// The value of `key` once its index passes `min_index` (or after
     /// `wait`, the current value).
     pub async fn get(

@@ -19,6 +19,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Flags giving a server agent its own server and gossip ports (chosen
+/// once: pass the same flags to a restarted agent), so server agents of
+/// tests running side by side on 127.0.0.1 never meet on 8300-8302.
+pub fn own_server_ports() -> Vec<String> {
+    vec![
+        format!("-server-port={}", free_port()),
+        format!("-serf-lan-port={}", free_port()),
+        format!("-serf-wan-port={}", free_port()),
+    ]
+}
+
 /// The binary under test.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_legate"))
