@@ -128,8 +128,8 @@ pub struct CompiledChain {
     pub protocol: String,
     /// Id of the first node.
     pub start_node: String,
-    /// Nodes by id.
-    pub nodes: BTreeMap<String, Value>,
+    /// Nodes by id (boxed: a one-node chain's map is one small leaf).
+    pub nodes: BTreeMap<String, Box<Value>>,
     /// Targets by id.
     pub targets: BTreeMap<String, Box<Target>>,
 }
@@ -694,7 +694,11 @@ pub fn compile(entries: &[ConfigEntry], request: &CompileRequest) -> Result<Comp
         default: !compiler.customized,
         protocol: compiler.protocol,
         start_node: start,
-        nodes: compiler.nodes,
+        nodes: compiler
+            .nodes
+            .into_iter()
+            .map(|(id, node)| (id, Box::new(node)))
+            .collect(),
         targets: compiler.targets,
     })
 }

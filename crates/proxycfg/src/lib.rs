@@ -14,4 +14,6 @@ mod manager;
 mod snapshot;
 
 pub use manager::{DataSources, Fetched, Manager, ProxyRegistration, Subscription, DEBOUNCE};
-pub use snapshot::{ConnectProxySnapshot, Endpoint, EndpointHealth, UpstreamSnapshot};
+pub use snapshot::{
+    ConnectProxySnapshot, Endpoint, EndpointHealth, TargetEndpoints, UpstreamSnapshot,
+};

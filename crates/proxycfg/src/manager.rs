@@ -16,7 +16,7 @@ use legate_types::{ConnectProxyConfig, Upstream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::snapshot::{ConnectProxySnapshot, Endpoint, UpstreamSnapshot};
+use crate::snapshot::{ConnectProxySnapshot, Endpoint, TargetEndpoints, UpstreamSnapshot};
 
 /// How long changes are gathered before a snapshot is published.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
@@ -326,7 +326,7 @@ struct Building {
     leaf: Option<IssuedCert>,
     intentions: Option<Vec<Intention>>,
     /// The upstreams followed now (registered, or asked for by native clients).
-    upstreams: Vec<Upstream>,
+    upstreams: Vec<Arc<Upstream>>,
     chains: BTreeMap<String, Arc<CompiledChain>>,
     /// Keyed by (upstream, target id): one map for every upstream.
     endpoints: BTreeMap<(String, String), Vec<Endpoint>>,
@@ -334,10 +334,10 @@ struct Building {
 
 impl Building {
     /// An upstream with its chain and the endpoints of every target, once all are known.
-    fn upstream(&self, upstream: &Upstream) -> Option<UpstreamSnapshot> {
+    fn upstream(&self, upstream: &Arc<Upstream>) -> Option<UpstreamSnapshot> {
         let id = &upstream.destination_name;
         let chain = self.chains.get(id)?;
-        let mut endpoints = BTreeMap::new();
+        let mut endpoints = TargetEndpoints::default();
         for target in chain.targets.keys() {
             let found = self.endpoints.get(&(id.clone(), target.clone()))?;
             endpoints.insert(target.clone(), found.clone());
@@ -495,7 +495,7 @@ impl UpstreamWatchers {
             let handle = self.subscribe(chain, move |c| Update::Chain(tag.clone(), c));
             self.chains.insert(name, handle);
         }
-        building.upstreams = upstreams;
+        building.upstreams = upstreams.into_iter().map(Arc::new).collect();
     }
 
     /// Follows the endpoints of the targets of an upstream's new chain

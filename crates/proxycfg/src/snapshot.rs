@@ -2,6 +2,7 @@
 //! plain data (serializable, so tests keep fixtures as JSON files).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use legate_chain::CompiledChain;
 use legate_types::intention::Intention;
@@ -40,12 +41,84 @@ pub struct Endpoint {
 /// One upstream with its compiled chain and endpoints per target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamSnapshot {
-    /// The upstream as registered.
-    pub upstream: Upstream,
+    /// The upstream as registered (shared by every snapshot of the proxy).
+    pub upstream: Arc<Upstream>,
     /// Its compiled discovery chain.
-    pub chain: std::sync::Arc<CompiledChain>,
+    pub chain: Arc<CompiledChain>,
     /// Endpoints by chain target id.
-    pub endpoints: BTreeMap<String, Vec<Endpoint>>,
+    pub endpoints: TargetEndpoints,
+}
+
+/// Endpoints by chain target id, kept as a list sorted by id: a chain has
+/// one target or a few, where the smallest node of a map has room for
+/// eleven (half a kilobyte per upstream). Serialized as a map.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetEndpoints(Vec<(String, Vec<Endpoint>)>);
+
+impl TargetEndpoints {
+    /// The endpoints of target `id`.
+    pub fn get(&self, id: &str) -> Option<&Vec<Endpoint>> {
+        self.0
+            .binary_search_by(|(t, _)| t.as_str().cmp(id))
+            .ok()
+            .map(|at| &self.0[at].1)
+    }
+
+    /// Sets the endpoints of target `id`.
+    pub fn insert(&mut self, id: String, endpoints: Vec<Endpoint>) {
+        match self.0.binary_search_by(|(t, _)| t.cmp(&id)) {
+            Ok(at) => self.0[at].1 = endpoints,
+            Err(at) => self.0.insert(at, (id, endpoints)),
+        }
+    }
+
+    /// Every target's endpoints, in target id order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Vec<Endpoint>)> {
+        self.0.iter().map(|(t, e)| (t, e))
+    }
+
+    /// How many targets have endpoints here.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no target has endpoints here.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every target's endpoints, without the ids.
+    pub fn values(&self) -> impl Iterator<Item = &Vec<Endpoint>> {
+        self.0.iter().map(|(_, e)| e)
+    }
+}
+
+impl FromIterator<(String, Vec<Endpoint>)> for TargetEndpoints {
+    fn from_iter<I: IntoIterator<Item = (String, Vec<Endpoint>)>>(items: I) -> Self {
+        let mut endpoints = TargetEndpoints::default();
+        for (id, list) in items {
+            endpoints.insert(id, list);
+        }
+        endpoints
+    }
+}
+
+impl From<BTreeMap<String, Vec<Endpoint>>> for TargetEndpoints {
+    fn from(map: BTreeMap<String, Vec<Endpoint>>) -> Self {
+        TargetEndpoints(map.into_iter().collect())
+    }
+}
+
+impl Serialize for TargetEndpoints {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for TargetEndpoints {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, Vec<Endpoint>>::deserialize(deserializer).map(TargetEndpoints::from)
+    }
 }
 
 impl UpstreamSnapshot {
@@ -120,5 +193,38 @@ impl ConnectProxySnapshot {
             Value::String(s) => s.parse().ok(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(id: &str) -> Endpoint {
+        Endpoint {
+            node: "n1".into(),
+            service_id: id.into(),
+            address: "10.0.0.1".into(),
+            port: 8080,
+            health: EndpointHealth::Passing,
+            weight: 1,
+        }
+    }
+
+    #[test]
+    fn target_endpoints_keep_id_order_replace_and_serialize_as_a_map() {
+        let mut by_target = TargetEndpoints::default();
+        by_target.insert("b".into(), vec![endpoint("b1")]);
+        by_target.insert("a".into(), vec![endpoint("a1")]);
+        by_target.insert("b".into(), vec![endpoint("b2")]);
+        assert_eq!(by_target.len(), 2);
+        assert_eq!(by_target.get("b").unwrap()[0].service_id, "b2");
+        assert!(by_target.get("c").is_none());
+        let ids: Vec<&String> = by_target.iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["a", "b"]);
+        let json = serde_json::to_value(&by_target).unwrap();
+        assert_eq!(json["b"][0]["service_id"], "b2");
+        let back: TargetEndpoints = serde_json::from_value(json).unwrap();
+        assert_eq!(back, by_target);
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use legate_chain::{compile, CompileRequest, CompiledChain};
 use legate_proxycfg::{ConnectProxySnapshot, Endpoint, EndpointHealth, UpstreamSnapshot};
@@ -67,13 +68,13 @@ fn upstream(
     endpoints: BTreeMap<String, Vec<Endpoint>>,
 ) -> UpstreamSnapshot {
     UpstreamSnapshot {
-        upstream: Upstream {
+        upstream: Arc::new(Upstream {
             destination_name: name.into(),
             local_bind_port: port,
             ..Default::default()
-        },
+        }),
         chain: chain.into(),
-        endpoints,
+        endpoints: endpoints.into(),
     }
 }
 
@@ -310,7 +311,7 @@ fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
         )]
         .into(),
     );
-    db_up.upstream.config.insert(
+    Arc::make_mut(&mut db_up.upstream).config.insert(
         "envoy_cluster_json".into(),
         json!(json!({"name": "x", "type": "EDS", "connect_timeout": "9s",
                      "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}}).to_string()),
