@@ -624,7 +624,7 @@ async fn run_proxy(
         streams: SelectAll::new(),
     };
     if !registration.native {
-        watchers.follow_upstreams(&mut building, registration.proxy.upstreams.clone());
+        watchers.follow_upstreams(&mut building, registration.proxy.upstreams.to_vec());
     }
     drop(tx);
     let default_allow = sources.default_allow();

@@ -96,14 +96,16 @@ fn registration(id: &str, native: bool, upstreams: &[&str]) -> ProxyRegistration
         port: 0,
         proxy: ConnectProxyConfig {
             destination_service_name: "web".into(),
-            upstreams: upstreams
-                .iter()
-                .map(|name| Upstream {
-                    destination_name: name.to_string(),
-                    local_bind_port: 9000,
-                    ..Default::default()
-                })
-                .collect(),
+            upstreams: Arc::new(
+                upstreams
+                    .iter()
+                    .map(|name| Upstream {
+                        destination_name: name.to_string(),
+                        local_bind_port: 9000,
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
             ..Default::default()
         },
         datacenter: "dc1".into(),

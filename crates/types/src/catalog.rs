@@ -2,6 +2,7 @@
 //! and health endpoints return, in Consul's JSON spelling.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -227,6 +228,12 @@ pub struct Upstream {
     pub centrally_configured: bool,
 }
 
+/// Whether a proxy has no upstreams (then the field is left out, as Consul
+/// leaves it out).
+fn no_upstreams(upstreams: &Arc<Vec<Upstream>>) -> bool {
+    upstreams.is_empty()
+}
+
 /// Proxy settings of a `connect-proxy` service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
@@ -259,9 +266,11 @@ pub struct ConnectProxyConfig {
     /// Opaque proxy configuration.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub config: Map<String, Value>,
-    /// Upstreams.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub upstreams: Vec<Upstream>,
+    /// Upstreams, shared by every copy of the registration the agent
+    /// keeps (its own, the catalog sync's, the proxy manager's): a sidecar
+    /// may have thousands.
+    #[serde(default, skip_serializing_if = "no_upstreams")]
+    pub upstreams: Arc<Vec<Upstream>>,
     /// Mesh gateway mode.
     #[serde(default)]
     pub mesh_gateway: MeshGatewayConfig,
