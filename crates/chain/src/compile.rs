@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use legate_types::config_entry::ConfigEntry;
 use legate_types::duration::format_go_duration;
+use legate_types::sorted_map::SortedMap;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -128,10 +129,10 @@ pub struct CompiledChain {
     pub protocol: String,
     /// Id of the first node.
     pub start_node: String,
-    /// Nodes by id (boxed: a one-node chain's map is one small leaf).
-    pub nodes: BTreeMap<String, Box<Value>>,
+    /// Nodes by id.
+    pub nodes: SortedMap<Box<Value>>,
     /// Targets by id.
-    pub targets: BTreeMap<String, Box<Target>>,
+    pub targets: SortedMap<Box<Target>>,
 }
 
 struct Compiler<'a> {
@@ -699,7 +700,7 @@ pub fn compile(entries: &[ConfigEntry], request: &CompileRequest) -> Result<Comp
             .into_iter()
             .map(|(id, node)| (id, Box::new(node)))
             .collect(),
-        targets: compiler.targets,
+        targets: compiler.targets.into_iter().collect(),
     })
 }
 

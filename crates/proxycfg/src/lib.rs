@@ -15,5 +15,6 @@ mod snapshot;
 
 pub use manager::{DataSources, Fetched, Manager, ProxyRegistration, Subscription, DEBOUNCE};
 pub use snapshot::{
-    ConnectProxySnapshot, Endpoint, EndpointHealth, TargetEndpoints, UpstreamSnapshot,
+    ConnectProxySnapshot, Endpoint, EndpointHealth, SharedUpstream, TargetEndpoints,
+    UpstreamSnapshot,
 };

@@ -16,7 +16,9 @@ use legate_types::{ConnectProxyConfig, Upstream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::snapshot::{ConnectProxySnapshot, Endpoint, TargetEndpoints, UpstreamSnapshot};
+use crate::snapshot::{
+    ConnectProxySnapshot, Endpoint, SharedUpstream, TargetEndpoints, UpstreamSnapshot,
+};
 
 /// How long changes are gathered before a snapshot is published.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
@@ -326,7 +328,7 @@ struct Building {
     leaf: Option<IssuedCert>,
     intentions: Option<Vec<Intention>>,
     /// The upstreams followed now (registered, or asked for by native clients).
-    upstreams: Vec<Arc<Upstream>>,
+    upstreams: Vec<SharedUpstream>,
     chains: BTreeMap<String, Arc<CompiledChain>>,
     /// Keyed by (upstream, target id): one map for every upstream.
     endpoints: BTreeMap<(String, String), Vec<Endpoint>>,
@@ -334,10 +336,10 @@ struct Building {
 
 impl Building {
     /// An upstream with its chain and the endpoints of every target, once all are known.
-    fn upstream(&self, upstream: &Arc<Upstream>) -> Option<UpstreamSnapshot> {
+    fn upstream(&self, upstream: &SharedUpstream) -> Option<UpstreamSnapshot> {
         let id = &upstream.destination_name;
         let chain = self.chains.get(id)?;
-        let mut endpoints = TargetEndpoints::default();
+        let mut endpoints = TargetEndpoints::with_capacity(chain.targets.len());
         for target in chain.targets.keys() {
             let found = self.endpoints.get(&(id.clone(), target.clone()))?;
             endpoints.insert(target.clone(), found.clone());
@@ -455,7 +457,7 @@ impl UpstreamWatchers {
 
     /// Follows exactly `upstreams`: new ones start, dropped ones stop and
     /// are forgotten.
-    fn follow_upstreams(&mut self, building: &mut Building, upstreams: Vec<Upstream>) {
+    fn follow_upstreams(&mut self, building: &mut Building, upstreams: &Arc<Vec<Upstream>>) {
         let wanted: BTreeSet<&str> = upstreams
             .iter()
             .map(|u| u.destination_name.as_str())
@@ -480,7 +482,7 @@ impl UpstreamWatchers {
         building
             .endpoints
             .retain(|(name, _), _| wanted.contains(name.as_str()));
-        for upstream in &upstreams {
+        for upstream in upstreams.iter() {
             let name = upstream.destination_name.clone();
             if self.chains.contains_key(&name) {
                 continue;
@@ -495,7 +497,7 @@ impl UpstreamWatchers {
             let handle = self.subscribe(chain, move |c| Update::Chain(tag.clone(), c));
             self.chains.insert(name, handle);
         }
-        building.upstreams = upstreams.into_iter().map(Arc::new).collect();
+        building.upstreams = SharedUpstream::all_of(upstreams);
     }
 
     /// Follows the endpoints of the targets of an upstream's new chain
@@ -624,7 +626,7 @@ async fn run_proxy(
         streams: SelectAll::new(),
     };
     if !registration.native {
-        watchers.follow_upstreams(&mut building, registration.proxy.upstreams.to_vec());
+        watchers.follow_upstreams(&mut building, &registration.proxy.upstreams);
     }
     drop(tx);
     let default_allow = sources.default_allow();
@@ -662,7 +664,7 @@ async fn run_proxy(
                             ..Default::default()
                         })
                         .collect();
-                    watchers.follow_upstreams(&mut building, upstreams);
+                    watchers.follow_upstreams(&mut building, &Arc::new(upstreams));
                 }
                 Update::Chain(upstream, chain) => {
                     if !watchers.chains.contains_key(&upstream) {

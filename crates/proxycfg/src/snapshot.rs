@@ -1,7 +1,6 @@
 //! The snapshot: everything needed to configure one connect proxy, as
 //! plain data (serializable, so tests keep fixtures as JSON files).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use legate_chain::CompiledChain;
@@ -41,85 +40,78 @@ pub struct Endpoint {
 /// One upstream with its compiled chain and endpoints per target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamSnapshot {
-    /// The upstream as registered (shared by every snapshot of the proxy).
-    pub upstream: Arc<Upstream>,
+    /// The upstream as registered (shared with the registration).
+    pub upstream: SharedUpstream,
     /// Its compiled discovery chain.
     pub chain: Arc<CompiledChain>,
     /// Endpoints by chain target id.
     pub endpoints: TargetEndpoints,
 }
 
-/// Endpoints by chain target id, kept as a list sorted by id: a chain has
-/// one target or a few, where the smallest node of a map has room for
-/// eleven (half a kilobyte per upstream). Serialized as a map.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TargetEndpoints(Vec<(String, Vec<Endpoint>)>);
+/// One upstream of a registration's shared list: snapshots point into
+/// the list the agent holds rather than copying each upstream.
+#[derive(Clone)]
+pub struct SharedUpstream {
+    list: Arc<Vec<Upstream>>,
+    at: usize,
+}
 
-impl TargetEndpoints {
-    /// The endpoints of target `id`.
-    pub fn get(&self, id: &str) -> Option<&Vec<Endpoint>> {
-        self.0
-            .binary_search_by(|(t, _)| t.as_str().cmp(id))
-            .ok()
-            .map(|at| &self.0[at].1)
+impl SharedUpstream {
+    /// Every upstream of `list`, in order.
+    pub fn all_of(list: &Arc<Vec<Upstream>>) -> Vec<SharedUpstream> {
+        (0..list.len())
+            .map(|at| SharedUpstream {
+                list: list.clone(),
+                at,
+            })
+            .collect()
     }
+}
 
-    /// Sets the endpoints of target `id`.
-    pub fn insert(&mut self, id: String, endpoints: Vec<Endpoint>) {
-        match self.0.binary_search_by(|(t, _)| t.cmp(&id)) {
-            Ok(at) => self.0[at].1 = endpoints,
-            Err(at) => self.0.insert(at, (id, endpoints)),
+impl From<Upstream> for SharedUpstream {
+    fn from(upstream: Upstream) -> Self {
+        SharedUpstream {
+            list: Arc::new(vec![upstream]),
+            at: 0,
         }
     }
+}
 
-    /// Every target's endpoints, in target id order.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Vec<Endpoint>)> {
-        self.0.iter().map(|(t, e)| (t, e))
-    }
+impl std::ops::Deref for SharedUpstream {
+    type Target = Upstream;
 
-    /// How many targets have endpoints here.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether no target has endpoints here.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Every target's endpoints, without the ids.
-    pub fn values(&self) -> impl Iterator<Item = &Vec<Endpoint>> {
-        self.0.iter().map(|(_, e)| e)
+    fn deref(&self) -> &Upstream {
+        &self.list[self.at]
     }
 }
 
-impl FromIterator<(String, Vec<Endpoint>)> for TargetEndpoints {
-    fn from_iter<I: IntoIterator<Item = (String, Vec<Endpoint>)>>(items: I) -> Self {
-        let mut endpoints = TargetEndpoints::default();
-        for (id, list) in items {
-            endpoints.insert(id, list);
-        }
-        endpoints
+impl PartialEq for SharedUpstream {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
     }
 }
 
-impl From<BTreeMap<String, Vec<Endpoint>>> for TargetEndpoints {
-    fn from(map: BTreeMap<String, Vec<Endpoint>>) -> Self {
-        TargetEndpoints(map.into_iter().collect())
+impl std::fmt::Debug for SharedUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
     }
 }
 
-impl Serialize for TargetEndpoints {
+impl Serialize for SharedUpstream {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.iter())
+        (**self).serialize(serializer)
     }
 }
 
-impl<'de> Deserialize<'de> for TargetEndpoints {
+impl<'de> Deserialize<'de> for SharedUpstream {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        BTreeMap::<String, Vec<Endpoint>>::deserialize(deserializer).map(TargetEndpoints::from)
+        Upstream::deserialize(deserializer).map(SharedUpstream::from)
     }
 }
+
+/// Endpoints by chain target id (a sorted list: a chain has one target
+/// or a few).
+pub type TargetEndpoints = legate_types::sorted_map::SortedMap<Vec<Endpoint>>;
 
 impl UpstreamSnapshot {
     /// The listener/upstream id: the destination name (Consul's `Identifier`).
@@ -193,38 +185,5 @@ impl ConnectProxySnapshot {
             Value::String(s) => s.parse().ok(),
             _ => None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn endpoint(id: &str) -> Endpoint {
-        Endpoint {
-            node: "n1".into(),
-            service_id: id.into(),
-            address: "10.0.0.1".into(),
-            port: 8080,
-            health: EndpointHealth::Passing,
-            weight: 1,
-        }
-    }
-
-    #[test]
-    fn target_endpoints_keep_id_order_replace_and_serialize_as_a_map() {
-        let mut by_target = TargetEndpoints::default();
-        by_target.insert("b".into(), vec![endpoint("b1")]);
-        by_target.insert("a".into(), vec![endpoint("a1")]);
-        by_target.insert("b".into(), vec![endpoint("b2")]);
-        assert_eq!(by_target.len(), 2);
-        assert_eq!(by_target.get("b").unwrap()[0].service_id, "b2");
-        assert!(by_target.get("c").is_none());
-        let ids: Vec<&String> = by_target.iter().map(|(id, _)| id).collect();
-        assert_eq!(ids, ["a", "b"]);
-        let json = serde_json::to_value(&by_target).unwrap();
-        assert_eq!(json["b"][0]["service_id"], "b2");
-        let back: TargetEndpoints = serde_json::from_value(json).unwrap();
-        assert_eq!(back, by_target);
     }
 }

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod query;
 pub mod rpc;
 pub mod session;
+pub mod sorted_map;
 
 pub use catalog::*;
 pub use error::RpcError;

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use legate_chain::{compile, CompileRequest, CompiledChain};
 use legate_proxycfg::{ConnectProxySnapshot, Endpoint, EndpointHealth, UpstreamSnapshot};
@@ -68,11 +67,12 @@ fn upstream(
     endpoints: BTreeMap<String, Vec<Endpoint>>,
 ) -> UpstreamSnapshot {
     UpstreamSnapshot {
-        upstream: Arc::new(Upstream {
+        upstream: Upstream {
             destination_name: name.into(),
             local_bind_port: port,
             ..Default::default()
-        }),
+        }
+        .into(),
         chain: chain.into(),
         endpoints: endpoints.into(),
     }
@@ -311,11 +311,13 @@ fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
         )]
         .into(),
     );
-    Arc::make_mut(&mut db_up.upstream).config.insert(
+    let mut escaped = (*db_up.upstream).clone();
+    escaped.config.insert(
         "envoy_cluster_json".into(),
         json!(json!({"name": "x", "type": "EDS", "connect_timeout": "9s",
                      "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}}).to_string()),
     );
+    db_up.upstream = escaped.into();
     out.push((
         "escape_hatches",
         snapshot("web", "tcp", vec![], true, vec![db_up], hatches),
