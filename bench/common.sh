@@ -29,3 +29,14 @@ bench_build_with_etcd() {
     LEGATE=target/release/legate
     BENCH=target/release/legate-bench
 }
+
+# A release `-dev` agent on a free HTTP port (no DNS, no gRPC), stopped on
+# exit; sets $http and $pid.
+start_dev_agent() {
+    cargo build --release --quiet -p legate-cli
+    http=$(port)
+    target/release/legate agent -dev -http-port="$http" -dns-port=-1 -grpc-port=-1 \
+        -log-level=warn >"$work/agent.log" 2>&1 &
+    pid=$!; pids+=($pid)
+    wait_http "http://127.0.0.1:$http/v1/status/leader"
+}

@@ -9,10 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
 source bench/common.sh
-cargo build --release --quiet -p legate-cli
-http=$(port)
-target/release/legate agent -dev -http-port="$http" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/agent.log" 2>&1 &
-pid=$!; pids+=($pid)
-wait_http "http://127.0.0.1:$http/v1/status/leader"
+start_dev_agent
 python3 bench/upstreams.py "http://127.0.0.1:$http" "$pid" 10000 1 50
 python3 bench/upstreams.py "http://127.0.0.1:$http" "$pid" 2000 3 50

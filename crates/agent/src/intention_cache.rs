@@ -21,7 +21,7 @@ const IDLE_EXPIRY: Duration = Duration::from_secs(600);
 
 /// Intentions per destination.
 pub struct IntentionCache {
-    watch: Arc<SharedWatch<String, Vec<Intention>>>,
+    watch: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
 }
 
 impl IntentionCache {
@@ -44,12 +44,13 @@ impl IntentionCache {
                         .map_err(|e| e.to_string())?;
                     Ok(Fetched {
                         index: q.meta.index,
-                        value: q
-                            .value
-                            .into_iter()
-                            .next()
-                            .map(|(_, l)| l)
-                            .unwrap_or_default(),
+                        value: Arc::new(
+                            q.value
+                                .into_iter()
+                                .next()
+                                .map(|(_, l)| l)
+                                .unwrap_or_default(),
+                        ),
                     })
                 })
             }),
@@ -60,7 +61,7 @@ impl IntentionCache {
     }
 
     /// The shared watch (proxycfg reads through it too).
-    pub fn shared(&self) -> Arc<SharedWatch<String, Vec<Intention>>> {
+    pub fn shared(&self) -> Arc<SharedWatch<String, Arc<Vec<Intention>>>> {
         self.watch.clone()
     }
 
@@ -73,7 +74,7 @@ impl IntentionCache {
     pub async fn for_destination(
         self: &Arc<Self>,
         destination: &str,
-    ) -> Result<Vec<Intention>, RpcError> {
+    ) -> Result<Arc<Vec<Intention>>, RpcError> {
         self.watch
             .get(destination.to_string(), 0, Duration::from_secs(30))
             .await

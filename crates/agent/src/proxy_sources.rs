@@ -39,7 +39,7 @@ pub struct AgentSources {
     leaf_certs: Arc<LeafManager>,
     default_allow: bool,
     roots: Arc<SharedWatch<(), IndexedCaRoots>>,
-    intentions: Arc<SharedWatch<String, Vec<Intention>>>,
+    intentions: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
     chains: Arc<SharedWatch<(String, String), Arc<CompiledChain>>>,
     /// Keyed by (service, datacenter, subset filter).
     endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
@@ -60,7 +60,7 @@ impl AgentSources {
     pub fn new(
         rpc: Arc<dyn ServerRpc>,
         leaf_certs: Arc<LeafManager>,
-        intentions: Arc<SharedWatch<String, Vec<Intention>>>,
+        intentions: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
         datacenter: String,
         default_allow: bool,
     ) -> AgentSources {
@@ -299,7 +299,7 @@ impl DataSources for AgentSources {
         &self,
         destination: &str,
         min_index: u64,
-    ) -> Result<Fetched<Vec<Intention>>, String> {
+    ) -> Result<Fetched<Arc<Vec<Intention>>>, String> {
         self.intentions
             .get(destination.to_string(), min_index, WAIT)
             .await

@@ -45,7 +45,7 @@ pub trait DataSources: Send + Sync + 'static {
         &self,
         destination: &str,
         min_index: u64,
-    ) -> Result<Fetched<Vec<Intention>>, String>;
+    ) -> Result<Fetched<Arc<Vec<Intention>>>, String>;
     /// The compiled chain of `service` as seen from `datacenter`.
     async fn chain(
         &self,
@@ -155,7 +155,7 @@ enum Update {
     OwnProtocol(String),
     Roots(IndexedCaRoots),
     Leaf(Box<IssuedCert>),
-    Intentions(Vec<Intention>),
+    Intentions(Arc<Vec<Intention>>),
     Chain(String, Arc<CompiledChain>),
     Endpoints(String, String, Vec<Endpoint>),
     /// The upstreams a native service's clients ask for now.
@@ -326,7 +326,7 @@ struct Building {
     own_protocol: Option<String>,
     roots: Option<IndexedCaRoots>,
     leaf: Option<IssuedCert>,
-    intentions: Option<Vec<Intention>>,
+    intentions: Option<Arc<Vec<Intention>>>,
     /// The upstreams followed now (registered, or asked for by native clients).
     upstreams: Vec<SharedUpstream>,
     chains: BTreeMap<String, Arc<CompiledChain>>,

@@ -155,7 +155,7 @@ pub struct ConnectProxySnapshot {
     /// Its private key (PEM).
     pub leaf_key: String,
     /// Intentions whose destination covers this service, in evaluation order.
-    pub intentions: Vec<Intention>,
+    pub intentions: Arc<Vec<Intention>>,
     /// What intentions decide when none matches.
     pub default_allow: bool,
     /// The destination service's protocol (for the public listener).

@@ -50,8 +50,12 @@ impl DataSources for Quiet {
         })
         .await
     }
-    async fn intentions(&self, _: &str, min_index: u64) -> Result<Fetched<Vec<Intention>>, String> {
-        once(min_index, Vec::new).await
+    async fn intentions(
+        &self,
+        _: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Arc<Vec<Intention>>>, String> {
+        once(min_index, Default::default).await
     }
     async fn chain(
         &self,

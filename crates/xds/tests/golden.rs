@@ -101,7 +101,7 @@ fn snapshot(
         roots: vec!["-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----".into()],
         leaf_cert: "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n".into(),
         leaf_key: "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n".into(),
-        intentions,
+        intentions: intentions.into(),
         default_allow,
         protocol: protocol.into(),
         upstreams,

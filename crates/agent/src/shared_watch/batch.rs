@@ -326,12 +326,7 @@ mod tests {
     #[tokio::test]
     async fn one_call_follows_every_key_and_only_changed_keys_are_read_again() {
         let store = Store::new();
-        let cache = SharedWatch::batched(
-            store.fetch(),
-            store.changes(),
-            1000,
-            Duration::from_secs(60),
-        );
+        let cache = batched_cache(&store);
         let mut receivers = Vec::new();
         for i in 0..100 {
             let key = format!("k{i}");
@@ -358,12 +353,7 @@ mod tests {
     #[tokio::test]
     async fn a_key_added_while_the_call_waits_is_followed() {
         let store = Store::new();
-        let cache = SharedWatch::batched(
-            store.fetch(),
-            store.changes(),
-            1000,
-            Duration::from_secs(60),
-        );
+        let cache = batched_cache(&store);
         let _first = cache.entry(&"a".to_string()).1;
         value(&cache, "a", 0).await;
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -221,6 +221,8 @@ where
             }
         }
         if evicted >= RELEASE_AFTER {
+            // A map keeps its largest capacity; give it back too.
+            entries.shrink_to_fit();
             // A proxy with many upstreams went away: give its memory back
             // once the aborted reads have been dropped (the runtime drops
             // an aborted task's state on its next poll, not here).
