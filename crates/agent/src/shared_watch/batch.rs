@@ -312,6 +312,15 @@ mod tests {
         }
     }
 
+    fn batched_cache(store: &Arc<Store>) -> Arc<SharedWatch<String, String>> {
+        SharedWatch::batched(
+            store.fetch(),
+            store.changes(),
+            1000,
+            Duration::from_secs(60),
+        )
+    }
+
     async fn value(
         cache: &Arc<SharedWatch<String, String>>,
         key: &str,
