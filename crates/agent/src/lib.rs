@@ -7,6 +7,7 @@
 //! Depends on types and hcl; never on the server, state store or HTTP.
 
 mod authorize;
+mod changes_rpc;
 pub mod checks;
 pub mod config;
 pub mod dns_config;

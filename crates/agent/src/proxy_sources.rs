@@ -2,7 +2,6 @@
 //! reads) and the leaf manager, and a task that keeps the manager's set of
 //! proxies equal to the local `connect-proxy` registrations.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,12 +13,13 @@ use legate_proxycfg::{
 };
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
-use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched, UNDECODABLE_CALL};
-use legate_types::{Consistency, HealthStatus, QueryOptions, RpcError};
+use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched};
+use legate_types::{Consistency, HealthStatus, QueryOptions};
 use serde_json::Value;
 
+use crate::changes_rpc::batched_changes;
 use crate::leaf::LeafManager;
-use crate::shared_watch::{Changes, ChangesError, Checked, SharedWatch};
+use crate::shared_watch::SharedWatch;
 use crate::Agent;
 
 /// How long one blocking read of a data source may wait.
@@ -112,65 +112,6 @@ impl AgentSources {
             endpoints,
         }
     }
-}
-
-/// The keys of one datacenter in a batched watch: their positions among
-/// all keys, and what each follows there.
-type DatacenterWatch = (Vec<usize>, Vec<(Watched, u64)>);
-
-/// A batched watch over the servers' [`ServerRpc::changes_since`]: each key
-/// is followed as what `watched` names, in its datacenter. Keys of several
-/// datacenters make one call each; the first to answer ends the wait (the
-/// others' keys stay as they were and are asked again).
-fn batched_changes<K: Send + Sync + 'static>(
-    rpc: Arc<dyn ServerRpc>,
-    watched: impl Fn(&K) -> (String, Watched) + Send + Sync + 'static,
-) -> Changes<K> {
-    let watched = Arc::new(watched);
-    Arc::new(move |keys: Vec<(K, u64)>| {
-        let (rpc, watched) = (rpc.clone(), watched.clone());
-        Box::pin(async move {
-            let mut by_datacenter: BTreeMap<String, DatacenterWatch> = BTreeMap::new();
-            for (position, (key, since)) in keys.iter().enumerate() {
-                let (datacenter, item) = watched(key);
-                let group = by_datacenter.entry(datacenter).or_default();
-                group.0.push(position);
-                group.1.push((item, *since));
-            }
-            let calls = by_datacenter
-                .into_iter()
-                .map(|(datacenter, (positions, items))| {
-                    let rpc = rpc.clone();
-                    Box::pin(async move {
-                        let answer = rpc.changes_since(&opts(&datacenter, 1), items).await;
-                        (positions, answer)
-                    })
-                });
-            let ((positions, answer), _, _) = futures::future::select_all(calls).await;
-            let answer = answer.map_err(|e| match e {
-                RpcError::BadRequest(m) if m.starts_with(UNDECODABLE_CALL) => {
-                    ChangesError::Unsupported
-                }
-                other => ChangesError::Failed(other.to_string()),
-            })?;
-            let mut checked: Vec<Checked> = keys
-                .iter()
-                .map(|(_, since)| Checked {
-                    index: *since,
-                    changed: false,
-                })
-                .collect();
-            for &position in &positions {
-                checked[position].index = answer.meta.index;
-            }
-            for changed in answer.value {
-                if let Some(&position) = positions.get(changed as usize) {
-                    checked[position].changed = true;
-                }
-            }
-            Ok(checked)
-        })
-    })
 }
 
 /// Weight of an instance as Consul sends it (1..=128).

@@ -207,7 +207,23 @@ async fn serve_frames<S: AsyncRead + AsyncWrite + Unpin + Counted>(
 ) -> std::io::Result<()> {
     while let Some(request) = read_frame(&mut stream).await? {
         stream.connection().uncount();
-        let answer = handler.handle(peer, request).await;
+        // A client sends nothing more until it has its answer, so bytes or
+        // an end of stream meanwhile mean it gave up (a blocking call it
+        // no longer wants, a caller that went away): the call is dropped
+        // rather than kept waiting for minutes.
+        let mut probe = [0u8; 1];
+        let answer = tokio::select! {
+            answer = handler.handle(peer, request) => answer,
+            read = stream.read(&mut probe) => {
+                return match read {
+                    Ok(0) | Err(_) => Ok(()),
+                    Ok(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "a request arrived before the answer to the previous one",
+                    )),
+                };
+            }
+        };
         write_frame(&mut stream, &answer).await?;
         if !stream.connection().recount() {
             return Ok(());

@@ -198,11 +198,22 @@ impl Server {
                 watched.len()
             )));
         }
-        for (item, _) in &watched {
-            if let Watched::Service(name) = item {
-                self.authorize(&opts.token, Resource::Service(name.clone()), Access::Read)?;
-            }
-        }
+        // An entry the token may not read is never reported (rather than
+        // failing the call for every other entry): its reader's own read
+        // answers the denial.
+        let watched: Vec<(Watched, u64)> = watched
+            .into_iter()
+            .map(|(item, since)| match &item {
+                Watched::Service(name)
+                    if self
+                        .authorize(&opts.token, Resource::Service(name.clone()), Access::Read)
+                        .is_err() =>
+                {
+                    (item, u64::MAX)
+                }
+                _ => (item, since),
+            })
+            .collect();
         let config_entries = watched.iter().any(|(w, _)| *w == Watched::ConfigEntries);
         let services = watched
             .iter()

@@ -58,7 +58,10 @@ pub(super) fn backoff(failures: u32) -> Duration {
     Duration::from_millis(100 * 2u64.pow(failures.min(6)))
 }
 
-type Keyed<K, V> = Vec<(K, Arc<Entry<V>>)>;
+/// A key with its entry.
+type KeyedEntry<K, V> = (K, Arc<Entry<V>>);
+
+type Keyed<K, V> = Vec<KeyedEntry<K, V>>;
 
 /// The driver of a batched cache; returns when the cache is dropped or
 /// falls back to a blocking read per key.
@@ -70,6 +73,8 @@ pub(super) async fn drive<K, V>(
     K: Clone + Eq + Hash + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
+    // Failures in a row of the batched call, or of reading again what it
+    // named (each pause grows, as a key's own blocking read backs off).
     let mut failures = 0u32;
     loop {
         let Some(strong) = cache.upgrade() else {
@@ -83,87 +88,118 @@ pub(super) async fn drive<K, V>(
         let keys_changed = keys_changed.notified();
         tokio::pin!(keys_changed);
         keys_changed.as_mut().enable();
-        let (read, unread_failed) = read_all(&fetch, unread).await;
+        let (read, mut unread) = read_all(&fetch, unread).await;
         followed.extend(read);
-        let retry_unread = async {
-            if unread_failed {
-                tokio::time::sleep(backoff(1)).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        if followed.is_empty() {
-            tokio::select! {
-                _ = keys_changed => tokio::time::sleep(SETTLE).await,
-                _ = retry_unread => {}
-            }
-            continue;
-        }
         let asked: Vec<(K, u64)> = followed
             .iter()
             .map(|(k, e)| (k.clone(), e.checked.load(Ordering::Acquire)))
             .collect();
-        tokio::select! {
-            answer = changes(asked) => match answer {
-                Ok(checked) => {
-                    failures = 0;
-                    settle(&fetch, followed, checked).await;
+        let call = async {
+            if asked.is_empty() {
+                std::future::pending().await
+            } else {
+                changes(asked).await
+            }
+        };
+        tokio::pin!(call);
+        // Keys whose first read failed are read again after a growing
+        // pause without giving up the call in flight (a server keeps a
+        // call it was sent until it answers); the call is asked again only
+        // once one of them has a value to follow.
+        let mut unread_failures = 0u32;
+        let answer = loop {
+            let retry = async {
+                if unread.is_empty() {
+                    std::future::pending::<()>().await;
                 }
-                Err(ChangesError::Unsupported) => {
-                    if let Some(strong) = cache.upgrade() {
-                        strong.follow_each_alone();
+                tokio::time::sleep(backoff(unread_failures + 1)).await;
+            };
+            tokio::select! {
+                answer = &mut call => break Some(answer),
+                _ = &mut keys_changed => {
+                    tokio::time::sleep(SETTLE).await;
+                    break None;
+                }
+                _ = retry => {
+                    let (read, still) = read_all(&fetch, std::mem::take(&mut unread)).await;
+                    unread = still;
+                    if !read.is_empty() {
+                        break None;
                     }
-                    return;
+                    unread_failures += 1;
                 }
-                Err(ChangesError::Failed(e)) => {
+            }
+        };
+        match answer {
+            None => {}
+            Some(Ok(checked)) => {
+                if settle(&fetch, followed, checked).await {
                     failures += 1;
-                    tracing::debug!(error = %e, "batched watch failed; retrying");
                     tokio::time::sleep(backoff(failures)).await;
+                } else {
+                    failures = 0;
                 }
-            },
-            _ = keys_changed => tokio::time::sleep(SETTLE).await,
-            _ = retry_unread => {}
+            }
+            Some(Err(ChangesError::Unsupported)) => {
+                if let Some(strong) = cache.upgrade() {
+                    strong.follow_each_alone();
+                }
+                return;
+            }
+            Some(Err(ChangesError::Failed(e))) => {
+                failures += 1;
+                tracing::debug!(error = %e, "batched watch failed; retrying");
+                tokio::time::sleep(backoff(failures)).await;
+            }
         }
     }
 }
 
 /// Applies one answer: unchanged keys are current at its index; changed
 /// ones are read again, and become current once the read succeeded (a
-/// failed read leaves the key to be reported again).
-async fn settle<K, V>(fetch: &Fetch<K, V>, followed: Keyed<K, V>, checked: Vec<Checked>)
+/// failed read leaves the key to be reported again). An answer below what
+/// a key knows (a restored or lagging server) reads the key again and
+/// takes the lower index. `true` when some read failed.
+async fn settle<K, V>(fetch: &Fetch<K, V>, followed: Keyed<K, V>, checked: Vec<Checked>) -> bool
 where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
     let mut changed = Vec::new();
     for ((key, entry), state) in followed.into_iter().zip(checked) {
-        if state.changed {
+        let known = entry.checked.load(Ordering::Acquire);
+        if state.changed || state.index < known {
             changed.push((key, entry, state.index));
         } else {
             entry.checked.fetch_max(state.index, Ordering::AcqRel);
         }
     }
+    let failed = std::sync::atomic::AtomicBool::new(false);
     futures::stream::iter(changed)
         .for_each_concurrent(READS_AT_ONCE, |(key, entry, index)| {
-            let fetch = fetch.clone();
+            let (fetch, failed) = (fetch.clone(), &failed);
             async move {
-                if let Ok(f) = fetch(key, 0).await {
-                    publish(&entry, f.index, f.value);
-                    entry.checked.fetch_max(index, Ordering::AcqRel);
+                match fetch(key, 0).await {
+                    Ok(f) => {
+                        publish(&entry, f.index, f.value);
+                        entry.checked.store(index, Ordering::Release);
+                    }
+                    Err(_) => failed.store(true, Ordering::Relaxed),
                 }
             }
         })
         .await;
+    failed.into_inner()
 }
 
 /// Reads keys that have no value yet, without blocking: the keys read,
-/// and whether some read failed.
-async fn read_all<K, V>(fetch: &Fetch<K, V>, keys: Keyed<K, V>) -> (Keyed<K, V>, bool)
+/// and those whose read failed.
+async fn read_all<K, V>(fetch: &Fetch<K, V>, keys: Keyed<K, V>) -> (Keyed<K, V>, Keyed<K, V>)
 where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    let results: Vec<Option<(K, Arc<Entry<V>>)>> = futures::stream::iter(keys)
+    let results: Vec<(bool, KeyedEntry<K, V>)> = futures::stream::iter(keys)
         .map(|(key, entry)| {
             let fetch = fetch.clone();
             async move {
@@ -171,13 +207,13 @@ where
                     Ok(f) => {
                         entry.checked.fetch_max(f.index, Ordering::AcqRel);
                         publish(&entry, f.index, f.value);
-                        Some((key, entry))
+                        (true, (key, entry))
                     }
                     Err(e) => {
                         if entry.state.borrow().as_ref().is_none_or(|s| s.is_err()) {
                             entry.state.send_replace(Some(Err(e)));
                         }
-                        None
+                        (false, (key, entry))
                     }
                 }
             }
@@ -185,8 +221,11 @@ where
         .buffer_unordered(READS_AT_ONCE)
         .collect()
         .await;
-    let failed = results.iter().any(Option::is_none);
-    (results.into_iter().flatten().collect(), failed)
+    let (read, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|(ok, _)| *ok);
+    (
+        read.into_iter().map(|(_, k)| k).collect(),
+        failed.into_iter().map(|(_, k)| k).collect(),
+    )
 }
 
 /// Publishes a value read at `index` unless the key already holds it.
@@ -248,6 +287,8 @@ mod tests {
         reads: AtomicU64,
         blocking_reads: AtomicU64,
         calls: AtomicU64,
+        /// Keys whose reads fail.
+        failing: Mutex<std::collections::HashSet<String>>,
     }
 
     impl Store {
@@ -270,6 +311,9 @@ mod tests {
                 let store = store.clone();
                 Box::pin(async move {
                     store.reads.fetch_add(1, Ordering::SeqCst);
+                    if store.failing.lock().unwrap().contains(&key) {
+                        return Err(format!("{key} cannot be read"));
+                    }
                     if min_index > 0 {
                         store.blocking_reads.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -380,6 +424,49 @@ mod tests {
         let fresh = value(&cache, "b", 1).await;
         assert_eq!(fresh.index, index);
         assert_eq!(store.blocking_reads.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_changed_key_that_cannot_be_read_again_is_retried_after_a_pause() {
+        let store = Store::new();
+        let cache = batched_cache(&store);
+        let _held = cache.entry(&"a".to_string()).1;
+        value(&cache, "a", 0).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // `a` changes and then cannot be read: every call names it again.
+        store.failing.lock().unwrap().insert("a".into());
+        store.set("a");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let calls = store.calls.load(Ordering::SeqCst);
+        assert!(
+            calls < 10,
+            "{calls} calls in a second: no pause between them"
+        );
+        // Once it can be read, the change arrives.
+        store.failing.lock().unwrap().clear();
+        let index = store.index.load(Ordering::SeqCst);
+        assert_eq!(value(&cache, "a", 1).await.index, index);
+    }
+
+    #[tokio::test]
+    async fn a_key_that_cannot_be_read_does_not_restart_the_call() {
+        let store = Store::new();
+        let cache = batched_cache(&store);
+        let _a = cache.entry(&"a".to_string()).1;
+        value(&cache, "a", 0).await;
+        store.failing.lock().unwrap().insert("b".into());
+        let _b = cache.entry(&"b".to_string()).1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let calls = store.calls.load(Ordering::SeqCst);
+        // `b` is read again after growing pauses; `a`'s call stays.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(store.calls.load(Ordering::SeqCst), calls);
+        let reads_of_b_retried = store.reads.load(Ordering::SeqCst);
+        assert!(reads_of_b_retried < 12, "{reads_of_b_retried} reads");
+        // `a` is still followed.
+        store.set("a");
+        let index = store.index.load(Ordering::SeqCst);
+        assert_eq!(value(&cache, "a", 1).await.index, index);
     }
 
     #[tokio::test]
