@@ -297,27 +297,12 @@ async fn follow<T, F, Fut>(
 ) where
     T: Send + 'static,
     F: Fn(u64) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<Fetched<T>, String>> + Send,
+    Fut: std::future::Future<Output = Result<Fetched<T>, String>> + Send + 'static,
 {
-    let mut index = 0;
-    let mut failures = 0u32;
-    loop {
-        match read(index).await {
-            Ok(fetched) => {
-                failures = 0;
-                if fetched.index == index && index != 0 {
-                    continue; // the wait ran out with nothing new
-                }
-                index = fetched.index;
-                if tx.send(wrap(fetched.value)).is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                failures += 1;
-                tracing::debug!(error = %e, "proxycfg data source failed; retrying");
-                tokio::time::sleep(retry_pause(failures)).await;
-            }
+    let mut values = follow_reads(read);
+    while let Some(value) = values.next().await {
+        if tx.send(wrap(value)).is_err() {
+            return;
         }
     }
 }

@@ -22,6 +22,15 @@ async fn listen(server: Arc<Server>, address: &str) -> (String, tokio::task::Joi
     (address, tokio::spawn(listener.serve()))
 }
 
+/// A one-server cluster (in-memory Raft) once it leads.
+async fn leader() -> Arc<Server> {
+    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
+        .await
+        .unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    server
+}
+
 fn same<T: serde::Serialize>(local: T, remote: T) {
     assert_eq!(
         serde_json::to_value(local).unwrap(),
@@ -40,10 +49,7 @@ fn base64(text: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_call_answers_as_in_process() {
-    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
-        .await
-        .unwrap();
-    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let server = leader().await;
     assert!(server.wait_for_ca(Duration::from_secs(10)).await);
     let (address, _task) = listen(server.clone(), "127.0.0.1:0").await;
     let remote = RemoteRpc::new(address, Arc::new(Pool::default()));
@@ -162,10 +168,7 @@ async fn every_kind_of_call_answers_as_in_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_reads_block_and_wake_over_the_wire() {
-    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
-        .await
-        .unwrap();
-    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let server = leader().await;
     let (address, _task) = listen(server.clone(), "127.0.0.1:0").await;
     let remote = Arc::new(RemoteRpc::new(address, Arc::new(Pool::default())));
     let w = WriteOptions::default();
@@ -198,10 +201,7 @@ async fn blocking_reads_block_and_wake_over_the_wire() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_listener_is_redialled_and_a_dead_one_is_unreachable() {
-    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
-        .await
-        .unwrap();
-    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let server = leader().await;
     let (address, task) = listen(server.clone(), "127.0.0.1:0").await;
     let pool = Arc::new(Pool::new(Duration::from_secs(2)));
     let remote = RemoteRpc::new(address.clone(), pool);
@@ -231,10 +231,7 @@ impl legate_rpc::Leadership for FakeLeadership {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_to_a_leader_that_loses_its_place_end_at_once() {
-    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
-        .await
-        .unwrap();
-    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let server = leader().await;
     // A "leader" that takes requests and never answers (cut off mid-call).
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let silent_address = silent.local_addr().unwrap().to_string();
@@ -302,10 +299,7 @@ async fn calls_in_flight_to_a_leader_that_loses_its_place_end_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_watches_answer_over_the_wire_and_unknown_calls_name_themselves() {
     use legate_types::rpc::{Watched, UNDECODABLE_CALL};
-    let server = Server::start(ServerConfig::in_memory("dc1", "s1"))
-        .await
-        .unwrap();
-    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
+    let server = leader().await;
     // The leader's own first writes are done.
     assert!(server.wait_for_ca(Duration::from_secs(10)).await);
     let (address, _task) = listen(server.clone(), "127.0.0.1:0").await;
