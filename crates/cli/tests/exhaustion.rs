@@ -232,7 +232,15 @@ fn idle_connections_and_a_full_file_table_never_stop_or_spin_the_agent() {
     assert_eq!(status, 429, "{body}");
     assert!(body.contains("Your IP is issuing too many concurrent connections"));
     // ... per-client caps hold the agent well below its file limit ...
-    let files = open_files(pid);
+    // (The caps close the excess as the agent accepts it: on a loaded
+    // machine that may trail the last connect briefly, well inside the 5 s
+    // after which HTTP's idle connections would close anyway.)
+    let settled = Instant::now() + Duration::from_secs(2);
+    let mut files = open_files(pid);
+    while files >= 900 && Instant::now() < settled {
+        std::thread::sleep(Duration::from_millis(100));
+        files = open_files(pid);
+    }
     assert!(files < 900, "the agent holds {files} files");
     // ... other clients are answered at once on every listener ...
     let (status, _) = http_get(other, agent.http, "/v1/status/leader").expect("HTTP answer");
