@@ -158,6 +158,8 @@ const KNOWN_KEYS: &[&str] = &[
     "verify_server_hostname",
     "watches",
     "xds",
+    "gossip_lan",
+    "gossip_wan",
 ];
 
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
@@ -213,6 +215,13 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "domain",
     "leave_on_terminate",
     "skip_leave_on_interrupt",
+    "start_join_wan",
+    "retry_join_wan",
+    "retry_interval_wan",
+    "retry_max_wan",
+    "advertise_addr_wan",
+    "gossip_lan",
+    "gossip_wan",
 ];
 
 const KNOWN_PORTS: &[&str] = &[
@@ -351,6 +360,8 @@ pub struct AgentConfig {
     pub retry_interval: Duration,
     /// The gossip encryption key (`encrypt`, base64 of 16 or 32 bytes).
     pub encrypt: Option<String>,
+    /// The WAN pool (joins, advertised address) and both pools' timing.
+    pub wan: crate::wan_config::WanConfig,
     /// Config entries to bootstrap (applied by a later component).
     pub config_entries_bootstrap: Vec<Value>,
     /// Services from config files.
@@ -452,7 +463,12 @@ fn normalize_fragment(name: &str, value: Value) -> Result<Map<String, Value>, Co
         };
         let value = if matches!(
             key.as_str(),
-            "services" | "checks" | "retry_join" | "retry_join_wan" | "recursors"
+            "services"
+                | "checks"
+                | "retry_join"
+                | "retry_join_wan"
+                | "start_join_wan"
+                | "recursors"
         ) {
             as_list(value)
         } else {
@@ -788,6 +804,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
             Some(text) => legate_types::duration::parse_go_duration(&text)
                 .map_err(|e| ConfigError(format!("retry_interval: {e}")))?,
         },
+        wan: crate::wan_config::parse(&map)?,
         encrypt: match get_str(&map, &["encrypt"])? {
             Some(key) if !key.is_empty() => Some(check_encrypt_key(key)?),
             _ => None,

@@ -19,6 +19,7 @@ pub mod membership;
 pub mod proxy_sources;
 pub mod shared_watch;
 mod sync;
+pub mod wan_config;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -97,6 +98,7 @@ pub struct Agent {
     intentions: Arc<intention_cache::IntentionCache>,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
+    wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
 }
 
 impl Agent {
@@ -114,6 +116,7 @@ impl Agent {
         let agent = Arc::new(Agent {
             proxycfg: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
+            wan_membership: std::sync::OnceLock::new(),
             intentions,
             leaf_certs,
             config,
@@ -203,6 +206,16 @@ impl Agent {
     /// Plugs in cluster membership (once; later calls are ignored).
     pub fn set_membership(&self, membership: Arc<dyn membership::Membership>) {
         let _ = self.membership.set(membership);
+    }
+
+    /// The WAN pool (servers only), when plugged in.
+    pub fn wan_membership(&self) -> Option<&Arc<dyn membership::Membership>> {
+        self.wan_membership.get()
+    }
+
+    /// Plugs in the WAN pool (once; later calls are ignored).
+    pub fn set_wan_membership(&self, membership: Arc<dyn membership::Membership>) {
+        let _ = self.wan_membership.set(membership);
     }
 
     /// The proxy configuration manager, when proxies are served.

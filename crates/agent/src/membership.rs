@@ -59,9 +59,9 @@ pub trait Membership: Send + Sync + 'static {
     fn members(&self) -> Vec<MemberInfo>;
     /// Contacts `addresses` (`host[:port]`); how many answered.
     async fn join(&self, addresses: Vec<String>) -> Result<usize, String>;
-    /// Marks a failed member as left on every member; `false` when no
-    /// member has that name.
-    async fn force_leave(&self, node: &str) -> bool;
+    /// Marks a failed member as left on every member (and with `prune`,
+    /// forgets it altogether); `false` when no member has that name.
+    async fn force_leave(&self, node: &str, prune: bool) -> bool;
     /// Leaves gracefully.
     async fn leave(&self);
     /// The keyring; `None` when gossip is not encrypted.

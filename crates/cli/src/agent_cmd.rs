@@ -111,6 +111,21 @@ pub struct AgentArgs {
     /// Time between -retry-join attempts (default 30s).
     #[arg(long = "retry-interval")]
     retry_interval: Option<String>,
+    /// WAN addresses to join (servers), retried until one answers.
+    #[arg(long = "retry-join-wan")]
+    retry_join_wan: Vec<String>,
+    /// WAN addresses to join at start (servers).
+    #[arg(long = "join-wan")]
+    join_wan: Vec<String>,
+    /// Time between -retry-join-wan attempts (default 30s).
+    #[arg(long = "retry-interval-wan")]
+    retry_interval_wan: Option<String>,
+    /// -retry-join-wan attempts before giving up (default 0: forever).
+    #[arg(long = "retry-max-wan")]
+    retry_max_wan: Option<u32>,
+    /// Address advertised to the WAN pool.
+    #[arg(long = "advertise-wan")]
+    advertise_wan: Option<String>,
     /// Gossip encryption key (base64 of 16 or 32 bytes; `legate keygen`).
     #[arg(long)]
     encrypt: Option<String>,
@@ -193,6 +208,21 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     }
     if let Some(v) = &args.retry_interval {
         put("retry_interval", json!(v));
+    }
+    if !args.retry_join_wan.is_empty() {
+        put("retry_join_wan", json!(args.retry_join_wan));
+    }
+    if !args.join_wan.is_empty() {
+        put("start_join_wan", json!(args.join_wan));
+    }
+    if let Some(v) = &args.retry_interval_wan {
+        put("retry_interval_wan", json!(v));
+    }
+    if let Some(v) = args.retry_max_wan {
+        put("retry_max_wan", json!(v));
+    }
+    if let Some(v) = &args.advertise_wan {
+        put("advertise_addr_wan", json!(v));
     }
     if let Some(v) = &args.alt_domain {
         put("alt_domain", json!(v));
@@ -463,6 +493,7 @@ pub async fn run(args: AgentArgs) -> u8 {
 type StartedServer = (
     Option<Arc<Server>>,
     Option<Arc<crate::cluster::GossipMembership>>,
+    Option<Arc<dyn legate_agent::membership::Membership>>,
     Arc<dyn ServerRpc>,
 );
 
@@ -494,7 +525,11 @@ async fn start_server(
     } else {
         Default::default()
     };
+    // The WAN pool's view of every datacenter, published by WAN gossip,
+    // read by the router and the catalog.
+    let (wan_view, wan_view_rx) = tokio::sync::watch::channel(Default::default());
     let server = Server::start(ServerConfig {
+        wan: wan_view_rx.clone(),
         datacenter: config.datacenter.clone(),
         node_name: config.node_name.clone(),
         node_id: node_id.to_string(),
@@ -525,12 +560,16 @@ async fn start_server(
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;
     let mut membership = None;
+    let mut wan_membership = None;
     let rpc: Arc<dyn ServerRpc> = if clustered {
-        Arc::new(legate_rpc::Forwarding::new(
-            server.clone(),
-            server.clone(),
-            pool.clone(),
-        ))
+        Arc::new(
+            legate_rpc::Forwarding::new(server.clone(), server.clone(), pool.clone()).with_router(
+                Arc::new(legate_rpc::Router::new(
+                    config.datacenter.clone(),
+                    wan_view_rx,
+                )),
+            ),
+        )
     } else {
         server.clone()
     };
@@ -553,10 +592,27 @@ async fn start_server(
             }
         });
         let rpc_address = SocketAddr::new(config.advertise(), server_port);
-        let (gossip, gossip_membership) =
-            crate::cluster::start_gossip(config, node_id, raft_id(node_id), Some(rpc_address))
-                .await?;
+        let (gossip, gossip_membership) = crate::cluster::start_gossip(
+            config,
+            node_id,
+            raft_id(node_id),
+            Some(rpc_address),
+            crate::cluster::PoolKind::Lan,
+        )
+        .await?;
         crate::cluster::spawn_joins(gossip_membership.clone(), config);
+        if let Some(pool) =
+            crate::wan::start(config, node_id, raft_id(node_id), rpc_address, wan_view).await?
+        {
+            if let Some((wan_gossip, _)) = &pool.gossip {
+                crate::wan::spawn_flood_join(
+                    gossip.clone(),
+                    wan_gossip.clone(),
+                    config.datacenter.clone(),
+                );
+            }
+            wan_membership = Some(pool.membership);
+        }
         crate::cluster::spawn_member_sync(server.clone(), &gossip);
         if config.bootstrap_expect > 1 {
             crate::cluster::spawn_bootstrap_expect(
@@ -584,7 +640,7 @@ async fn start_server(
     } else if !server.wait_until_registered(Duration::from_secs(10)).await {
         tracing::warn!("this server's catalog entry is not registered after 10s; continuing");
     }
-    Ok((Some(server), membership, rpc))
+    Ok((Some(server), membership, wan_membership, rpc))
 }
 
 /// The server port's TLS from the agent config: files read now, so a
@@ -630,21 +686,26 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         tls.client()
             .map_err(|e| format!("Error loading TLS: {e}"))?,
     ));
-    let (server, membership, rpc) = if config.server || config.dev {
+    let (server, membership, wan_membership, rpc) = if config.server || config.dev {
         start_server(&config, &node_id, &pool, &tls).await?
     } else {
         // A client agent: no Raft; calls go to the servers gossip knows.
-        let (gossip, membership) = crate::cluster::start_gossip(&config, &node_id, 0, None).await?;
+        let (gossip, membership) =
+            crate::cluster::start_gossip(&config, &node_id, 0, None, crate::cluster::PoolKind::Lan)
+                .await?;
         crate::cluster::spawn_joins(membership.clone(), &config);
         let servers = crate::cluster::server_addresses(&gossip, config.datacenter.clone());
         let rpc: Arc<dyn ServerRpc> = Arc::new(legate_rpc::ServerPool::new(servers, pool.clone()));
-        (None, Some(membership), rpc)
+        (None, Some(membership), None, rpc)
     };
     let agent = Agent::start(config.clone(), node_id, rpc)
         .await
         .map_err(|e| format!("Error starting the agent: {e}"))?;
     if let Some(m) = &membership {
         agent.set_membership(m.clone());
+    }
+    if let Some(m) = &wan_membership {
+        agent.set_wan_membership(m.clone());
     }
     let reload_args = args.clone();
     agent.set_config_loader(Box::new(move || load_config(&reload_args)));
@@ -749,6 +810,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     // (a restarting server should not shrink the cluster).
     if let (true, Some(m)) = (leaving || !config.server, &membership) {
         use legate_agent::membership::Membership;
+        if let Some(wan) = &wan_membership {
+            wan.leave().await;
+        }
         m.leave().await;
     }
     // Wake blocking queries first so the HTTP server can drain quickly.

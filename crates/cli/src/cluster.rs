@@ -80,7 +80,10 @@ impl Membership for GossipMembership {
                     tags.insert("port".into(), port.to_string());
                 }
                 for f in &m.tags.features {
-                    tags.insert(format!("ft_{f}"), "1".into());
+                    match f.split_once('=') {
+                        Some((key, value)) => tags.insert(key.to_string(), value.to_string()),
+                        None => tags.insert(format!("ft_{f}"), "1".into()),
+                    };
                 }
                 MemberInfo {
                     name: m.name,
@@ -105,8 +108,12 @@ impl Membership for GossipMembership {
         Ok(self.gossip.join(&resolved, Duration::from_secs(5)).await)
     }
 
-    async fn force_leave(&self, node: &str) -> bool {
-        self.gossip.force_leave(node).await
+    async fn force_leave(&self, node: &str, prune: bool) -> bool {
+        if prune {
+            self.gossip.prune(node).await
+        } else {
+            self.gossip.force_leave(node).await
+        }
     }
 
     async fn leave(&self) {
@@ -156,16 +163,55 @@ impl Membership for GossipMembership {
     }
 }
 
-/// Starts LAN gossip for this agent.
+pub use legate_gossip::Pool as PoolKind;
+
+/// The gossip timing for `settings` (memberlist's knobs): a suspect fails
+/// after `suspicion_mult` probe intervals, failed members are asked back
+/// every three, and whole states are swapped every 30 s (60 s on the WAN).
+fn timing(settings: legate_agent::wan_config::GossipTiming, kind: PoolKind) -> Timing {
+    Timing {
+        probe_period: settings.probe_interval,
+        probe_rtt: settings.probe_timeout,
+        suspect_to_down_after: settings.probe_interval * settings.suspicion_mult,
+        reconnect_interval: settings.probe_interval * 3,
+        push_pull_interval: Duration::from_secs(match kind {
+            PoolKind::Lan => 30,
+            PoolKind::Wan => 60,
+        }),
+    }
+}
+
+/// The tag a LAN member carries with its WAN gossip port (Consul's
+/// `wan_join_port`), in the features list, which older members carry and
+/// ignore: `key=value` entries there are tags, not feature flags.
+pub const WAN_JOIN_PORT_TAG: &str = "wan_join_port";
+
+/// Starts gossip in pool `kind` for this agent.
 pub async fn start_gossip(
     config: &AgentConfig,
     node_id: &str,
     raft_id: u64,
     server_rpc: Option<SocketAddr>,
+    kind: PoolKind,
 ) -> Result<(Gossip, Arc<GossipMembership>), String> {
-    let port = config.ports.serf_lan.unwrap_or(8301);
+    let (port, advertise_ip, name, settings, file_suffix) = match kind {
+        PoolKind::Lan => (
+            config.ports.serf_lan.unwrap_or(8301),
+            config.advertise(),
+            config.node_name.clone(),
+            config.wan.gossip_lan,
+            "",
+        ),
+        PoolKind::Wan => (
+            config.ports.serf_wan.unwrap_or(8302),
+            config.wan.advertise_addr_wan.unwrap_or(config.advertise()),
+            format!("{}.{}", config.node_name, config.datacenter),
+            config.wan.gossip_wan,
+            "-wan",
+        ),
+    };
     let bind = SocketAddr::new(config.bind_addr, port);
-    let advertise = SocketAddr::new(config.advertise(), port);
+    let advertise = SocketAddr::new(advertise_ip, port);
     let serf_dir = match &config.data_dir {
         Some(dir) => {
             let serf = dir.join("serf");
@@ -175,10 +221,18 @@ pub async fn start_gossip(
         }
         None => None,
     };
-    let bump_file = serf_dir.as_ref().map(|d| d.join("incarnation"));
+    let bump_file = serf_dir
+        .as_ref()
+        .map(|d| d.join(format!("incarnation{file_suffix}")));
     // The keyring kept in the data dir (changed by `keyring` since) wins
-    // over `encrypt`, as Consul's `serf/local.keyring` does.
-    let keyring_file = serf_dir.as_ref().map(|d| d.join("local.keyring"));
+    // over `encrypt`, as Consul's `serf/local.keyring` (LAN) and
+    // `serf/remote.keyring` (WAN) do.
+    let keyring_file = serf_dir.as_ref().map(|d| {
+        d.join(match kind {
+            PoolKind::Lan => "local.keyring",
+            PoolKind::Wan => "remote.keyring",
+        })
+    });
     let saved = match &keyring_file {
         Some(file) if file.exists() => Some(
             legate_gossip::load_keyring(file)
@@ -190,6 +244,7 @@ pub async fn start_gossip(
         (Some(saved), encrypt) => {
             if encrypt.is_some() {
                 tracing::warn!(
+                    pool = ?kind,
                     "the keyring in the data dir is used; the encrypt setting is ignored"
                 );
             }
@@ -200,19 +255,23 @@ pub async fn start_gossip(
         }
         (None, None) => Keyring::default(),
     };
+    let mut features: Vec<String> = legate_server::features::advertised(&masked_features())
+        .into_iter()
+        .collect();
+    if let (PoolKind::Lan, true, Some(wan_port)) = (kind, config.server, config.ports.serf_wan) {
+        features.push(format!("{WAN_JOIN_PORT_TAG}={wan_port}"));
+    }
     let gossip = Gossip::start(GossipConfig {
         bind,
         advertise: Some(advertise),
-        name: config.node_name.clone(),
+        name,
         tags: Tags {
             role: if config.server { "server" } else { "client" }.into(),
             dc: config.datacenter.clone(),
             rpc_addr: server_rpc.map(|a| a.to_string()).unwrap_or_default(),
             raft_id,
             build: legate_types::LEGATE_VERSION.to_string(),
-            features: legate_server::features::advertised(&masked_features())
-                .into_iter()
-                .collect(),
+            features,
             node_id: node_id.to_string(),
             leaving: false,
             keys: Vec::new(),
@@ -220,11 +279,12 @@ pub async fn start_gossip(
         bump_file,
         keyring_file,
         keyring,
-        timing: Timing::lan(),
+        timing: timing(settings, kind),
+        pool: kind,
     })
     .await
     .map_err(|e| format!("Error starting gossip on {bind}: {e}"))?;
-    tracing::info!(address = %bind, "LAN gossip listening");
+    tracing::info!(address = %bind, pool = ?kind, "gossip listening");
     let membership = Arc::new(GossipMembership {
         gossip: gossip.clone(),
         default_port: port,

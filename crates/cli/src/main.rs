@@ -7,6 +7,7 @@ mod cluster;
 mod commands;
 mod grpc_incoming;
 mod host;
+mod wan;
 
 use std::process::ExitCode;
 

@@ -374,7 +374,9 @@ impl Resolver {
         match result {
             Ok(answer) => answer,
             // An unknown datacenter has no such names.
-            Err(RpcError::NoPathToDatacenter(_)) => self.negative(ResponseCode::NXDomain, domain),
+            Err(RpcError::NoPathToDatacenter(_) | RpcError::DatacenterUnavailable(_)) => {
+                self.negative(ResponseCode::NXDomain, domain)
+            }
             Err(e) => {
                 tracing::warn!(name = %qname, error = %e, "DNS lookup failed");
                 Answer::new(ResponseCode::ServFail)

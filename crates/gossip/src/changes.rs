@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 pub enum ClusterChange {
     /// Mark a failed member as left.
     ForceLeave(String),
+    /// Forget a member that left or failed (`force-leave -prune`).
+    Prune(String),
     /// Install a gossip key (base64).
     KeyInstall(String),
     /// Make an installed key primary.
@@ -39,6 +41,7 @@ impl std::fmt::Display for ClusterChange {
         };
         match self {
             ClusterChange::ForceLeave(name) => write!(f, "force-leave {name}"),
+            ClusterChange::Prune(name) => write!(f, "force-leave -prune {name}"),
             ClusterChange::KeyInstall(k) => write!(f, "install key {}", fingerprint(k)),
             ClusterChange::KeyUse(k) => write!(f, "use key {}", fingerprint(k)),
             ClusterChange::KeyRemove(k) => write!(f, "remove key {}", fingerprint(k)),
@@ -59,6 +62,15 @@ impl std::fmt::Debug for ClusterChange {
 struct Broadcast {
     id: u128,
     change: ClusterChange,
+}
+
+/// A broadcast as received: a change this build does not know (a newer
+/// member's) is forwarded like any other but not applied, so members of
+/// mixed versions keep spreading each other's changes.
+#[derive(Deserialize)]
+struct Received {
+    id: u128,
+    change: serde_json::Value,
 }
 
 /// Encodes a new broadcast of `change`.
@@ -123,7 +135,7 @@ impl<T> BroadcastHandler<T> for ChangeHandler {
         data: &[u8],
         _sender: Option<&T>,
     ) -> Result<Option<BroadcastKey>, BadBroadcast> {
-        let broadcast: Broadcast =
+        let broadcast: Received =
             serde_json::from_slice(data).map_err(|e| BadBroadcast(e.to_string()))?;
         if !self.seen.insert(broadcast.id) {
             return Ok(None);
@@ -134,10 +146,16 @@ impl<T> BroadcastHandler<T> for ChangeHandler {
                 self.seen.remove(&old);
             }
         }
-        self.received
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(broadcast.change);
+        match serde_json::from_value::<ClusterChange>(broadcast.change) {
+            Ok(change) => self
+                .received
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(change),
+            Err(e) => {
+                tracing::debug!(error = %e, "gossip: forwarding a cluster change this version does not know")
+            }
+        }
         Ok(Some(BroadcastKey(broadcast.id)))
     }
 }
@@ -145,6 +163,28 @@ impl<T> BroadcastHandler<T> for ChangeHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_changes_are_forwarded_but_not_applied() {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let mut handler = ChangeHandler::new(received.clone());
+        let newer = br#"{"id": 7, "change": {"SomethingNew": {"x": 1}}}"#;
+        let key = BroadcastHandler::<()>::receive_item(&mut handler, newer, None).unwrap();
+        assert_eq!(key, Some(BroadcastKey(7)), "kept for forwarding");
+        assert!(received.lock().unwrap().is_empty(), "not applied");
+        let known = encode(ClusterChange::Prune("b1.dc2".into()));
+        assert!(
+            BroadcastHandler::<()>::receive_item(&mut handler, &known, None)
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            *received.lock().unwrap(),
+            vec![ClusterChange::Prune("b1.dc2".into())]
+        );
+        // Not even an envelope: an error, as before.
+        assert!(BroadcastHandler::<()>::receive_item(&mut handler, b"nonsense", None).is_err());
+    }
 
     #[test]
     fn changes_never_show_key_material() {

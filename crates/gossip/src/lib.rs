@@ -188,6 +188,48 @@ pub struct GossipConfig {
     pub keyring_file: Option<PathBuf>,
     /// Failure detection timing.
     pub timing: Timing,
+    /// Which pool this member is in: datagrams of another pool (a WAN
+    /// join aimed at a LAN port, say) are dropped, so pools never merge.
+    pub pool: Pool,
+}
+
+/// A gossip pool, marked in every datagram's kind byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Pool {
+    /// A datacenter's agents (unmarked, as every earlier version sent).
+    #[default]
+    Lan,
+    /// Every datacenter's servers.
+    Wan,
+}
+
+impl Pool {
+    const MARK: u8 = 0x80;
+
+    fn mark(self) -> u8 {
+        match self {
+            Pool::Lan => 0,
+            Pool::Wan => Pool::MARK,
+        }
+    }
+
+    /// Marks a plaintext datagram as this pool's.
+    fn marked(self, mut datagram: Vec<u8>) -> Vec<u8> {
+        if let Some(kind) = datagram.first_mut() {
+            *kind |= self.mark();
+        }
+        datagram
+    }
+
+    /// The plaintext with its mark removed, when it is this pool's.
+    fn unmarked(self, mut datagram: Vec<u8>) -> Option<Vec<u8>> {
+        let kind = datagram.first_mut()?;
+        if *kind & Pool::MARK != self.mark() {
+            return None;
+        }
+        *kind &= !Pool::MARK;
+        Some(datagram)
+    }
 }
 
 enum Command {
@@ -344,6 +386,16 @@ impl Gossip {
         found
     }
 
+    /// `force-leave -prune`: as [`Gossip::force_leave`], and every member
+    /// then forgets the member altogether once it left or failed.
+    pub async fn prune(&self, name: &str) -> bool {
+        let found = self.force_leave(name).await;
+        if found {
+            let _ = self.spread(ClusterChange::Prune(name.to_string())).await;
+        }
+        found
+    }
+
     /// Installs a gossip key here and on every member.
     pub async fn install_key(&self, encoded: &str) -> Result<(), String> {
         let key = Key::parse(encoded)?;
@@ -482,6 +534,15 @@ impl Table {
         }
     }
 
+    /// Forgets `name` if it left or failed (`force-leave -prune`); a
+    /// failed member is first marked left, as `force-leave` does.
+    fn prune(&mut self, name: &str) {
+        self.force_leave(name);
+        self.leave_intents.remove(name);
+        self.by_addr
+            .retain(|_, m| m.name != name || m.status == Status::Alive);
+    }
+
     fn down(&mut self, id: &NodeId) {
         self.leave_intents
             .retain(|_, until| *until > Instant::now());
@@ -544,7 +605,7 @@ fn max_transmissions_for(members: usize) -> std::num::NonZeroU8 {
 /// Sends this member's whole membership table to `to`.
 async fn send_state<B: foca::BroadcastHandler<NodeId>>(
     socket: &UdpSocket,
-    keyring: &Mutex<Keyring>,
+    (keyring, pool): (&Mutex<Keyring>, Pool),
     foca: &Foca<NodeId, PostcardCodec, StdRng, B>,
     to: SocketAddr,
     wants_answer: bool,
@@ -557,7 +618,7 @@ async fn send_state<B: foca::BroadcastHandler<NodeId>>(
         let sealed = keyring
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .seal(&chunk);
+            .seal(&pool.marked(chunk));
         let _ = socket.send_to(&sealed, to).await;
     }
 }
@@ -582,6 +643,11 @@ fn apply_change(
         ClusterChange::ForceLeave(name) if *name == table.me.name => Ok(()),
         ClusterChange::ForceLeave(name) => {
             table.force_leave(name);
+            Ok(())
+        }
+        ClusterChange::Prune(name) if *name == table.me.name => Ok(()),
+        ClusterChange::Prune(name) => {
+            table.prune(name);
             Ok(())
         }
         // Never turn encryption on by a broadcast a plain-text member got.
@@ -655,8 +721,21 @@ async fn run(
             received = socket.recv_from(&mut buf) => {
                 match received {
                     Ok((len, from)) => {
-                        let opened = keyring.lock().unwrap_or_else(|e| e.into_inner()).open(&buf[..len]);
+                        let opened = keyring
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .open(&buf[..len])
+                            .map(|data| config.pool.unmarked(data).ok_or(from));
+                        let opened = match opened {
+                            Some(Err(from)) => {
+                                tracing::debug!(%from, "dropped a datagram of another gossip pool");
+                                Some(Vec::new())
+                            }
+                            Some(Ok(data)) => Some(data),
+                            None => None,
+                        };
                         match opened {
+                            Some(data) if data.is_empty() => Ok(()),
                             Some(data) if data.first() == Some(&pushpull::FOCA) => {
                                 foca.handle_data(&data[1..], &mut runtime)
                             }
@@ -667,7 +746,7 @@ async fn run(
                                         if answered.len() > 256 {
                                             answered.pop_front();
                                         }
-                                        send_state(&socket, &keyring, &foca, from, false).await;
+                                        send_state(&socket, (&keyring, config.pool), &foca, from, false).await;
                                     }
                                     foca.apply_many(chunk.members.into_iter(), false, &mut runtime)
                                 }
@@ -701,7 +780,7 @@ async fn run(
                 let active: Vec<SocketAddr> = foca.iter_members().map(|m| m.id().addr).collect();
                 if !active.is_empty() {
                     let to = active[rand::random::<u64>() as usize % active.len()];
-                    send_state(&socket, &keyring, &foca, to, true).await;
+                    send_state(&socket, (&keyring, config.pool), &foca, to, true).await;
                 }
                 Ok(())
             }
@@ -727,7 +806,7 @@ async fn run(
             command = commands.recv() => match command {
                 Some(Command::Announce(seed)) => {
                     // A joiner also swaps whole states with the seed.
-                    send_state(&socket, &keyring, &foca, seed, true).await;
+                    send_state(&socket, (&keyring, config.pool), &foca, seed, true).await;
                     foca.announce(
                         NodeId { addr: seed, name: String::new(), bump: 0, tags: Tags::default() },
                         &mut runtime,
@@ -776,7 +855,7 @@ async fn run(
             let sealed = keyring
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .seal(&pushpull::foca_datagram(&data));
+                .seal(&config.pool.marked(pushpull::foca_datagram(&data)));
             let _ = socket.send_to(&sealed, to.addr).await;
         }
         let now = Instant::now();
@@ -797,7 +876,9 @@ async fn run(
                 .fingerprints();
             changed |= matches!(
                 change,
-                ClusterChange::ForceLeave(_) | ClusterChange::KeyState { .. }
+                ClusterChange::ForceLeave(_)
+                    | ClusterChange::Prune(_)
+                    | ClusterChange::KeyState { .. }
             );
             if let Err(e) = apply_change(&change, &mut table, &keyring) {
                 if Instant::now() < until {

@@ -4,9 +4,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use legate_gossip::{Gossip, GossipConfig, Key, Keyring, Member, Status, Tags, Timing};
+use legate_gossip::{Gossip, GossipConfig, Key, Keyring, Member, Pool, Status, Tags, Timing};
 
 async fn member(name: &str, keys: &[&Key], bind: &str) -> Gossip {
+    member_in(Pool::Lan, name, keys, bind).await
+}
+
+async fn member_in(pool: Pool, name: &str, keys: &[&Key], bind: &str) -> Gossip {
     Gossip::start(GossipConfig {
         bind: bind.parse().unwrap(),
         advertise: None,
@@ -21,6 +25,7 @@ async fn member(name: &str, keys: &[&Key], bind: &str) -> Gossip {
         keyring_file: None,
         keyring: Keyring::new(keys.iter().map(|k| (*k).clone()).collect()),
         timing: Timing::fast(),
+        pool,
     })
     .await
     .unwrap()
@@ -319,6 +324,7 @@ async fn a_joiner_learns_the_whole_membership_at_once() {
             keyring_file: None,
             keyring: Keyring::default(),
             timing: Timing::fast(),
+            pool: Default::default(),
         })
         .await
         .unwrap()
@@ -371,4 +377,33 @@ async fn a_joiner_learns_the_whole_membership_at_once() {
         started.elapsed(),
         newcomer.members().len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_never_merge_when_one_is_joined_at_the_others_port() {
+    let lan_a = member("a", &[], "127.0.0.1:0").await;
+    let wan_a = member_in(Pool::Wan, "a.dc1", &[], "127.0.0.1:0").await;
+    let wan_b = member_in(Pool::Wan, "b.dc2", &[], "127.0.0.1:0").await;
+    // A WAN join aimed at a LAN port finds nobody, and the LAN member
+    // never learns of the WAN one.
+    assert_eq!(
+        wan_b
+            .join(&[lan_a.local_addr()], Duration::from_secs(2))
+            .await,
+        0
+    );
+    assert_eq!(lan_a.members().len(), 1, "{:?}", lan_a.members());
+    // The same pool joins.
+    assert_eq!(
+        wan_b
+            .join(&[wan_a.local_addr()], Duration::from_secs(5))
+            .await,
+        1
+    );
+    eventually(&wan_a, "b.dc2 is alive in the WAN pool", |m| {
+        status_of(m, "b.dc2") == Some(Status::Alive)
+    })
+    .await;
+    assert!(wan_b.members().iter().all(|m| m.name != "a"));
+    assert_eq!(lan_a.members().len(), 1, "{:?}", lan_a.members());
 }

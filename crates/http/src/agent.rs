@@ -123,9 +123,33 @@ fn member(st: &AppState) -> Value {
     })
 }
 
+/// Whether a query parameter asks for the WAN pool (`?wan=1`; Consul
+/// reads any non-empty value as yes).
+fn wants_wan(req: &Req) -> bool {
+    req.params.get("wan").is_some_and(|v| !v.is_empty())
+}
+
 pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
-    let Some(membership) = st.agent.membership() else {
-        return Ok(json(&req.params, &vec![member(&st)]));
+    let membership = if wants_wan(&req) {
+        if req
+            .params
+            .get("segment")
+            .is_some_and(|s| !s.is_empty() && s != "_all")
+        {
+            return Err(ApiError::bad_request(
+                "Cannot provide a segment with wan=true",
+            ));
+        }
+        // A client agent is in no WAN pool: an empty list, as Consul's.
+        match st.agent.wan_membership() {
+            Some(wan) => wan,
+            None => return Ok(json(&req.params, &Vec::<Value>::new())),
+        }
+    } else {
+        match st.agent.membership() {
+            Some(membership) => membership,
+            None => return Ok(json(&req.params, &vec![member(&st)])),
+        }
     };
     let rows: Vec<Value> = membership
         .members()
@@ -462,11 +486,20 @@ pub async fn keyring(
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn force_leave(State(st): State<AppState>, Path(node): Path<String>) -> ApiResult {
-    let known = match st.agent.membership() {
-        Some(membership) => membership.force_leave(&node).await,
+pub async fn force_leave(
+    State(st): State<AppState>,
+    Path(node): Path<String>,
+    req: Req,
+) -> ApiResult {
+    // Consul reads `?prune` and `?wan` by their presence.
+    let prune = req.params.get("prune").is_some();
+    let wan = req.params.get("wan").is_some();
+    let known = match (wan, st.agent.membership(), st.agent.wan_membership()) {
+        (true, _, Some(pool)) => pool.force_leave(&node, prune).await,
+        (true, _, None) => false,
+        (false, Some(membership), _) => membership.force_leave(&node, prune).await,
         // Without gossip (-dev) the only member is this agent.
-        None => node == st.agent.config().node_name,
+        (false, None, _) => node == st.agent.config().node_name,
     };
     if !known {
         // Consul's text and status (500).
@@ -477,8 +510,29 @@ pub async fn force_leave(State(st): State<AppState>, Path(node): Path<String>) -
     Ok(StatusCode::OK.into_response())
 }
 
+/// `PUT /v1/agent/join/:address?wan=1`: a server contacts a WAN member
+/// at `address` (port 8302 unless given); a client agent answers
+/// Consul's error.
+async fn join_wan(st: &AppState, address: String) -> ApiResult {
+    let Some(pool) = st.agent.wan_membership() else {
+        return Err(ApiError::internal("Must be a server to join WAN cluster"));
+    };
+    match pool.join(vec![address.clone()]).await {
+        Ok(n) if n > 0 => Ok(StatusCode::OK.into_response()),
+        Ok(_) => Err(ApiError::internal(format!(
+            "1 error occurred:\n\t* Failed to join {address}: no member answered"
+        ))),
+        Err(e) => Err(ApiError::internal(format!(
+            "1 error occurred:\n\t* Failed to join {address}: {e}"
+        ))),
+    }
+}
+
 /// `PUT /v1/agent/join/:address`: contacts a member at `address`.
-pub async fn join(State(st): State<AppState>, Path(address): Path<String>) -> ApiResult {
+pub async fn join(State(st): State<AppState>, Path(address): Path<String>, req: Req) -> ApiResult {
+    if wants_wan(&req) {
+        return join_wan(&st, address).await;
+    }
     // Consul's (memberlist's) errors, in its multierror form.
     let failed = |why: String| ApiError::internal(format!("1 error occurred:\n\t* {why}\n\n"));
     let with_port = if address.parse::<std::net::SocketAddr>().is_ok()

@@ -57,6 +57,7 @@ impl From<RpcError> for ApiError {
             RpcError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RpcError::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             RpcError::NoPathToDatacenter(_)
+            | RpcError::DatacenterUnavailable(_)
             | RpcError::NoLeader
             | RpcError::Unreachable(_)
             | RpcError::Indeterminate(_)

@@ -12,12 +12,14 @@
 mod frame;
 mod listener;
 mod pool;
+pub mod router;
 mod server_rpc;
 pub mod tls;
 
 pub use frame::{read_frame, write_frame, MAX_FRAME};
 pub use listener::{FrameHandler, Listener};
 pub use pool::{CallError, Pool};
+pub use router::Router;
 pub use server_rpc::{serve_rpc, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool};
 pub use tls::TlsSettings;
 

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::listener::FrameHandler;
 use crate::pool::Pool;
+use crate::router::Router;
 use crate::Kind;
 
 /// Extra time a call gets beyond its blocking wait.
@@ -78,6 +79,19 @@ macro_rules! server_rpc_calls {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 let forward = false $( || forwards($opts) )?;
                 let read = false $( || idempotent($opts) )?;
+                let other_dc: Option<&str> = None $( .or_else(|| self.other_datacenter(datacenter_of($opts))) )?;
+                if let Some(datacenter) = other_dc {
+                    let mut tried = Vec::new();
+                    loop {
+                        let address = self.pick_in(datacenter, &tried)?;
+                        let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                            .$name( $( $opts, )? $( $arg.clone() ),* )
+                            .await;
+                        if !self.other_dc_failed(&address, read, &result, &mut tried) {
+                            return result;
+                        }
+                    }
+                }
                 let mut attempt = 0;
                 let started = tokio::time::Instant::now();
                 loop {
@@ -99,6 +113,18 @@ macro_rules! server_rpc_calls {
             } )*
 
             async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+                if let Some(datacenter) = self.other_datacenter(&opts.datacenter) {
+                    let mut tried = Vec::new();
+                    loop {
+                        let address = self.pick_in(datacenter, &tried)?;
+                        let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                            .txn(opts, ops.clone())
+                            .await;
+                        if !self.other_dc_failed(&address, false, &result, &mut tried) {
+                            return result;
+                        }
+                    }
+                }
                 let mut attempt = 0;
                 let started = tokio::time::Instant::now();
                 loop {
@@ -210,6 +236,27 @@ fn forwards<T: Forwards>(opts: &T) -> bool {
     opts.forwards()
 }
 
+/// The datacenter a call is for (empty: the local one).
+trait Routed {
+    fn datacenter(&self) -> &str;
+}
+
+impl Routed for QueryOptions {
+    fn datacenter(&self) -> &str {
+        &self.datacenter
+    }
+}
+
+impl Routed for WriteOptions {
+    fn datacenter(&self) -> &str {
+        &self.datacenter
+    }
+}
+
+fn datacenter_of<T: Routed>(opts: &T) -> &str {
+    opts.datacenter()
+}
+
 /// Whether a call only reads, so repeating it after an unknown outcome
 /// is harmless.
 trait Idempotent {
@@ -261,11 +308,15 @@ enum Target {
 /// the server port otherwise); stale reads and status calls are answered
 /// here. While there is no leader, or it cannot be reached before the
 /// request is sent, the call is retried for up to 7 s; a request that may
-/// have reached a server is never retried.
+/// have reached a server is never retried. With a [`Router`], a call for
+/// another datacenter goes to one of its servers, which answers it as
+/// its own (forwarding to its leader); a server that cannot be dialed is
+/// skipped for the next, and a read lost in flight is asked of another.
 pub struct Forwarding {
     local: Arc<dyn ServerRpc>,
     leadership: Arc<dyn Leadership>,
     pool: Arc<Pool>,
+    router: Option<Arc<Router>>,
 }
 
 impl Forwarding {
@@ -279,7 +330,51 @@ impl Forwarding {
             local,
             leadership,
             pool,
+            router: None,
         }
+    }
+
+    /// Calls for other datacenters go where `router` says.
+    pub fn with_router(mut self, router: Arc<Router>) -> Forwarding {
+        self.router = Some(router);
+        self
+    }
+
+    /// The datacenter a call leaves for, when it is not this one.
+    fn other_datacenter<'a>(&self, datacenter: &'a str) -> Option<&'a str> {
+        let router = self.router.as_ref()?;
+        router.is_remote(datacenter).then_some(datacenter)
+    }
+
+    fn pick_in(&self, datacenter: &str, tried: &[String]) -> Result<String, RpcError> {
+        match &self.router {
+            Some(router) => router.pick(datacenter, tried),
+            None => Err(RpcError::NoPathToDatacenter(datacenter.to_string())),
+        }
+    }
+
+    /// `true` when a call to another datacenter's server at `address`
+    /// should go to another of its servers: this one could not be
+    /// reached, or (for a `read`) it never answered.
+    fn other_dc_failed<T>(
+        &self,
+        address: &str,
+        read: bool,
+        result: &Result<T, RpcError>,
+        tried: &mut Vec<String>,
+    ) -> bool {
+        let lost = match result {
+            Err(RpcError::Unreachable(_)) => true,
+            Err(RpcError::Indeterminate(_)) => read,
+            _ => false,
+        };
+        if lost {
+            if let Some(router) = &self.router {
+                router.failed(address);
+            }
+            tried.push(address.to_string());
+        }
+        lost
     }
 
     fn target(&self, forward: bool) -> Target {

@@ -309,7 +309,7 @@ impl ServerRpc for Server {
     }
 
     async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError> {
-        Ok(vec![self.config.datacenter.clone()])
+        Ok(self.known_datacenters())
     }
 
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {

@@ -16,6 +16,7 @@ mod intentions;
 mod leader;
 mod sessions;
 mod snapshot;
+mod wan;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +72,9 @@ pub struct ServerConfig {
     pub reap_settle: Duration,
     /// The shortest session TTL accepted (`session_ttl_min`, 10s).
     pub session_ttl_min: Duration,
+    /// The WAN pool's view of every datacenter's servers (published by
+    /// the binary from WAN gossip; never changes for a server without it).
+    pub wan: tokio::sync::watch::Receiver<legate_types::federation::WanView>,
 }
 
 impl ServerConfig {
@@ -100,6 +104,7 @@ impl ServerConfig {
             autopilot: Default::default(),
             reap_settle: Duration::from_secs(15 * 60),
             session_ttl_min: legate_types::DEFAULT_SESSION_TTL_MIN,
+            wan: tokio::sync::watch::channel(Default::default()).1,
         }
     }
 }

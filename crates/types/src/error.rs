@@ -19,6 +19,10 @@ pub enum RpcError {
     /// The request named a datacenter this server cannot reach (HTTP 500, as Consul).
     #[error("No path to datacenter")]
     NoPathToDatacenter(String),
+    /// The datacenter is known but none of its servers can be reached
+    /// now (HTTP 500, as Consul; DNS answers NXDOMAIN).
+    #[error("Remote DC has no server currently reachable")]
+    DatacenterUnavailable(String),
     /// A server refused work over its rate limit (HTTP 429); the text is
     /// Consul's, which clients match on.
     #[error("Rate limit reached, try again later")]

@@ -11,6 +11,7 @@ pub mod config_entry;
 pub mod connect;
 pub mod duration;
 pub mod error;
+pub mod federation;
 pub mod intention;
 pub mod keys;
 pub mod kv;

@@ -76,7 +76,7 @@ pub struct ListPeersArgs {
 pub struct JoinArgs {
     #[command(flatten)]
     http: HttpFlags,
-    /// Join the WAN pool (not supported yet).
+    /// Join the WAN pool (servers of other datacenters; servers only).
     #[arg(long)]
     wan: bool,
     /// Addresses of members to contact.
@@ -165,6 +165,12 @@ pub async fn keyring(args: KeyringArgs) -> u8 {
 pub struct ForceLeaveArgs {
     #[command(flatten)]
     http: HttpFlags,
+    /// Remove the node from the member list altogether.
+    #[arg(long)]
+    prune: bool,
+    /// The node is a member of the WAN pool (`<node>.<dc>`).
+    #[arg(long)]
+    wan: bool,
     /// The failed node to mark as left.
     node: Option<String>,
 }
@@ -278,17 +284,24 @@ async fn list_peers(args: ListPeersArgs) -> u8 {
 
 /// Runs `join`.
 pub async fn join(args: JoinArgs) -> u8 {
-    if args.wan {
-        return fail("Error joining the cluster: WAN federation is not supported yet");
-    }
     if args.addresses.is_empty() {
         return fail("At least one address to join must be specified.");
     }
     let client = Client::new(&args.http);
+    let query: Vec<(&str, String)> = if args.wan {
+        vec![("wan", "1".into())]
+    } else {
+        Vec::new()
+    };
     let mut joined = 0;
     for address in &args.addresses {
         match client
-            .ok(Method::PUT, &format!("/v1/agent/join/{address}"), &[], None)
+            .ok(
+                Method::PUT,
+                &format!("/v1/agent/join/{address}"),
+                &query,
+                None,
+            )
             .await
         {
             Ok(_) => joined += 1,
@@ -308,11 +321,18 @@ pub async fn force_leave(args: ForceLeaveArgs) -> u8 {
         return fail("A node name must be specified to force leave.");
     };
     let client = Client::new(&args.http);
+    let mut query: Vec<(&str, String)> = Vec::new();
+    if args.prune {
+        query.push(("prune", "1".into()));
+    }
+    if args.wan {
+        query.push(("wan", "1".into()));
+    }
     match client
         .ok(
             Method::PUT,
             &format!("/v1/agent/force-leave/{node}"),
-            &[],
+            &query,
             None,
         )
         .await

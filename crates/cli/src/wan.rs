@@ -1,0 +1,351 @@
+//! Wiring a server into the WAN pool: its own gossip on `serf_wan` with
+//! members named `<node>.<dc>`, `start_join_wan`/`retry_join_wan`, the
+//! flood join (every server WAN-joins the servers of its datacenter the
+//! WAN pool lacks, so one WAN join per datacenter is enough), and the
+//! pool's view of every datacenter's servers published on a channel for
+//! the router and the catalog.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use legate_agent::config::AgentConfig;
+use legate_agent::membership::{KeyringOp, KeyringStatus, MemberInfo, Membership};
+use legate_gossip::{Gossip, Member, Status};
+use legate_types::federation::{split_wan_name, WanServer, WanStatus, WanView};
+use tokio::sync::watch;
+
+use crate::cluster::{GossipMembership, PoolKind, WAN_JOIN_PORT_TAG};
+
+/// How often every server checks the WAN pool holds its datacenter's
+/// servers (Consul's flood interval), besides on every LAN change.
+const FLOOD_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The WAN pool of a server that cannot be in it: every operation
+/// answers why.
+pub struct RefusedWan {
+    reason: String,
+}
+
+#[async_trait]
+impl Membership for RefusedWan {
+    fn members(&self) -> Vec<MemberInfo> {
+        Vec::new()
+    }
+
+    async fn join(&self, _addresses: Vec<String>) -> Result<usize, String> {
+        Err(self.reason.clone())
+    }
+
+    async fn force_leave(&self, _node: &str, _prune: bool) -> bool {
+        false
+    }
+
+    async fn leave(&self) {}
+
+    fn keyring(&self) -> Option<KeyringStatus> {
+        None
+    }
+
+    async fn change_keyring(&self, _op: KeyringOp, _key: &str) -> Result<(), String> {
+        Err(self.reason.clone())
+    }
+}
+
+/// A server's WAN pool, once started.
+pub struct WanPool {
+    /// Membership for the agent (`members -wan`, `join -wan`, ...).
+    pub membership: Arc<dyn Membership>,
+    /// The gossip member, when the pool runs.
+    pub gossip: Option<(Gossip, Arc<GossipMembership>)>,
+}
+
+/// Starts the WAN pool of a server (none when `serf_wan` is disabled),
+/// publishing its view of the datacenters on `view`.
+pub async fn start(
+    config: &AgentConfig,
+    node_id: &str,
+    raft_id: u64,
+    rpc_address: SocketAddr,
+    view: watch::Sender<WanView>,
+) -> Result<Option<WanPool>, String> {
+    if config.ports.serf_wan.is_none() {
+        return Ok(None);
+    }
+    let name = format!("{}.{}", config.node_name, config.datacenter);
+    if let Err(reason) = split_wan_name(&name) {
+        tracing::error!(
+            "{reason}: this server stays out of the WAN pool (a node name with a dot cannot be told from its datacenter there)"
+        );
+        return Ok(Some(WanPool {
+            membership: Arc::new(RefusedWan { reason }),
+            gossip: None,
+        }));
+    }
+    let (gossip, membership) =
+        crate::cluster::start_gossip(config, node_id, raft_id, Some(rpc_address), PoolKind::Wan)
+            .await?;
+    spawn_view(&gossip, view);
+    spawn_joins(membership.clone(), config);
+    Ok(Some(WanPool {
+        membership: membership.clone(),
+        gossip: Some((gossip, membership)),
+    }))
+}
+
+/// The datacenters and servers in `members` (servers that left are gone;
+/// a datacenter with none left is gone too).
+pub fn view_of(members: &[Member]) -> WanView {
+    let mut datacenters: BTreeMap<String, Vec<WanServer>> = BTreeMap::new();
+    for m in members {
+        if m.tags.role != "server" || m.tags.rpc_addr.is_empty() || m.tags.dc.is_empty() {
+            continue;
+        }
+        let status = match m.status {
+            Status::Alive => WanStatus::Alive,
+            Status::Failed => WanStatus::Failed,
+            Status::Left => continue,
+        };
+        let node = m
+            .name
+            .strip_suffix(&format!(".{}", m.tags.dc))
+            .unwrap_or(&m.name)
+            .to_string();
+        datacenters
+            .entry(m.tags.dc.clone())
+            .or_default()
+            .push(WanServer {
+                node,
+                rpc_addr: m.tags.rpc_addr.clone(),
+                status,
+            });
+    }
+    for servers in datacenters.values_mut() {
+        servers.sort_by(|a, b| a.node.cmp(&b.node));
+    }
+    WanView { datacenters }
+}
+
+fn spawn_view(gossip: &Gossip, view: watch::Sender<WanView>) {
+    let mut members = gossip.watch();
+    tokio::spawn(async move {
+        loop {
+            let next = view_of(&members.borrow_and_update());
+            view.send_if_modified(|current| {
+                let changed = *current != next;
+                *current = next;
+                changed
+            });
+            if members.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// `start_join_wan` once, then `retry_join_wan` every `retry_interval_wan`
+/// until one address answers or `retry_max_wan` attempts failed.
+fn spawn_joins(membership: Arc<GossipMembership>, config: &AgentConfig) {
+    let start = config.wan.start_join_wan.clone();
+    let retry = config.wan.retry_join_wan.clone();
+    let interval = config.wan.retry_interval_wan;
+    let max = config.wan.retry_max_wan;
+    tokio::spawn(async move {
+        if !start.is_empty() {
+            match membership.join(start.clone()).await {
+                Ok(n) => tracing::info!(joined = n, "(WAN) joined {start:?}"),
+                Err(e) => tracing::error!(error = %e, "(WAN) join failed"),
+            }
+        }
+        if retry.is_empty() {
+            return;
+        }
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match membership.join(retry.clone()).await {
+                Ok(n) if n > 0 => {
+                    tracing::info!(joined = n, "retry-join-wan: joined the WAN pool");
+                    return;
+                }
+                Ok(_) => tracing::warn!(
+                    attempt,
+                    "retry-join-wan: no server answered at {retry:?}; retrying in {interval:?}"
+                ),
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "retry-join-wan failed; retrying in {interval:?}")
+                }
+            }
+            if max > 0 && attempt >= max {
+                tracing::error!(
+                    attempts = attempt,
+                    "retry-join-wan: giving up after retry_max_wan attempts"
+                );
+                return;
+            }
+            tokio::time::sleep(interval).await;
+        }
+    });
+}
+
+/// The WAN gossip addresses of this datacenter's alive servers that the
+/// WAN pool does not hold at all: `(WAN name, LAN address : wan_join_port)`.
+pub fn missing_from_wan(
+    lan: &[Member],
+    wan: &[Member],
+    datacenter: &str,
+) -> Vec<(String, SocketAddr)> {
+    let in_wan: HashSet<&str> = wan.iter().map(|m| m.name.as_str()).collect();
+    lan.iter()
+        .filter(|m| m.status == Status::Alive && m.tags.role == "server" && m.tags.dc == datacenter)
+        .filter_map(|m| {
+            let port = m.tags.features.iter().find_map(|f| {
+                f.strip_prefix(WAN_JOIN_PORT_TAG)?
+                    .strip_prefix('=')?
+                    .parse::<u16>()
+                    .ok()
+            })?;
+            let wan_name = format!("{}.{}", m.name, datacenter);
+            (!in_wan.contains(wan_name.as_str()))
+                .then(|| (wan_name, SocketAddr::new(m.addr.ip(), port)))
+        })
+        .collect()
+}
+
+/// Every `FLOOD_INTERVAL` and on every LAN change, WAN-joins this
+/// datacenter's servers the WAN pool lacks (Consul's flood join).
+pub fn spawn_flood_join(lan: Gossip, wan: Gossip, datacenter: String) {
+    tokio::spawn(async move {
+        let mut lan_changes = lan.watch();
+        let mut tick = tokio::time::interval(FLOOD_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = lan_changes.changed() => if changed.is_err() { return },
+                _ = tick.tick() => {}
+            }
+            let missing = missing_from_wan(&lan.members(), &wan.members(), &datacenter);
+            for (name, address) in missing {
+                tracing::info!(server = %name, %address, "(WAN) flood join: adding a server of this datacenter");
+                if wan.join(&[address], Duration::from_secs(5)).await == 0 {
+                    tracing::debug!(server = %name, %address, "(WAN) flood join: no answer yet");
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legate_gossip::Tags;
+
+    fn member(
+        name: &str,
+        ip: &str,
+        dc: &str,
+        role: &str,
+        status: Status,
+        wan_port: Option<u16>,
+    ) -> Member {
+        Member {
+            name: name.into(),
+            addr: format!("{ip}:8301").parse().unwrap(),
+            tags: Tags {
+                role: role.into(),
+                dc: dc.into(),
+                rpc_addr: if role == "server" {
+                    format!("{ip}:8300")
+                } else {
+                    String::new()
+                },
+                features: wan_port
+                    .map(|p| vec!["si".to_string(), format!("{WAN_JOIN_PORT_TAG}={p}")])
+                    .unwrap_or_default(),
+                ..Default::default()
+            },
+            status,
+        }
+    }
+
+    #[test]
+    fn the_view_groups_servers_by_datacenter_and_drops_those_that_left() {
+        let members = vec![
+            member("a1.dc1", "127.0.0.11", "dc1", "server", Status::Alive, None),
+            member(
+                "b2.dc2",
+                "127.0.0.22",
+                "dc2",
+                "server",
+                Status::Failed,
+                None,
+            ),
+            member("b1.dc2", "127.0.0.21", "dc2", "server", Status::Alive, None),
+            member("c1.dc3", "127.0.0.31", "dc3", "server", Status::Left, None),
+        ];
+        let view = view_of(&members);
+        assert_eq!(
+            view.datacenters.keys().collect::<Vec<_>>(),
+            vec!["dc1", "dc2"]
+        );
+        let dc2 = &view.datacenters["dc2"];
+        assert_eq!(dc2[0].node, "b1");
+        assert_eq!(dc2[1].status, WanStatus::Failed);
+        assert_eq!(view.alive("dc2"), vec!["127.0.0.21:8300"]);
+    }
+
+    #[test]
+    fn the_flood_join_adds_only_alive_servers_missing_from_the_wan_pool() {
+        let lan = vec![
+            member(
+                "a1",
+                "127.0.0.11",
+                "dc1",
+                "server",
+                Status::Alive,
+                Some(8302),
+            ),
+            member(
+                "a2",
+                "127.0.0.12",
+                "dc1",
+                "server",
+                Status::Alive,
+                Some(9302),
+            ),
+            member(
+                "a3",
+                "127.0.0.13",
+                "dc1",
+                "server",
+                Status::Failed,
+                Some(8302),
+            ),
+            member(
+                "c1",
+                "127.0.0.14",
+                "dc1",
+                "client",
+                Status::Alive,
+                Some(8302),
+            ),
+            // An older server that does not say its WAN port is skipped.
+            member("a4", "127.0.0.15", "dc1", "server", Status::Alive, None),
+        ];
+        let wan = vec![member(
+            "a1.dc1",
+            "127.0.0.11",
+            "dc1",
+            "server",
+            Status::Failed,
+            None,
+        )];
+        let missing = missing_from_wan(&lan, &wan, "dc1");
+        assert_eq!(
+            missing,
+            vec![("a2.dc1".to_string(), "127.0.0.12:9302".parse().unwrap())]
+        );
+    }
+}
