@@ -46,6 +46,7 @@ fn cluster_of(ips: [&str; 3], masked: Option<usize>, extra: &[&str]) -> Vec<Node
             format!("-data-dir={}", data.path().display()),
             format!("-server-port={}", free_port()),
             format!("-serf-lan-port={}", serf[i]),
+            format!("-serf-wan-port={}", free_port()),
             "-retry-interval=1s".into(),
         ];
         flags.extend(extra.iter().map(|f| f.to_string()));

@@ -1,0 +1,405 @@
+//! Two datacenters of three servers and a client agent each, on their own
+//! loopback addresses, federated over the WAN pool as users start them:
+//! one WAN join from one dc2 server, the flood join brings in every other
+//! server, and requests cross in both directions through client agents
+//! (HTTP `?dc=`, CLI `-datacenter`, DNS, blocking queries), with Consul's
+//! errors for an unknown datacenter and one with no server left.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{eventually, free_port, TestAgent};
+use serde_json::Value;
+
+/// Fast WAN failure detection for loopback (Consul's `gossip_wan` keys).
+const FAST_WAN: &str =
+    "-hcl=gossip_wan { probe_interval = \"200ms\" probe_timeout = \"100ms\" suspicion_mult = 4 }";
+
+struct Agent {
+    agent: TestAgent,
+    ip: String,
+    wan_port: u16,
+    dns_port: u16,
+    _data: tempfile::TempDir,
+}
+
+struct Datacenter {
+    servers: Vec<Agent>,
+    client: Agent,
+}
+
+/// An agent; a server when `server` gives its `-bootstrap-expect` and
+/// the addresses it WAN-joins.
+fn spawn(
+    name: &str,
+    ip: &str,
+    dc: &str,
+    server: Option<(u32, &[String])>,
+    lan_join: &[String],
+) -> Agent {
+    let data = tempfile::tempdir().unwrap();
+    let wan_port = free_port();
+    let dns_port = free_port();
+    let mut flags = vec![
+        format!("-node={name}"),
+        format!("-datacenter={dc}"),
+        format!("-bind={ip}"),
+        "-client=127.0.0.1".into(),
+        format!("-data-dir={}", data.path().display()),
+        format!("-server-port={}", free_port()),
+        format!("-serf-lan-port={}", lan_port(ip)),
+        format!("-serf-wan-port={wan_port}"),
+        format!("-dns-port={dns_port}"),
+        "-grpc-port=-1".into(),
+        "-retry-interval=1s".into(),
+        "-retry-interval-wan=1s".into(),
+        "-hcl=primary_datacenter = \"dc1\"".into(),
+        FAST_WAN.into(),
+    ];
+    if let Some((expect, wan_join)) = server {
+        flags.push("-server".into());
+        flags.push(format!("-bootstrap-expect={expect}"));
+        flags.extend(wan_join.iter().map(|a| format!("-retry-join-wan={a}")));
+    }
+    flags.extend(lan_join.iter().map(|a| format!("-retry-join={a}")));
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Agent {
+        agent: TestAgent::spawn(&refs, false),
+        ip: ip.to_string(),
+        wan_port,
+        dns_port,
+        _data: data,
+    }
+}
+
+/// Each address gets its own LAN port, fixed for the test's run so the
+/// other agents can be told where to join.
+fn lan_port(ip: &str) -> u16 {
+    use std::sync::{Mutex, OnceLock};
+    static PORTS: OnceLock<Mutex<std::collections::HashMap<String, u16>>> = OnceLock::new();
+    *PORTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(ip.to_string())
+        .or_insert_with(free_port)
+}
+
+fn lan_address(ip: &str) -> String {
+    format!("{ip}:{}", lan_port(ip))
+}
+
+/// Three servers at `<prefix>1..3` and a client at `<prefix>4`; the
+/// first server WAN-joins `wan_join` (none for the primary).
+fn datacenter(dc: &str, prefix: &str, names: [&str; 4], wan_join: &[String]) -> Datacenter {
+    let ips: Vec<String> = (1..=4).map(|i| format!("{prefix}{i}")).collect();
+    let servers: Vec<Agent> = (0..3)
+        .map(|i| {
+            let lan_join: Vec<String> = (0..3)
+                .filter(|j| *j != i)
+                .map(|j| lan_address(&ips[j]))
+                .collect();
+            let wan: &[String] = if i == 0 { wan_join } else { &[] };
+            spawn(names[i], &ips[i], dc, Some((3, wan)), &lan_join)
+        })
+        .collect();
+    for s in &servers {
+        s.agent.wait_ready();
+    }
+    let client = spawn(names[3], &ips[3], dc, None, &[lan_address(&ips[0])]);
+    client.agent.wait_ready();
+    Datacenter { servers, client }
+}
+
+fn wan_members(agent: &TestAgent) -> Vec<(String, String)> {
+    let out = agent.cli(&["members", "-wan"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            Some((cols.first()?.to_string(), cols.get(2)?.to_string()))
+        })
+        .collect()
+}
+
+fn dig(agent: &Agent, name: &str) -> (String, Vec<String>) {
+    let out = Command::new("dig")
+        .arg("@127.0.0.1")
+        .args([
+            "-p",
+            &agent.dns_port.to_string(),
+            "+tries=1",
+            "+time=5",
+            name,
+        ])
+        .output()
+        .expect("dig (dnsutils) is installed by .ci/run");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let status = text
+        .lines()
+        .find_map(|l| l.split("status: ").nth(1))
+        .map(|s| s.split(',').next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let answers = text
+        .lines()
+        .skip_while(|l| !l.starts_with(";; ANSWER SECTION"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().last().map(String::from))
+        .collect();
+    (status, answers)
+}
+
+#[test]
+fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
+    let dc1 = datacenter("dc1", "127.0.0.11", ["a1", "a2", "a3", "c1"], &[]);
+    // One WAN join, from one dc2 server to one dc1 server.
+    let seed = format!("{}:{}", dc1.servers[0].ip, dc1.servers[0].wan_port);
+    let mut dc2 = datacenter("dc2", "127.0.0.12", ["b1", "b2", "b3", "d1"], &[seed.clone()]);
+
+    // Flood join: every server of both DCs is alive in every server's WAN pool.
+    let all = ["a1.dc1", "a2.dc1", "a3.dc1", "b1.dc2", "b2.dc2", "b3.dc2"];
+    for server in dc1.servers.iter().chain(&dc2.servers) {
+        eventually(Duration::from_secs(30), || {
+            let members = wan_members(&server.agent);
+            let alive: Vec<&str> = members
+                .iter()
+                .filter(|(_, s)| s == "alive")
+                .map(|(n, _)| n.as_str())
+                .collect();
+            (alive == all).then_some(())
+        });
+    }
+    // Consul's columns, and the WAN port in the address.
+    let out = dc1.servers[1].agent.cli(&["members", "-wan"]);
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "Node",
+            "Address",
+            "Status",
+            "Type",
+            "Build",
+            "Protocol",
+            "DC",
+            "Partition",
+            "Segment"
+        ]
+    );
+    let b2 = table.lines().find(|l| l.starts_with("b2.dc2")).unwrap();
+    assert!(
+        b2.contains(&format!(
+            "{}:{}",
+            dc2.servers[1].ip, dc2.servers[1].wan_port
+        )),
+        "{b2}"
+    );
+    assert!(b2.contains(" server ") && b2.contains(" dc2 "), "{b2}");
+    let api: Value = dc1.servers[0].agent.get("/v1/agent/members?wan=1").unwrap();
+    let b1 = api
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Name"] == "b1.dc2")
+        .unwrap();
+    assert_eq!(b1["Status"], 1);
+    assert_eq!(b1["Tags"]["dc"], "dc2");
+    assert_eq!(b1["Tags"]["role"], "consul");
+    // A LAN member of a server advertises its WAN port, as Consul's does.
+    let lan: Value = dc1.servers[0].agent.get("/v1/agent/members").unwrap();
+    let a2 = lan
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Name"] == "a2")
+        .unwrap();
+    assert_eq!(
+        a2["Tags"]["wan_join_port"],
+        dc1.servers[1].wan_port.to_string()
+    );
+
+    // A client agent is in no WAN pool and cannot join one.
+    assert_eq!(
+        dc1.client.agent.get("/v1/agent/members?wan=1").unwrap(),
+        serde_json::json!([])
+    );
+    let (status, body) = dc1
+        .client
+        .agent
+        .put(&format!("/v1/agent/join/{seed}?wan=1"), "");
+    assert_eq!(
+        (status, body.as_str()),
+        (500, "Must be a server to join WAN cluster")
+    );
+    let (status, _, body) =
+        dc1.servers[0]
+            .agent
+            .request("GET", "/v1/agent/members?wan=1&segment=alpha", None);
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "Cannot provide a segment with wan=true")
+    );
+
+    // Both DCs, local first, through either DC's client.
+    assert_eq!(
+        dc1.client.agent.get("/v1/catalog/datacenters").unwrap(),
+        serde_json::json!(["dc1", "dc2"])
+    );
+    assert_eq!(
+        dc2.client.agent.get("/v1/catalog/datacenters").unwrap(),
+        serde_json::json!(["dc2", "dc1"])
+    );
+
+    // Writes and reads both ways: HTTP ?dc= and the CLI's -datacenter.
+    let (status, body) = dc1.client.agent.put("/v1/kv/app/x?dc=dc2", "from-dc1");
+    assert_eq!((status, body.trim()), (200, "true"));
+    assert_eq!(
+        dc2.client.agent.get_text("/v1/kv/app/x?raw").unwrap(),
+        "from-dc1"
+    );
+    assert!(
+        dc1.client.agent.get_text("/v1/kv/app/x?raw").is_err(),
+        "written in dc2 only"
+    );
+    common::expect_success(&dc2.client.agent.cli(&[
+        "kv",
+        "put",
+        "-datacenter",
+        "dc1",
+        "app/y",
+        "from-dc2",
+    ]));
+    assert_eq!(
+        dc1.servers[2].agent.get_text("/v1/kv/app/y?raw").unwrap(),
+        "from-dc2"
+    );
+    let read = dc1
+        .client
+        .agent
+        .cli(&["kv", "get", "-datacenter", "dc2", "app/x"]);
+    assert_eq!(common::expect_success(&read), "from-dc1");
+
+    // A service in dc2, found from dc1 over HTTP and DNS.
+    let (status, body) = dc2.client.agent.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "db", "Port": 5432, "Tags": ["primary"]}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let found = eventually(Duration::from_secs(20), || {
+        let rows = dc1
+            .client
+            .agent
+            .get("/v1/health/service/db?dc=dc2&passing")
+            .ok()?;
+        (rows.as_array()?.len() == 1).then_some(rows)
+    });
+    assert_eq!(found[0]["Node"]["Node"], "d1");
+    assert_eq!(found[0]["Node"]["Datacenter"], "dc2");
+    assert!(dc1
+        .client
+        .agent
+        .get("/v1/health/service/db?passing")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let (status, answers) = dig(&dc1.client, "db.service.dc2.consul");
+    assert_eq!(status, "NOERROR");
+    assert_eq!(answers, vec![dc2.client.ip.clone()]);
+    let (_, answers) = dig(&dc1.client, "d1.node.dc2.consul");
+    assert_eq!(answers, vec![dc2.client.ip.clone()]);
+    let (_, answers) = dig(&dc2.servers[0], "primary.db.service.dc2.consul");
+    assert_eq!(answers, vec![dc2.client.ip.clone()]);
+    let (status, _) = dig(&dc1.client, "db.service.dc9.consul");
+    assert_eq!(status, "NXDOMAIN");
+
+    // A blocking query across DCs returns on the change.
+    let (_, headers, _) = dc1.client.agent.request("GET", "/v1/kv/app/x?dc=dc2", None);
+    let index: u64 = common::header(&headers, "x-consul-index")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let port = dc1.client.agent.http_port;
+    let waiter = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let path = format!("/v1/kv/app/x?dc=dc2&raw&index={index}&wait=30s");
+        let (status, _, body) = common::http_request(port, "GET", &path, None);
+        (status, body, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, _) = dc2.servers[1].agent.put("/v1/kv/app/x", "changed");
+    assert_eq!(status, 200);
+    let (status, body, waited) = waiter.join().unwrap();
+    assert_eq!((status, body.as_str()), (200, "changed"));
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+
+    // An unknown datacenter: Consul's error and status.
+    let (status, _, body) = dc1.client.agent.request("GET", "/v1/kv/app/x?dc=dc9", None);
+    assert_eq!((status, body.as_str()), (500, "No path to datacenter"));
+    let (status, _, body) = dc1.servers[0]
+        .agent
+        .request("PUT", "/v1/kv/app/z?dc=dc9", Some("1"));
+    assert_eq!((status, body.as_str()), (500, "No path to datacenter"));
+
+    // A killed dc2 server shows failed in dc1; the others still answer.
+    dc2.servers[2].agent.kill9();
+    eventually(Duration::from_secs(20), || {
+        let members = wan_members(&dc1.servers[0].agent);
+        members
+            .iter()
+            .any(|(n, s)| n == "b3.dc2" && s == "failed")
+            .then_some(())
+    });
+    for _ in 0..5 {
+        assert_eq!(
+            dc1.client
+                .agent
+                .get_text("/v1/kv/app/x?dc=dc2&raw&stale")
+                .unwrap(),
+            "changed"
+        );
+    }
+    // With every dc2 server gone, dc2 is known but unreachable; dc1 serves on.
+    dc2.servers[0].agent.kill9();
+    dc2.servers[1].agent.kill9();
+    eventually(Duration::from_secs(20), || {
+        let (status, _, body) = dc1.client.agent.request("GET", "/v1/kv/app/x?dc=dc2", None);
+        (status == 500 && body == "Remote DC has no server currently reachable").then_some(())
+    });
+    let (status, _) = dc1.client.agent.put("/v1/kv/app/still", "served");
+    assert_eq!(status, 200);
+    assert_eq!(
+        dc1.servers[1]
+            .agent
+            .get_text("/v1/kv/app/still?raw")
+            .unwrap(),
+        "served"
+    );
+    let (status, _) = dig(&dc1.client, "db.service.dc2.consul");
+    assert_eq!(status, "NXDOMAIN");
+}
+
+#[test]
+fn a_node_name_with_a_dot_cannot_join_the_wan_pool() {
+    let a = spawn("x.y", "127.0.0.131", "dc3", Some((1, &[])), &[]);
+    a.agent.wait_ready();
+    let (status, body) = a.agent.put("/v1/agent/join/127.0.0.132?wan=1", "");
+    assert_eq!(status, 500);
+    assert!(
+        body.contains("node name does not encode a datacenter: x.y.dc3"),
+        "{body}"
+    );
+    assert_eq!(
+        a.agent.get("/v1/agent/members?wan=1").unwrap(),
+        serde_json::json!([])
+    );
+    assert!(a
+        .agent
+        .log_text()
+        .contains("node name does not encode a datacenter: x.y.dc3"));
+}
