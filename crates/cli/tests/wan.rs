@@ -158,7 +158,12 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     let dc1 = datacenter("dc1", "127.0.0.11", ["a1", "a2", "a3", "c1"], &[]);
     // One WAN join, from one dc2 server to one dc1 server.
     let seed = format!("{}:{}", dc1.servers[0].ip, dc1.servers[0].wan_port);
-    let mut dc2 = datacenter("dc2", "127.0.0.12", ["b1", "b2", "b3", "d1"], &[seed.clone()]);
+    let mut dc2 = datacenter(
+        "dc2",
+        "127.0.0.12",
+        ["b1", "b2", "b3", "d1"],
+        std::slice::from_ref(&seed),
+    );
 
     // Flood join: every server of both DCs is alive in every server's WAN pool.
     let all = ["a1.dc1", "a2.dc1", "a3.dc1", "b1.dc2", "b2.dc2", "b3.dc2"];
