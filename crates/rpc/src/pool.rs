@@ -137,7 +137,12 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, address: &str, kind: Kind) -> std::io::Result<Conn> {
+    async fn connect(
+        &self,
+        address: &str,
+        kind: Kind,
+        datacenter: Option<&str>,
+    ) -> std::io::Result<Conn> {
         let timed_out = || {
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -154,7 +159,12 @@ impl Pool {
                 Ok(Conn::Plain(stream))
             }
             Some(tls) => {
-                let handshake = tls.connector(kind).connect(tls.server_name.clone(), stream);
+                // A server of another datacenter carries that one's name.
+                let name = match datacenter {
+                    Some(dc) => tls.name_for(dc).map_err(std::io::Error::other)?,
+                    None => tls.server_name.clone(),
+                };
+                let handshake = tls.connector(kind).connect(name, stream);
                 let stream = tokio::time::timeout(self.connect_timeout, handshake)
                     .await
                     .map_err(|_| timed_out())??;
@@ -174,10 +184,28 @@ impl Pool {
         request: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
+        self.call_in(None, address, kind, request, timeout).await
+    }
+
+    /// [`Pool::call`] to a server of `datacenter` (`None`: this one's),
+    /// whose TLS certificate must name that datacenter.
+    pub async fn call_in(
+        &self,
+        datacenter: Option<&str>,
+        address: &str,
+        kind: Kind,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
         let not_sent = |error| CallError { sent: false, error };
         let (mut stream, pooled) = match self.take(address, kind) {
             Some(s) => (s, true),
-            None => (self.connect(address, kind).await.map_err(not_sent)?, false),
+            None => (
+                self.connect(address, kind, datacenter)
+                    .await
+                    .map_err(not_sent)?,
+                false,
+            ),
         };
         // A failed (or timed out) write leaves at most a partial frame,
         // which the server never acts on.
@@ -185,7 +213,10 @@ impl Pool {
             if !pooled {
                 return Err(not_sent(e));
             }
-            stream = self.connect(address, kind).await.map_err(not_sent)?;
+            stream = self
+                .connect(address, kind, datacenter)
+                .await
+                .map_err(not_sent)?;
             write_within(&mut stream, request, timeout, address)
                 .await
                 .map_err(not_sent)?;

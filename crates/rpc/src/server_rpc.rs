@@ -85,6 +85,7 @@ macro_rules! server_rpc_calls {
                     loop {
                         let address = self.pick_in(datacenter, &tried)?;
                         let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                            .in_datacenter(datacenter)
                             .$name( $( $opts, )? $( $arg.clone() ),* )
                             .await;
                         if !self.other_dc_failed(&address, read, &result, &mut tried) {
@@ -118,6 +119,7 @@ macro_rules! server_rpc_calls {
                     loop {
                         let address = self.pick_in(datacenter, &tried)?;
                         let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                            .in_datacenter(datacenter)
                             .txn(opts, ops.clone())
                             .await;
                         if !self.other_dc_failed(&address, false, &result, &mut tried) {
@@ -571,6 +573,7 @@ server_rpc_calls! {
 pub struct RemoteRpc {
     address: String,
     pool: Arc<Pool>,
+    datacenter: Option<String>,
 }
 
 impl RemoteRpc {
@@ -579,7 +582,15 @@ impl RemoteRpc {
         RemoteRpc {
             address: address.into(),
             pool,
+            datacenter: None,
         }
+    }
+
+    /// Calls go to a server of another datacenter, whose TLS certificate
+    /// must name `datacenter` (`server.<datacenter>.<domain>`).
+    pub fn in_datacenter(mut self, datacenter: &str) -> RemoteRpc {
+        self.datacenter = Some(datacenter.to_string());
+        self
     }
 
     /// The server this client calls.
@@ -592,7 +603,13 @@ impl RemoteRpc {
         let request = serde_json::to_vec(&call).map_err(|e| RpcError::Internal(e.to_string()))?;
         let answer = self
             .pool
-            .call(&self.address, Kind::Rpc, &request, timeout)
+            .call_in(
+                self.datacenter.as_deref(),
+                &self.address,
+                Kind::Rpc,
+                &request,
+                timeout,
+            )
             .await
             .map_err(|e| {
                 if e.sent {

@@ -82,9 +82,22 @@ pub struct ClientTls {
     rpc: TlsConnector,
     raft: TlsConnector,
     pub(crate) server_name: ServerName<'static>,
+    /// The configured name, `server.<dc>.<domain>`.
+    name_text: String,
 }
 
 impl ClientTls {
+    /// The name a server of `datacenter` must carry: the configured
+    /// `server.<dc>.<domain>` with that datacenter in place of this one.
+    pub(crate) fn name_for(&self, datacenter: &str) -> Result<ServerName<'static>, String> {
+        let mut labels = self.name_text.splitn(3, '.');
+        let name = match (labels.next(), labels.next(), labels.next()) {
+            (Some("server"), Some(_), Some(domain)) => format!("server.{datacenter}.{domain}"),
+            _ => return Ok(self.server_name.clone()),
+        };
+        ServerName::try_from(name.clone()).map_err(|e| format!("server name {name:?}: {e}"))
+    }
+
     pub(crate) fn connector(&self, kind: Kind) -> &TlsConnector {
         match kind {
             Kind::Rpc => &self.rpc,
@@ -200,6 +213,7 @@ impl TlsSettings {
             rpc: config(Kind::Rpc)?,
             raft: config(Kind::Raft)?,
             server_name,
+            name_text: self.server_name.clone(),
         })))
     }
 }
