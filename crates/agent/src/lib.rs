@@ -99,6 +99,7 @@ pub struct Agent {
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
+    federation_warnings: std::sync::OnceLock<tokio::sync::watch::Receiver<Vec<String>>>,
 }
 
 impl Agent {
@@ -117,6 +118,7 @@ impl Agent {
             proxycfg: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
+            federation_warnings: std::sync::OnceLock::new(),
             intentions,
             leaf_certs,
             config,
@@ -211,6 +213,21 @@ impl Agent {
     /// The WAN pool (servers only), when plugged in.
     pub fn wan_membership(&self) -> Option<&Arc<dyn membership::Membership>> {
         self.wan_membership.get()
+    }
+
+    /// What is wrong with this server's place among the datacenters (a
+    /// secondary without `primary_datacenter`, or one whose primary the
+    /// WAN pool does not hold); empty when nothing is.
+    pub fn federation_warnings(&self) -> Vec<String> {
+        self.federation_warnings
+            .get()
+            .map(|w| w.borrow().clone())
+            .unwrap_or_default()
+    }
+
+    /// Plugs in the federation warnings (once; later calls are ignored).
+    pub fn set_federation_warnings(&self, warnings: tokio::sync::watch::Receiver<Vec<String>>) {
+        let _ = self.federation_warnings.set(warnings);
     }
 
     /// Plugs in the WAN pool (once; later calls are ignored).

@@ -493,7 +493,10 @@ pub async fn run(args: AgentArgs) -> u8 {
 type StartedServer = (
     Option<Arc<Server>>,
     Option<Arc<crate::cluster::GossipMembership>>,
-    Option<Arc<dyn legate_agent::membership::Membership>>,
+    Option<(
+        Arc<dyn legate_agent::membership::Membership>,
+        tokio::sync::watch::Receiver<Vec<String>>,
+    )>,
     Arc<dyn ServerRpc>,
 );
 
@@ -611,7 +614,7 @@ async fn start_server(
                     config.datacenter.clone(),
                 );
             }
-            wan_membership = Some(pool.membership);
+            wan_membership = Some((pool.membership, pool.warnings));
         }
         crate::cluster::spawn_member_sync(server.clone(), &gossip);
         if config.bootstrap_expect > 1 {
@@ -704,8 +707,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     if let Some(m) = &membership {
         agent.set_membership(m.clone());
     }
-    if let Some(m) = &wan_membership {
+    if let Some((m, warnings)) = &wan_membership {
         agent.set_wan_membership(m.clone());
+        agent.set_federation_warnings(warnings.clone());
     }
     let reload_args = args.clone();
     agent.set_config_loader(Box::new(move || load_config(&reload_args)));
@@ -810,7 +814,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     // (a restarting server should not shrink the cluster).
     if let (true, Some(m)) = (leaving || !config.server, &membership) {
         use legate_agent::membership::Membership;
-        if let Some(wan) = &wan_membership {
+        if let Some((wan, _)) = &wan_membership {
             wan.leave().await;
         }
         m.leave().await;

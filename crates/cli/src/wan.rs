@@ -60,6 +60,8 @@ pub struct WanPool {
     pub membership: Arc<dyn Membership>,
     /// The gossip member, when the pool runs.
     pub gossip: Option<(Gossip, Arc<GossipMembership>)>,
+    /// What is wrong with this server's place among the datacenters.
+    pub warnings: watch::Receiver<Vec<String>>,
 }
 
 /// Starts the WAN pool of a server (none when `serf_wan` is disabled),
@@ -80,18 +82,23 @@ pub async fn start(
             "{reason}: this server stays out of the WAN pool (a node name with a dot cannot be told from its datacenter there)"
         );
         return Ok(Some(WanPool {
-            membership: Arc::new(RefusedWan { reason }),
+            membership: Arc::new(RefusedWan {
+                reason: reason.clone(),
+            }),
             gossip: None,
+            warnings: watch::channel(vec![reason]).1,
         }));
     }
     let (gossip, membership) =
         crate::cluster::start_gossip(config, node_id, raft_id, Some(rpc_address), PoolKind::Wan)
             .await?;
+    let warnings = spawn_federation_warnings(view.subscribe(), config);
     spawn_view(&gossip, view);
     spawn_joins(membership.clone(), config);
     Ok(Some(WanPool {
         membership: membership.clone(),
         gossip: Some((gossip, membership)),
+        warnings,
     }))
 }
 
@@ -143,6 +150,69 @@ fn spawn_view(gossip: &Gossip, view: watch::Sender<WanView>) {
             }
         }
     });
+}
+
+/// What is wrong with this server's place among the datacenters the WAN
+/// pool knows: a datacenter without `primary_datacenter` beside others
+/// silently acts as a primary of its own (Consul's trap), and a secondary
+/// whose primary has no server in the pool cannot reach it.
+pub fn federation_warnings(
+    view: &WanView,
+    local: &str,
+    primary: &str,
+    primary_set: bool,
+) -> Vec<String> {
+    let others: Vec<&str> = view
+        .datacenters
+        .keys()
+        .map(String::as_str)
+        .filter(|dc| *dc != local)
+        .collect();
+    let mut warnings = Vec::new();
+    if !primary_set && !others.is_empty() {
+        warnings.push(format!(
+            "primary_datacenter is not set: datacenter {local} acts as a primary of its own (its own CA trust domain, config entries and intentions) although the WAN pool also holds {}; set primary_datacenter to the same datacenter on every server",
+            others.join(", ")
+        ));
+    }
+    if primary_set && primary != local && !view.knows(primary) {
+        warnings.push(format!(
+            "primary_datacenter is {primary}, but the WAN pool holds no server of {primary}: this secondary cannot reach its primary (check retry_join_wan and that {primary} is the primary's datacenter name)"
+        ));
+    }
+    warnings
+}
+
+/// Keeps the federation warnings current from the WAN pool's view (first
+/// after a grace for the joins at start), logging each new one loudly.
+pub fn spawn_federation_warnings(
+    mut view: watch::Receiver<WanView>,
+    config: &AgentConfig,
+) -> watch::Receiver<Vec<String>> {
+    let (tx, rx) = watch::channel(Vec::<String>::new());
+    let local = config.datacenter.clone();
+    let primary = config.primary_datacenter.clone();
+    let primary_set = config.wan.primary_datacenter_set;
+    let grace = config.wan.retry_interval_wan.max(Duration::from_secs(10));
+    tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        loop {
+            let now = federation_warnings(&view.borrow_and_update(), &local, &primary, primary_set);
+            let fresh: Vec<String> = now
+                .iter()
+                .filter(|w| !tx.borrow().contains(w))
+                .cloned()
+                .collect();
+            for warning in fresh {
+                tracing::error!("{warning}");
+            }
+            tx.send_replace(now);
+            if view.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// `start_join_wan` once, then `retry_join_wan` every `retry_interval_wan`
@@ -268,6 +338,37 @@ mod tests {
             },
             status,
         }
+    }
+
+    #[test]
+    fn a_secondary_without_its_primary_says_so() {
+        let members = vec![
+            member("a1.dc1", "127.0.0.11", "dc1", "server", Status::Alive, None),
+            member("b1.dc2", "127.0.0.21", "dc2", "server", Status::Alive, None),
+        ];
+        let both = view_of(&members);
+        let alone = view_of(&members[1..]);
+        assert!(federation_warnings(&both, "dc2", "dc1", true).is_empty());
+        // Unset: dc2 would be a primary of its own.
+        let unset = federation_warnings(&both, "dc2", "dc2", false);
+        assert_eq!(unset.len(), 1);
+        assert!(
+            unset[0].starts_with(
+                "primary_datacenter is not set: datacenter dc2 acts as a primary of its own"
+            ),
+            "{unset:?}"
+        );
+        assert!(unset[0].contains("also holds dc1"));
+        // Alone, unset is fine (one datacenter); a named primary not in the pool is not.
+        assert!(federation_warnings(&alone, "dc2", "dc2", false).is_empty());
+        let lost = federation_warnings(&alone, "dc2", "dc1", true);
+        assert!(
+            lost[0]
+                .starts_with("primary_datacenter is dc1, but the WAN pool holds no server of dc1"),
+            "{lost:?}"
+        );
+        // The primary itself needs nothing else.
+        assert!(federation_warnings(&view_of(&members[..1]), "dc1", "dc1", true).is_empty());
     }
 
     #[test]

@@ -250,6 +250,11 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
         (400, "Cannot provide a segment with wan=true")
     );
 
+    // Every server names the same primary: nothing to warn about.
+    let own = dc2.servers[0].agent.get("/v1/agent/self").unwrap();
+    assert_eq!(own["Legate"]["FederationWarnings"], serde_json::json!([]));
+    assert_eq!(own["Config"]["PrimaryDatacenter"], "dc1");
+
     // Both DCs, local first, through either DC's client.
     assert_eq!(
         dc1.client.agent.get("/v1/catalog/datacenters").unwrap(),
@@ -407,4 +412,27 @@ fn a_node_name_with_a_dot_cannot_join_the_wan_pool() {
         .agent
         .log_text()
         .contains("node name does not encode a datacenter: x.y.dc3"));
+    let own = a.agent.get("/v1/agent/self").unwrap();
+    assert_eq!(
+        own["Legate"]["FederationWarnings"],
+        serde_json::json!(["node name does not encode a datacenter: x.y.dc3"])
+    );
+}
+
+#[test]
+fn a_secondary_that_cannot_reach_its_primary_says_so() {
+    // dc4 names dc1 as its primary, but no WAN join brings dc1 in.
+    let a = spawn("e1", "127.0.0.141", "dc4", Some((1, &[])), &[]);
+    a.agent.wait_ready();
+    let expected = "primary_datacenter is dc1, but the WAN pool holds no server of dc1";
+    let warnings = eventually(Duration::from_secs(30), || {
+        let own = a.agent.get("/v1/agent/self").ok()?;
+        let warnings = own["Legate"]["FederationWarnings"].as_array()?.clone();
+        (!warnings.is_empty()).then_some(warnings)
+    });
+    assert!(
+        warnings[0].as_str().unwrap().starts_with(expected),
+        "{warnings:?}"
+    );
+    assert!(a.agent.log_text().contains(expected));
 }

@@ -97,7 +97,11 @@ pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
             "Port": config.ports.grpc.map(i64::from).unwrap_or(-1),
             "Ports": {"Plaintext": config.ports.grpc.map(i64::from).unwrap_or(-1), "TLS": -1},
         },
-        "Legate": {"Version": legate_types::LEGATE_VERSION, "Address": address},
+        "Legate": {
+            "Version": legate_types::LEGATE_VERSION,
+            "Address": address,
+            "FederationWarnings": agent.federation_warnings(),
+        },
     });
     Ok(json(&req.params, &body))
 }

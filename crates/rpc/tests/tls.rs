@@ -134,13 +134,25 @@ async fn tls_connections_route_by_alpn_and_check_both_sides() {
     assert!(error.contains("certificate"), "{error}");
     // Dialing it as a server of dc1 from dc2 checks dc1's name instead.
     let from_dc2 = other_dc
-        .call_in(Some("dc1"), &address, Kind::Rpc, b"hi", Duration::from_secs(2))
+        .call_in(
+            Some("dc1"),
+            &address,
+            Kind::Rpc,
+            b"hi",
+            Duration::from_secs(2),
+        )
         .await
         .unwrap();
     assert_eq!(from_dc2, b"rpc:hi");
     // And a server of dc1 dialed as dc3's is refused.
     let as_dc3 = dialer(&client)
-        .call_in(Some("dc3"), &address, Kind::Rpc, b"hi", Duration::from_secs(2))
+        .call_in(
+            Some("dc3"),
+            &address,
+            Kind::Rpc,
+            b"hi",
+            Duration::from_secs(2),
+        )
         .await;
     assert!(as_dc3.is_err());
     // And its CA: a client trusting another CA refuses this server.
