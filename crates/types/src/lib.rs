@@ -9,6 +9,7 @@ pub mod binary;
 pub mod catalog;
 pub mod config_entry;
 pub mod connect;
+pub mod coordinate;
 pub mod duration;
 pub mod error;
 pub mod federation;
