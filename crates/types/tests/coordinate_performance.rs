@@ -11,6 +11,9 @@
 //! 0.0029/0.014 against 0.0031/0.013, circle 0.0032/0.055 against
 //! 0.0028/0.064, the others inside Serf's own bounds).
 
+// Truth matrices are indexed by node pairs, as Serf writes them.
+#![allow(clippy::needless_range_loop)]
+
 use std::time::Duration;
 
 use legate_types::coordinate::{CoordinateConfig, VivaldiClient};
