@@ -13,8 +13,10 @@
 //! Not wire-compatible with Consul's serf.
 
 mod changes;
+mod coordinates;
 mod keyring;
 mod pushpull;
+mod table;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -32,7 +34,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 pub use changes::ClusterChange;
+pub use coordinates::CoordinateView;
 pub use keyring::{load_keyring, save_keyring, Key, Keyring, OVERHEAD};
+use table::Table;
 
 /// The largest datagram sent (a conservative path MTU).
 const MAX_DATAGRAM: usize = 1400;
@@ -246,6 +250,7 @@ pub struct Gossip {
     task: Arc<tokio::task::JoinHandle<()>>,
     commands: mpsc::Sender<Command>,
     members: watch::Receiver<Vec<Member>>,
+    coordinates: watch::Receiver<CoordinateView>,
     keyring: Arc<Mutex<Keyring>>,
     local: SocketAddr,
 }
@@ -296,11 +301,21 @@ impl Gossip {
         .0;
         let watcher = members.subscribe();
         let keyring = Arc::new(Mutex::new(config.keyring.clone()));
-        let task = tokio::spawn(run(socket, me, config, receiver, members, keyring.clone()));
+        let coords = coordinates::Coordinates::new(me.name.clone());
+        let (coordinates_tx, coordinates) = watch::channel(coords.view());
+        let task = tokio::spawn(run(
+            socket,
+            me,
+            config,
+            receiver,
+            (members, coordinates_tx, coords),
+            keyring.clone(),
+        ));
         Ok(Gossip {
             task: Arc::new(task),
             commands,
             members: watcher,
+            coordinates,
             keyring,
             local: addr,
         })
@@ -319,6 +334,12 @@ impl Gossip {
     /// Membership changes.
     pub fn watch(&self) -> watch::Receiver<Vec<Member>> {
         self.members.clone()
+    }
+
+    /// This member's network coordinate and the others' it has seen,
+    /// updated with every measured round trip.
+    pub fn coordinates(&self) -> watch::Receiver<CoordinateView> {
+        self.coordinates.clone()
     }
 
     /// Contacts each address and waits up to `timeout` for members there to
@@ -470,131 +491,6 @@ impl Gossip {
     }
 }
 
-/// The member table: foca's view plus what we know of those gone.
-struct Table {
-    me: NodeId,
-    by_addr: BTreeMap<SocketAddr, Member>,
-    /// Force-leaves received for members not (yet) failed here.
-    leave_intents: std::collections::HashMap<String, Instant>,
-    /// Key fingerprints members announced after their keyring changed
-    /// (newer than the ones in their tags).
-    key_states: std::collections::HashMap<String, Vec<String>>,
-}
-
-/// How long a force-leave waits for the member to fail here.
-const LEAVE_INTENT: Duration = Duration::from_secs(60);
-
-impl Table {
-    fn up(&mut self, id: &NodeId) {
-        // A new identity (a restart) carries its keys in its tags again.
-        self.key_states.remove(&id.name);
-        self.by_addr.insert(
-            id.addr,
-            Member {
-                name: id.name.clone(),
-                addr: id.addr,
-                tags: id.tags.clone(),
-                status: if id.tags.leaving {
-                    Status::Left
-                } else {
-                    Status::Alive
-                },
-            },
-        );
-    }
-
-    fn renamed(&mut self, id: &NodeId) {
-        self.key_states.remove(&id.name);
-        match self.by_addr.get_mut(&id.addr) {
-            Some(m) => {
-                m.name = id.name.clone();
-                m.tags = id.tags.clone();
-                if id.tags.leaving {
-                    m.status = Status::Left;
-                }
-            }
-            None => self.up(id),
-        }
-    }
-
-    /// Marks `name` left if it failed; otherwise remembers the intent for
-    /// a while, so a failure noticed soon after is recorded as left (a
-    /// `force-leave` that reached us before our own failure detector did).
-    fn force_leave(&mut self, name: &str) {
-        let mut failed = false;
-        for m in self.by_addr.values_mut() {
-            if m.name == name && m.status == Status::Failed {
-                m.status = Status::Left;
-                failed = true;
-            }
-        }
-        if !failed {
-            self.leave_intents
-                .insert(name.to_string(), Instant::now() + LEAVE_INTENT);
-        }
-    }
-
-    /// Forgets `name` if it left or failed (`force-leave -prune`); a
-    /// failed member is first marked left, as `force-leave` does.
-    fn prune(&mut self, name: &str) {
-        self.force_leave(name);
-        self.leave_intents.remove(name);
-        self.by_addr
-            .retain(|_, m| m.name != name || m.status == Status::Alive);
-    }
-
-    fn down(&mut self, id: &NodeId) {
-        self.leave_intents
-            .retain(|_, until| *until > Instant::now());
-        let status = if id.tags.leaving || self.leave_intents.remove(&id.name).is_some() {
-            Status::Left
-        } else {
-            Status::Failed
-        };
-        self.by_addr
-            .entry(id.addr)
-            .and_modify(|m| {
-                if m.status != Status::Left {
-                    m.status = status;
-                }
-            })
-            .or_insert_with(|| Member {
-                name: id.name.clone(),
-                addr: id.addr,
-                tags: id.tags.clone(),
-                status,
-            });
-    }
-
-    fn snapshot(&self) -> Vec<Member> {
-        let mut all: Vec<Member> = self
-            .by_addr
-            .values()
-            .filter(|m| m.addr != self.me.addr && m.name != self.me.name)
-            .cloned()
-            .collect();
-        all.push(Member {
-            name: self.me.name.clone(),
-            addr: self.me.addr,
-            tags: self.me.tags.clone(),
-            status: Status::Alive,
-        });
-        // A name seen at several addresses: the live one wins.
-        all.sort_by(|a, b| {
-            a.name
-                .cmp(&b.name)
-                .then((a.status != Status::Alive).cmp(&(b.status != Status::Alive)))
-        });
-        all.dedup_by(|later, first| later.name == first.name);
-        for member in &mut all {
-            if let Some(keys) = self.key_states.get(&member.name) {
-                member.tags.keys = keys.clone();
-            }
-        }
-        all
-    }
-}
-
 /// How many times an update is retransmitted in a cluster of `members`
 /// (foca's LAN rule: 4 × log10(n + 1), at least 4 as for 16 members).
 fn max_transmissions_for(members: usize) -> std::num::NonZeroU8 {
@@ -669,7 +565,11 @@ async fn run(
     me: NodeId,
     config: GossipConfig,
     mut commands: mpsc::Receiver<Command>,
-    members: watch::Sender<Vec<Member>>,
+    (members, coordinates_tx, mut coords): (
+        watch::Sender<Vec<Member>>,
+        watch::Sender<CoordinateView>,
+        coordinates::Coordinates,
+    ),
     keyring: Arc<Mutex<Keyring>>,
 ) {
     let mut foca_config = Config::new_lan(NonZeroU32::new(16).expect("non-zero"));
@@ -711,6 +611,8 @@ async fn run(
     let mut reconnect = tokio::time::interval(config.timing.reconnect_interval);
     reconnect.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut turn = 0usize;
+    let mut coordinate_probe = tokio::time::interval(config.timing.probe_period);
+    coordinate_probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut push_pull = tokio::time::interval(config.timing.push_pull_interval);
     push_pull.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Pushes already answered (each chunk of a push asks for an answer).
@@ -738,6 +640,20 @@ async fn run(
                             Some(data) if data.is_empty() => Ok(()),
                             Some(data) if data.first() == Some(&pushpull::FOCA) => {
                                 foca.handle_data(&data[1..], &mut runtime)
+                            }
+                            Some(data) if matches!(data.first(), Some(&coordinates::PING | &coordinates::ACK)) => {
+                                let (answer, changed) = coords.receive(&data, from);
+                                if let Some(answer) = answer {
+                                    let sealed = keyring
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .seal(&config.pool.marked(answer));
+                                    let _ = socket.send_to(&sealed, from).await;
+                                }
+                                if changed {
+                                    coordinates_tx.send_replace(coords.view());
+                                }
+                                Ok(())
                             }
                             Some(data) => match pushpull::decode_state(&data) {
                                 Some(chunk) => {
@@ -775,6 +691,24 @@ async fn run(
                     result = result.and(foca.handle_timer(timer, &mut runtime));
                 }
                 result
+            }
+            _ = coordinate_probe.tick() => {
+                // A round trip to one random live member per probe period.
+                let alive: Vec<SocketAddr> = table
+                    .by_addr
+                    .values()
+                    .filter(|m| m.status == Status::Alive && m.name != table.me.name)
+                    .map(|m| m.addr)
+                    .collect();
+                if !alive.is_empty() {
+                    let to = alive[rand::random::<u64>() as usize % alive.len()];
+                    let sealed = keyring
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .seal(&config.pool.marked(coords.ping(to)));
+                    let _ = socket.send_to(&sealed, to).await;
+                }
+                Ok(())
             }
             _ = push_pull.tick() => {
                 let active: Vec<SocketAddr> = foca.iter_members().map(|m| m.id().addr).collect();
@@ -942,6 +876,14 @@ async fn run(
                 }
                 OwnedNotification::MemberDown(id) => {
                     table.down(&id);
+                    if table
+                        .by_addr
+                        .get(&id.addr)
+                        .is_some_and(|m| m.status == Status::Left)
+                    {
+                        coords.forget(&id.name);
+                        coordinates_tx.send_replace(coords.view());
+                    }
                     changed = true;
                 }
                 OwnedNotification::Rename(_, new) => {

@@ -407,3 +407,33 @@ async fn pools_never_merge_when_one_is_joined_at_the_others_port() {
     assert!(wan_b.members().iter().all(|m| m.name != "a"));
     assert_eq!(lan_a.members().len(), 1, "{:?}", lan_a.members());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_between_members_give_each_a_coordinate_of_the_other() {
+    let a = member("a", &[], "127.0.0.1:0").await;
+    let b = member("b", &[], "127.0.0.1:0").await;
+    assert_eq!(b.join(&[a.local_addr()], Duration::from_secs(5)).await, 1);
+    for (g, other) in [(&a, "b"), (&b, "a")] {
+        let mut view = g.coordinates();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                {
+                    let v = view.borrow_and_update();
+                    let own = v.own.as_ref().unwrap();
+                    // Several round trips in: the estimate is no longer
+                    // the starting one (error 1.5) and the other is known.
+                    if v.others.contains_key(other) && own.error < 1.0 {
+                        return;
+                    }
+                }
+                view.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no coordinate of {other}: {:?}", g.coordinates().borrow()));
+    }
+    // Loopback round trips are far below a second.
+    let view = a.coordinates().borrow().clone();
+    let rtt = view.own.unwrap().distance_to(&view.others["b"]);
+    assert!(rtt < Duration::from_millis(100), "{rtt:?}");
+}

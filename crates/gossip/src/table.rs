@@ -1,0 +1,136 @@
+//! The member table: foca's view of the members plus what this member
+//! knows of those gone (left or failed), force-leaves waiting for a
+//! failure, and members' latest key fingerprints.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{Member, NodeId, Status};
+
+/// The member table: foca's view plus what we know of those gone.
+pub(crate) struct Table {
+    pub(crate) me: NodeId,
+    pub(crate) by_addr: BTreeMap<SocketAddr, Member>,
+    /// Force-leaves received for members not (yet) failed here.
+    pub(crate) leave_intents: std::collections::HashMap<String, Instant>,
+    /// Key fingerprints members announced after their keyring changed
+    /// (newer than the ones in their tags).
+    pub(crate) key_states: std::collections::HashMap<String, Vec<String>>,
+}
+
+/// How long a force-leave waits for the member to fail here.
+const LEAVE_INTENT: Duration = Duration::from_secs(60);
+
+impl Table {
+    pub(crate) fn up(&mut self, id: &NodeId) {
+        // A new identity (a restart) carries its keys in its tags again.
+        self.key_states.remove(&id.name);
+        self.by_addr.insert(
+            id.addr,
+            Member {
+                name: id.name.clone(),
+                addr: id.addr,
+                tags: id.tags.clone(),
+                status: if id.tags.leaving {
+                    Status::Left
+                } else {
+                    Status::Alive
+                },
+            },
+        );
+    }
+
+    pub(crate) fn renamed(&mut self, id: &NodeId) {
+        self.key_states.remove(&id.name);
+        match self.by_addr.get_mut(&id.addr) {
+            Some(m) => {
+                m.name = id.name.clone();
+                m.tags = id.tags.clone();
+                if id.tags.leaving {
+                    m.status = Status::Left;
+                }
+            }
+            None => self.up(id),
+        }
+    }
+
+    /// Marks `name` left if it failed; otherwise remembers the intent for
+    /// a while, so a failure noticed soon after is recorded as left (a
+    /// `force-leave` that reached us before our own failure detector did).
+    pub(crate) fn force_leave(&mut self, name: &str) {
+        let mut failed = false;
+        for m in self.by_addr.values_mut() {
+            if m.name == name && m.status == Status::Failed {
+                m.status = Status::Left;
+                failed = true;
+            }
+        }
+        if !failed {
+            self.leave_intents
+                .insert(name.to_string(), Instant::now() + LEAVE_INTENT);
+        }
+    }
+
+    /// Forgets `name` if it left or failed (`force-leave -prune`); a
+    /// failed member is first marked left, as `force-leave` does.
+    pub(crate) fn prune(&mut self, name: &str) {
+        self.force_leave(name);
+        self.leave_intents.remove(name);
+        self.by_addr
+            .retain(|_, m| m.name != name || m.status == Status::Alive);
+    }
+
+    pub(crate) fn down(&mut self, id: &NodeId) {
+        self.leave_intents
+            .retain(|_, until| *until > Instant::now());
+        let status = if id.tags.leaving || self.leave_intents.remove(&id.name).is_some() {
+            Status::Left
+        } else {
+            Status::Failed
+        };
+        self.by_addr
+            .entry(id.addr)
+            .and_modify(|m| {
+                if m.status != Status::Left {
+                    m.status = status;
+                }
+            })
+            .or_insert_with(|| Member {
+                name: id.name.clone(),
+                addr: id.addr,
+                tags: id.tags.clone(),
+                status,
+            });
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Member> {
+        let mut all: Vec<Member> = self
+            .by_addr
+            .values()
+            .filter(|m| m.addr != self.me.addr && m.name != self.me.name)
+            .cloned()
+            .collect();
+        all.push(Member {
+            name: self.me.name.clone(),
+            addr: self.me.addr,
+            tags: self.me.tags.clone(),
+            status: Status::Alive,
+        });
+        // A name seen at several addresses: the live one wins.
+        all.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then((a.status != Status::Alive).cmp(&(b.status != Status::Alive)))
+        });
+        all.dedup_by(|later, first| later.name == first.name);
+        for member in &mut all {
+            if let Some(keys) = self.key_states.get(&member.name) {
+                member.tags.keys = keys.clone();
+            }
+        }
+        all
+    }
+}
