@@ -160,6 +160,8 @@ const KNOWN_KEYS: &[&str] = &[
     "xds",
     "gossip_lan",
     "gossip_wan",
+    "sync_coordinate_interval_min",
+    "sync_coordinate_rate_target",
 ];
 
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
@@ -222,6 +224,8 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "advertise_addr_wan",
     "gossip_lan",
     "gossip_wan",
+    "sync_coordinate_interval_min",
+    "sync_coordinate_rate_target",
 ];
 
 const KNOWN_PORTS: &[&str] = &[

@@ -10,6 +10,7 @@ mod authorize;
 mod changes_rpc;
 pub mod checks;
 pub mod config;
+pub mod coordinate_sync;
 pub mod dns_config;
 pub mod intention_cache;
 pub mod leaf;
@@ -149,6 +150,7 @@ impl Agent {
         let manager = agent.start_proxycfg();
         let _ = agent.proxycfg.set(manager);
         sync::spawn(agent.clone());
+        coordinate_sync::spawn(agent.clone());
         spawn_reaper(agent.clone());
         Ok(agent)
     }

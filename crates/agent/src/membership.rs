@@ -68,4 +68,8 @@ pub trait Membership: Send + Sync + 'static {
     fn keyring(&self) -> Option<KeyringStatus>;
     /// Changes the keyring of every member (spread by gossip).
     async fn change_keyring(&self, op: KeyringOp, key: &str) -> Result<(), String>;
+    /// This agent's network coordinate in this pool, once measured.
+    fn coordinate(&self) -> Option<legate_types::coordinate::Coordinate> {
+        None
+    }
 }

@@ -1,7 +1,9 @@
 //! The WAN pool's settings (`start_join_wan`, `retry_join_wan`,
-//! `retry_interval_wan`, `retry_max_wan`, `advertise_addr_wan`) and both
-//! pools' gossip timing (`gossip_lan {}`, `gossip_wan {}`), checked at
-//! load so a bad value stops the agent with the key named.
+//! `retry_interval_wan`, `retry_max_wan`, `advertise_addr_wan`), both
+//! pools' gossip timing (`gossip_lan {}`, `gossip_wan {}`) and how often
+//! an agent sends its coordinate (`sync_coordinate_interval_min`,
+//! `sync_coordinate_rate_target`), checked at load so a bad value stops
+//! the agent with the key named.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -39,7 +41,7 @@ impl GossipTiming {
 }
 
 /// The WAN pool's settings (servers only).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WanConfig {
     /// WAN gossip addresses joined once at start (`start_join_wan`, `-join-wan`).
     pub start_join_wan: Vec<String>,
@@ -61,6 +63,13 @@ pub struct WanConfig {
     pub gossip_lan: GossipTiming,
     /// WAN gossip timing.
     pub gossip_wan: GossipTiming,
+    /// The shortest time between an agent's coordinate updates
+    /// (`sync_coordinate_interval_min`, 15s).
+    pub sync_coordinate_interval_min: Duration,
+    /// Coordinate updates per second the whole datacenter aims at
+    /// (`sync_coordinate_rate_target`, 64): larger datacenters send less
+    /// often.
+    pub sync_coordinate_rate_target: f64,
 }
 
 impl Default for WanConfig {
@@ -74,6 +83,8 @@ impl Default for WanConfig {
             primary_datacenter_set: false,
             gossip_lan: GossipTiming::LAN,
             gossip_wan: GossipTiming::WAN,
+            sync_coordinate_interval_min: Duration::from_secs(15),
+            sync_coordinate_rate_target: 64.0,
         }
     }
 }
@@ -201,6 +212,28 @@ pub(crate) fn parse(map: &Map<String, Value>) -> Result<WanConfig, ConfigError> 
             .is_some_and(|s| !s.is_empty()),
         gossip_lan: timing(map, "gossip_lan", GossipTiming::LAN)?,
         gossip_wan: timing(map, "gossip_wan", GossipTiming::WAN)?,
+        sync_coordinate_interval_min: match map.get("sync_coordinate_interval_min") {
+            None | Some(Value::Null) => defaults.sync_coordinate_interval_min,
+            Some(value) => {
+                let d = duration("sync_coordinate_interval_min", value)?;
+                if d.is_zero() {
+                    return Err(err("sync_coordinate_interval_min", "must be positive"));
+                }
+                d
+            }
+        },
+        sync_coordinate_rate_target: match map.get("sync_coordinate_rate_target") {
+            None | Some(Value::Null) => defaults.sync_coordinate_rate_target,
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|r| r > 0.0 && r.is_finite()) => {
+                n.as_f64().expect("checked")
+            }
+            Some(other) => {
+                return Err(err(
+                    "sync_coordinate_rate_target",
+                    format!("{other} is not a positive number"),
+                ))
+            }
+        },
     })
 }
 

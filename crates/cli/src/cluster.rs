@@ -154,6 +154,10 @@ impl Membership for GossipMembership {
         })
     }
 
+    fn coordinate(&self) -> Option<legate_types::coordinate::Coordinate> {
+        self.gossip.coordinates().borrow().own.clone()
+    }
+
     async fn change_keyring(&self, op: KeyringOp, key: &str) -> Result<(), String> {
         match op {
             KeyringOp::Install => self.gossip.install_key(key).await,

@@ -29,6 +29,8 @@ enum Command {
     Version,
     /// Lists the members of the cluster.
     Members(commands::misc::MembersArgs),
+    /// Estimates the round trip between two nodes from their coordinates.
+    Rtt(commands::rtt::RttArgs),
     /// Reads the catalog.
     #[command(subcommand)]
     Catalog(commands::catalog::CatalogCommand),
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
                 0
             }
             Command::Members(args) => commands::misc::members(args).await,
+            Command::Rtt(args) => commands::rtt::rtt(args).await,
             Command::Catalog(cmd) => commands::catalog::run(cmd).await,
             Command::Services(cmd) => commands::services::run(cmd).await,
             Command::Kv(cmd) => commands::kv::run(cmd).await,

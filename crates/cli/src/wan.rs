@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use legate_agent::config::AgentConfig;
 use legate_agent::membership::{KeyringOp, KeyringStatus, MemberInfo, Membership};
-use legate_gossip::{Gossip, Member, Status};
+use legate_gossip::{CoordinateView, Gossip, Member, Status};
 use legate_types::federation::{split_wan_name, WanServer, WanStatus, WanView};
 use tokio::sync::watch;
 
@@ -104,7 +104,7 @@ pub async fn start(
 
 /// The datacenters and servers in `members` (servers that left are gone;
 /// a datacenter with none left is gone too).
-pub fn view_of(members: &[Member]) -> WanView {
+pub fn view_of(members: &[Member], coordinates: &CoordinateView) -> WanView {
     let mut datacenters: BTreeMap<String, Vec<WanServer>> = BTreeMap::new();
     for m in members {
         if m.tags.role != "server" || m.tags.rpc_addr.is_empty() || m.tags.dc.is_empty() {
@@ -127,26 +127,35 @@ pub fn view_of(members: &[Member]) -> WanView {
                 node,
                 rpc_addr: m.tags.rpc_addr.clone(),
                 status,
+                coord: coordinates.others.get(&m.name).cloned(),
             });
     }
     for servers in datacenters.values_mut() {
         servers.sort_by(|a, b| a.node.cmp(&b.node));
     }
-    WanView { datacenters }
+    WanView {
+        datacenters,
+        own: coordinates.own.clone(),
+    }
 }
 
 fn spawn_view(gossip: &Gossip, view: watch::Sender<WanView>) {
     let mut members = gossip.watch();
+    let mut coordinates = gossip.coordinates();
     tokio::spawn(async move {
         loop {
-            let next = view_of(&members.borrow_and_update());
+            let next = view_of(
+                &members.borrow_and_update(),
+                &coordinates.borrow_and_update(),
+            );
             view.send_if_modified(|current| {
                 let changed = *current != next;
                 *current = next;
                 changed
             });
-            if members.changed().await.is_err() {
-                return;
+            tokio::select! {
+                changed = members.changed() => if changed.is_err() { return },
+                changed = coordinates.changed() => if changed.is_err() { return },
             }
         }
     });
@@ -346,8 +355,8 @@ mod tests {
             member("a1.dc1", "127.0.0.11", "dc1", "server", Status::Alive, None),
             member("b1.dc2", "127.0.0.21", "dc2", "server", Status::Alive, None),
         ];
-        let both = view_of(&members);
-        let alone = view_of(&members[1..]);
+        let both = view_of(&members, &CoordinateView::default());
+        let alone = view_of(&members[1..], &CoordinateView::default());
         assert!(federation_warnings(&both, "dc2", "dc1", true).is_empty());
         // Unset: dc2 would be a primary of its own.
         let unset = federation_warnings(&both, "dc2", "dc2", false);
@@ -368,7 +377,13 @@ mod tests {
             "{lost:?}"
         );
         // The primary itself needs nothing else.
-        assert!(federation_warnings(&view_of(&members[..1]), "dc1", "dc1", true).is_empty());
+        assert!(federation_warnings(
+            &view_of(&members[..1], &CoordinateView::default()),
+            "dc1",
+            "dc1",
+            true
+        )
+        .is_empty());
     }
 
     #[test]
@@ -386,7 +401,7 @@ mod tests {
             member("b1.dc2", "127.0.0.21", "dc2", "server", Status::Alive, None),
             member("c1.dc3", "127.0.0.31", "dc3", "server", Status::Left, None),
         ];
-        let view = view_of(&members);
+        let view = view_of(&members, &CoordinateView::default());
         assert_eq!(
             view.datacenters.keys().collect::<Vec<_>>(),
             vec!["dc1", "dc2"]

@@ -265,6 +265,35 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
         serde_json::json!(["dc2", "dc1"])
     );
 
+    // WAN coordinates from gossip round trips: every server of both DCs,
+    // and `rtt -wan` between them.
+    let coords = eventually(Duration::from_secs(30), || {
+        let all = dc1.servers[0]
+            .agent
+            .get("/v1/coordinate/datacenters")
+            .ok()?;
+        let counts: Vec<usize> = all
+            .as_array()?
+            .iter()
+            .map(|d| d["Coordinates"].as_array().map_or(0, |c| c.len()))
+            .collect();
+        (counts == [3, 3]).then_some(all)
+    });
+    assert_eq!(coords[0]["Datacenter"], "dc1");
+    assert_eq!(coords[1]["AreaID"], "wan");
+    let out = dc1.servers[0]
+        .agent
+        .cli(&["rtt", "-wan", "a1.dc1", "b2.dc2"]);
+    let line = common::expect_success(&out);
+    assert!(
+        line.starts_with("Estimated a1.dc1 <-> b2.dc2 rtt: ")
+            && line.ends_with(" ms (using WAN coordinates)"),
+        "{line}"
+    );
+    let out = dc1.servers[0].agent.cli(&["rtt", "-wan", "a1", "b2.dc2"]);
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("Node names must be specified as <node name>.<datacenter> with -wan"));
+
     // Writes and reads both ways: HTTP ?dc= and the CLI's -datacenter.
     let (status, body) = dc1.client.agent.put("/v1/kv/app/x?dc=dc2", "from-dc1");
     assert_eq!((status, body.trim()), (200, "true"));

@@ -85,7 +85,8 @@ pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
             "ACLsEnabled": config.acl_enabled,
             "SessionTTLMin": legate_types::duration::format_go_duration(config.limits.session_ttl_min),
         },
-        "Coord": null,
+        // This agent's LAN coordinate (null until gossip measured one).
+        "Coord": agent.membership().and_then(|m| m.coordinate()),
         "Member": member(&st),
         "Stats": {
             "agent": {"check_monitors": "0", "services": agent.services().len().to_string(), "checks": agent.checks().len().to_string()},

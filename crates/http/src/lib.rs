@@ -7,6 +7,7 @@ mod agent;
 mod catalog;
 mod config;
 mod connect;
+mod coordinates;
 mod intentions;
 mod kv;
 mod metrics;
@@ -35,7 +36,15 @@ pub struct Req {
     pub params: util::Params,
     /// Headers.
     pub headers: HeaderMap,
+    /// The client's address (absent for requests not served by `serve`).
+    pub peer: Option<std::net::SocketAddr>,
+    /// This agent's node name (what `?near=_agent` means).
+    pub agent_node: String,
 }
+
+/// The client address of a request, set by the connection that read it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub std::net::SocketAddr);
 
 /// Builds the `/v1` router.
 pub fn router(state: AppState) -> Router {
@@ -178,12 +187,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/event/fire/{name}", put(misc::event_fire))
         .route("/v1/event/list", get(misc::event_list))
-        .route(
-            "/v1/coordinate/datacenters",
-            get(misc::coordinate_datacenters),
-        )
-        .route("/v1/coordinate/nodes", get(misc::coordinate_nodes))
-        .route("/v1/coordinate/node/{node}", get(misc::coordinate_nodes))
+        .route("/v1/coordinate/datacenters", get(coordinates::datacenters))
+        .route("/v1/coordinate/nodes", get(coordinates::nodes))
+        .route("/v1/coordinate/node/{node}", get(coordinates::node))
+        .route("/v1/coordinate/update", put(coordinates::update))
         .fallback(fallback)
         .layer(axum::middleware::map_response(add_common_headers))
         .with_state(state)
@@ -218,16 +225,18 @@ pub async fn serve(
     serve::serve(listener, router(state), &limits, shutdown).await
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Req {
+impl axum::extract::FromRequestParts<AppState> for Req {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        _state: &S,
+        state: &AppState,
     ) -> Result<Req, Self::Rejection> {
         Ok(Req {
             params: util::Params::parse(parts.uri.query()),
             headers: parts.headers.clone(),
+            peer: parts.extensions.get::<PeerAddr>().map(|p| p.0),
+            agent_node: state.agent.config().node_name.clone(),
         })
     }
 }
@@ -243,7 +252,7 @@ impl Req {
         T: serde::Serialize,
         Fut: std::future::Future<Output = Result<legate_types::Queried<T>, legate_types::RpcError>>,
     {
-        let opts = util::query_options(&self.headers, &self.params)?;
+        let opts = self.query_options()?;
         let result = call(opts).await?;
         Ok(util::json_meta(&self.params, &result.meta, &result.value))
     }
@@ -255,6 +264,24 @@ impl Req {
 
     /// This request's read options.
     pub(crate) fn query_options(&self) -> Result<legate_types::QueryOptions, util::ApiError> {
-        util::query_options(&self.headers, &self.params)
+        let mut opts = util::query_options(&self.headers, &self.params)?;
+        // `?near=`: `_agent` is this agent's node; `_ip` the node at the
+        // client's address (X-Forwarded-For first, as Consul reads it).
+        opts.near = match self.params.get("near") {
+            Some("_agent") => self.agent_node.clone(),
+            Some(near) => near.to_string(),
+            None => String::new(),
+        };
+        if opts.near == "_ip" {
+            opts.source_ip = self
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .map(|v| v.trim().to_string())
+                .or_else(|| self.peer.map(|p| p.ip().to_string()))
+                .unwrap_or_default();
+        }
+        Ok(opts)
     }
 }

@@ -1,4 +1,4 @@
-//! `/v1/session/*`, `/v1/status/*`, `/v1/event/*` and `/v1/coordinate/*`.
+//! `/v1/session/*`, `/v1/status/*` and `/v1/event/*`.
 
 use std::time::Duration;
 
@@ -295,18 +295,4 @@ pub async fn event_list(State(st): State<AppState>, req: Req) -> ApiResult {
         }
         let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
     }
-}
-
-/// Network coordinates are not computed yet (they come with gossip).
-pub async fn coordinate_datacenters(State(st): State<AppState>, req: Req) -> ApiResult {
-    let dc = st.agent.config().datacenter.clone();
-    Ok(json(
-        &req.params,
-        &json!([{"Datacenter": dc, "AreaID": "wan", "Coordinates": []}]),
-    ))
-}
-
-/// Network coordinates are not computed yet (they come with gossip).
-pub async fn coordinate_nodes(req: Req) -> ApiResult {
-    Ok(json(&req.params, &Vec::<serde_json::Value>::new()))
 }

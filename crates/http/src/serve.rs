@@ -246,8 +246,10 @@ async fn connection(
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let in_flight = InFlight::start(&requests);
             let mut router = router.clone();
+            let mut request = request.map(axum::body::Body::new);
+            request.extensions_mut().insert(crate::PeerAddr(peer));
             async move {
-                let response = router.call(request.map(axum::body::Body::new)).await;
+                let response = router.call(request).await;
                 drop(in_flight);
                 response
             }

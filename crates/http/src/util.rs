@@ -278,6 +278,8 @@ pub fn query_options(headers: &HeaderMap, params: &Params) -> Result<QueryOption
         max_wait,
         token: token(headers, params),
         filter: params.get("filter").unwrap_or("").to_string(),
+        near: String::new(),
+        source_ip: String::new(),
     })
 }
 

@@ -104,6 +104,7 @@ mod tests {
             node: node.into(),
             rpc_addr: addr.into(),
             status,
+            coord: None,
         };
         let mut view = WanView::default();
         view.datacenters.insert(

@@ -533,6 +533,10 @@ server_rpc_calls! {
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;
     catalog_deregister(opts: &WriteOptions; req: DeregisterRequest) -> u64;
     catalog_datacenters(;) -> Vec<String>;
+    coordinate_datacenters(;) -> Vec<legate_types::coordinate::DatacenterCoordinates>;
+    coordinate_nodes(opts: &QueryOptions;) -> Queried<Vec<legate_types::coordinate::CoordinateEntry>>;
+    coordinate_node(opts: &QueryOptions; node: String) -> Queried<Vec<legate_types::coordinate::CoordinateEntry>>;
+    coordinate_update(opts: &WriteOptions; entry: legate_types::coordinate::CoordinateEntry) -> ();
     catalog_nodes(opts: &QueryOptions;) -> Queried<Vec<Node>>;
     catalog_services(opts: &QueryOptions;) -> Queried<BTreeMap<String, Vec<String>>>;
     catalog_service_nodes(opts: &QueryOptions; query: ServiceQuery) -> Queried<Vec<ServiceNode>>;

@@ -1,6 +1,7 @@
 //! The server endpoints: validation, authorization, then Raft for writes
 //! or a (blocking) state-store read.
 
+use legate_types::coordinate::{CoordinateEntry, DatacenterCoordinates};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -312,10 +313,39 @@ impl ServerRpc for Server {
         Ok(self.known_datacenters())
     }
 
+    async fn coordinate_datacenters(&self) -> Result<Vec<DatacenterCoordinates>, RpcError> {
+        Ok(self.wan_coordinates())
+    }
+
+    async fn coordinate_nodes(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<CoordinateEntry>>, RpcError> {
+        self.coordinate_list(opts, None).await
+    }
+
+    async fn coordinate_node(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Vec<CoordinateEntry>>, RpcError> {
+        self.coordinate_list(opts, Some(node)).await
+    }
+
+    async fn coordinate_update(
+        &self,
+        opts: &WriteOptions,
+        entry: CoordinateEntry,
+    ) -> Result<(), RpcError> {
+        self.coordinate_update_queued(opts, entry).await
+    }
+
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {
         self.authorize(&opts.token, Resource::Node(String::new()), Access::Read)?;
         self.filtered_list(opts, legate_filter::rows::node(), &[Table::Nodes], |t| {
-            t.nodes()
+            let (index, mut nodes) = t.nodes();
+            crate::coordinates::sort_near(t, opts, &mut nodes, |n| &n.node);
+            (index, nodes)
         })
         .await
     }
@@ -364,10 +394,11 @@ impl ServerRpc for Server {
             |w| w.service(&query.service),
             |t| {
                 let (index, rows) = t.service_nodes(&query.service, query.connect);
-                let rows = rows
+                let mut rows: Vec<ServiceNode> = rows
                     .into_iter()
                     .filter(|r| has_all_tags(&r.service_tags, &query.tags))
                     .collect();
+                crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node);
                 Ok((index, apply_filter(rows, &filter)))
             },
         )
@@ -458,7 +489,7 @@ impl ServerRpc for Server {
             |w| w.service(&query.service),
             |t| {
                 let (index, rows) = t.check_service_nodes(&query.service, query.connect);
-                let rows: Vec<CheckServiceNode> = rows
+                let mut rows: Vec<CheckServiceNode> = rows
                     .into_iter()
                     .filter(|r| has_all_tags(&r.service.tags, &query.tags))
                     .filter(|r| {
@@ -466,6 +497,7 @@ impl ServerRpc for Server {
                             || r.checks.iter().all(|c| c.status == HealthStatus::Passing)
                     })
                     .collect();
+                crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node.node);
                 Ok((index, apply_filter(rows, &filter)))
             },
         )

@@ -15,11 +15,15 @@ pub const FEDERATION_STATES: &str = "fs";
 /// one Raft entry.
 pub const PIECEWISE_RESTORE: &str = "rp";
 
+/// Network coordinates in the Raft log (`ft_co`).
+pub const COORDINATES: &str = crate::coordinates::FEATURE;
+
 /// Every feature this build supports.
 pub const SUPPORTED: &[&str] = &[
     INTENTIONS_AS_CONFIG_ENTRIES,
     FEDERATION_STATES,
     PIECEWISE_RESTORE,
+    COORDINATES,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -66,6 +70,7 @@ mod tests {
         assert_eq!(
             tags(&all),
             vec![
+                ("ft_co".to_string(), "1".to_string()),
                 ("ft_fs".to_string(), "1".to_string()),
                 ("ft_rp".to_string(), "1".to_string()),
                 ("ft_si".to_string(), "1".to_string())

@@ -26,6 +26,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
         let mut unknown_since: std::collections::HashMap<String, tokio::time::Instant> =
             Default::default();
         let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
+        let mut last_coordinates = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -88,6 +89,10 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 if let Err(e) = server.write(Command::ReapTombstones(upto)).await {
                     tracing::warn!(error = %e, "leader: reaping KV tombstones failed");
                 }
+            }
+            if last_coordinates.elapsed() >= crate::coordinates::UPDATE_PERIOD {
+                last_coordinates = tokio::time::Instant::now();
+                server.flush_coordinate_updates().await;
             }
             for id in server.session_timers.take_expired() {
                 tracing::info!(session = %id, "leader: session TTL expired");

@@ -10,6 +10,7 @@ pub mod autopilot;
 mod blocking;
 mod ca;
 pub mod cluster;
+pub mod coordinates;
 mod endpoints;
 pub mod features;
 mod intentions;
@@ -124,6 +125,8 @@ pub struct Server {
     members: std::sync::Mutex<Vec<leader::ClusterMember>>,
     autopilot: autopilot::AutopilotState,
     shutdown: tokio_util_shutdown::Shutdown,
+    /// LAN coordinates waiting for the leader's next batch.
+    coordinate_updates: coordinates::PendingUpdates,
 }
 
 mod tokio_util_shutdown {
@@ -168,6 +171,7 @@ impl Server {
             members: std::sync::Mutex::new(Vec::new()),
             autopilot: Default::default(),
             shutdown: tokio_util_shutdown::Shutdown::new(),
+            coordinate_updates: Default::default(),
         });
         leader::spawn_leader_loop(server.clone());
         Ok(server)

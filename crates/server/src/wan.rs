@@ -4,20 +4,15 @@
 use crate::Server;
 
 impl Server {
-    /// Every datacenter the WAN pool knows, this one first, the others
-    /// by name (only this one without a WAN pool).
+    /// Every datacenter the WAN pool knows, nearest first (by the median
+    /// estimated round trip to its servers; by name without coordinates);
+    /// only this one without a WAN pool.
     pub(crate) fn known_datacenters(&self) -> Vec<String> {
         let local = &self.config.datacenter;
-        let mut all = vec![local.clone()];
-        all.extend(
-            self.config
-                .wan
-                .borrow()
-                .datacenters
-                .keys()
-                .filter(|dc| *dc != local)
-                .cloned(),
-        );
+        let mut all = self.config.wan.borrow().by_distance();
+        if !all.contains(local) {
+            all.insert(0, local.clone());
+        }
         all
     }
 }

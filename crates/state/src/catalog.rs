@@ -331,6 +331,10 @@ impl Tables {
             return;
         }
         self.bump(Table::Nodes, index, changes);
+        // A node's coordinate goes with it.
+        if self.coordinates.remove(node).is_some() {
+            self.bump(Table::Coordinates, index, changes);
+        }
         let service_ids: Vec<String> = on_node(&self.services, node)
             .map(|((_, id), _)| id.clone())
             .collect();

@@ -106,6 +106,10 @@ pub enum Command {
         /// Its length in bytes.
         length: u64,
     },
+    /// Store nodes' network coordinates (a batch the leader collected);
+    /// coordinates of nodes the catalog does not hold are dropped.
+    #[serde(rename = "15")]
+    CoordinateBatchUpdate(Vec<legate_types::coordinate::CoordinateEntry>),
 }
 
 impl Command {
@@ -127,6 +131,7 @@ impl Command {
             Command::Restore(_) => 12,
             Command::RestorePiece { .. } => 13,
             Command::RestoreCommit { .. } => 14,
+            Command::CoordinateBatchUpdate(_) => 15,
         }
     }
 }
@@ -220,6 +225,10 @@ pub(crate) fn apply(
             Ok(archive) => restore_archive(tables, index, &archive, changes),
             Err(e) => CommandResult::Failed(e),
         },
+        Command::CoordinateBatchUpdate(updates) => {
+            tables.coordinates_update(index, updates, changes);
+            CommandResult::Done
+        }
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);
             CommandResult::Done

@@ -15,6 +15,7 @@ mod catalog;
 mod command;
 mod config_entries;
 mod connect_ca;
+mod coordinates;
 mod kv;
 mod session;
 pub mod stream;
@@ -67,6 +68,8 @@ pub struct Tables {
     pub(crate) restores: u64,
     /// An archive being restored in pieces.
     pub(crate) restore_upload: Option<upload::RestoreUpload>,
+    /// Nodes' network coordinates, by node name.
+    pub(crate) coordinates: BTreeMap<String, legate_types::coordinate::Coordinate>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as
@@ -90,6 +93,8 @@ pub struct SnapshotData {
     ca_config: Option<legate_types::connect::CaConfiguration>,
     table_index: Vec<(String, u64)>,
     service_index: Vec<(String, u64)>,
+    #[serde(default)]
+    coordinates: Vec<(String, legate_types::coordinate::Coordinate)>,
     /// A restore being uploaded in pieces (Raft snapshots only: the
     /// stream writes it as pieces; JSON forms and archives never hold it).
     #[serde(skip)]
@@ -218,6 +223,11 @@ impl Tables {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
+            coordinates: self
+                .coordinates
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             restore_upload: self.restore_upload.clone(),
         }
     }
@@ -254,6 +264,7 @@ impl Tables {
         tables.table_index = data.table_index.into_iter().collect();
         tables.service_index = data.service_index.into_iter().collect();
         tables.restore_upload = data.restore_upload;
+        tables.coordinates = data.coordinates.into_iter().collect();
         tables
     }
 }

@@ -64,6 +64,7 @@ mod kind {
     pub const SERVICE_INDEX: u8 = 12;
     pub const KV_REAPED_INDEX: u8 = 13;
     pub const RESTORE_UPLOAD: u8 = 14;
+    pub const COORDINATE: u8 = 15;
 }
 
 /// Bytes that serialize as a byte string (raw in the binary encoding).
@@ -146,6 +147,9 @@ impl SnapshotData {
         }
         w.all(kind::TABLE_INDEX, &self.table_index)?;
         w.all(kind::SERVICE_INDEX, &self.service_index)?;
+        // Written only by servers that all know the kind (coordinates
+        // exist once every server advertises the feature).
+        w.all(kind::COORDINATE, &self.coordinates)?;
         if let Some(upload) = self.restore_upload.as_ref().filter(|_| with_upload) {
             // In pieces, as it was logged: one record stays small.
             let mut offset = 0u64;
@@ -265,6 +269,7 @@ fn add_record(
         kind::CA_CONFIG => data.ca_config = Some(row(body, position)?),
         kind::TABLE_INDEX => data.table_index.push(row(body, position)?),
         kind::SERVICE_INDEX => data.service_index.push(row(body, position)?),
+        kind::COORDINATE => data.coordinates.push(row(body, position)?),
         kind::RESTORE_UPLOAD => {
             let (id, offset, piece): (String, u64, legate_types::rpc::SnapshotArchive) =
                 row(body, position)?;

@@ -87,6 +87,22 @@ fn command_numbers_are_pinned() {
             Command::Restore(legate_types::rpc::SnapshotArchive(b"x".to_vec())),
             12,
         ),
+        (
+            Command::RestorePiece {
+                id: "u".into(),
+                offset: 0,
+                data: legate_types::rpc::SnapshotArchive(b"x".to_vec()),
+            },
+            13,
+        ),
+        (
+            Command::RestoreCommit {
+                id: "u".into(),
+                length: 1,
+            },
+            14,
+        ),
+        (Command::CoordinateBatchUpdate(vec![]), 15),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -620,4 +636,53 @@ async fn restore_replaces_tables_and_moves_every_index_forward() {
         target.read().node("n1").is_some(),
         "a bad archive changes nothing"
     );
+}
+
+#[test]
+fn coordinates_belong_to_catalog_nodes_and_survive_snapshots() {
+    use legate_types::coordinate::{Coordinate, CoordinateConfig, CoordinateEntry};
+    let store = StateStore::new();
+    store.apply(1, &register("a", None, vec![]));
+    let mut coord = Coordinate::new(&CoordinateConfig::default());
+    coord.vec[0] = 0.002;
+    let entry = |node: &str, coord: &Coordinate| CoordinateEntry {
+        node: node.into(),
+        segment: String::new(),
+        coord: coord.clone(),
+    };
+    let mut nan = coord.clone();
+    nan.height = f64::NAN;
+    store.apply(
+        2,
+        &Command::CoordinateBatchUpdate(vec![
+            entry("a", &coord),
+            entry("ghost", &coord),
+            entry("a", &nan),
+        ]),
+    );
+    {
+        let tables = store.read();
+        assert_eq!(tables.coordinate("a"), Some(&coord));
+        assert_eq!(tables.coordinate("ghost"), None, "no such node");
+        assert_eq!(tables.table_index(Table::Coordinates), 2);
+    }
+    // Only unknown nodes: nothing changes, not even the index.
+    store.apply(
+        3,
+        &Command::CoordinateBatchUpdate(vec![entry("ghost", &coord)]),
+    );
+    assert_eq!(store.read().table_index(Table::Coordinates), 2);
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.read().coordinate("a"), Some(&coord));
+    // Deregistering the node removes its coordinate.
+    store.apply(
+        4,
+        &Command::Deregister(DeregisterRequest {
+            node: "a".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(store.read().coordinate("a"), None);
+    assert_eq!(store.read().table_index(Table::Coordinates), 4);
 }

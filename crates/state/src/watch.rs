@@ -31,11 +31,13 @@ pub enum Table {
     CaRoots,
     /// Connect CA configuration.
     CaConfig,
+    /// Network coordinates of nodes.
+    Coordinates,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 9] = [
         Table::Nodes,
         Table::Services,
         Table::Checks,
@@ -44,6 +46,7 @@ impl Table {
         Table::ConfigEntries,
         Table::CaRoots,
         Table::CaConfig,
+        Table::Coordinates,
     ];
 
     /// The name used in index bookkeeping.
@@ -57,6 +60,7 @@ impl Table {
             Table::ConfigEntries => "config-entries",
             Table::CaRoots => "connect-ca-roots",
             Table::CaConfig => "connect-ca-config",
+            Table::Coordinates => "coordinates",
         }
     }
 }

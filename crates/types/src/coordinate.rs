@@ -165,6 +165,36 @@ fn unit_vector_at(from: &[f64], to: &[f64], rng: &mut impl Rng) -> (Vec<f64>, f6
     (axis, 0.0)
 }
 
+/// A node's coordinate as the catalog keeps it (`/v1/coordinate/nodes`
+/// rows and the body of `PUT /v1/coordinate/update`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoordinateEntry {
+    /// The node.
+    #[serde(rename = "Node")]
+    pub node: String,
+    /// The network segment (always empty: Legate has no segments).
+    #[serde(rename = "Segment", default)]
+    pub segment: String,
+    /// Its coordinate.
+    #[serde(rename = "Coord")]
+    pub coord: Coordinate,
+}
+
+/// One datacenter's servers and their WAN coordinates
+/// (`/v1/coordinate/datacenters`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatacenterCoordinates {
+    /// The datacenter.
+    #[serde(rename = "Datacenter")]
+    pub datacenter: String,
+    /// The network area (`wan`: Legate has only the WAN pool).
+    #[serde(rename = "AreaID")]
+    pub area_id: String,
+    /// Its servers (named `<node>.<dc>`) with a known coordinate.
+    #[serde(rename = "Coordinates")]
+    pub coordinates: Vec<CoordinateEntry>,
+}
+
 /// Why an observation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoordinateError {

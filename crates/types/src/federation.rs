@@ -14,7 +14,7 @@ pub enum WanStatus {
 }
 
 /// One server of some datacenter, as the WAN pool knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WanServer {
     /// The node name (without the `.<dc>` of its WAN name).
     pub node: String,
@@ -22,15 +22,19 @@ pub struct WanServer {
     pub rpc_addr: String,
     /// Alive or failed (servers that left are not listed).
     pub status: WanStatus,
+    /// Its WAN coordinate, when this server has measured one.
+    pub coord: Option<crate::coordinate::Coordinate>,
 }
 
 /// Every datacenter the WAN pool knows and its servers (this one's
 /// included), the local datacenter among them. Datacenters whose every
 /// server left are absent: there is no path to them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WanView {
     /// Servers by datacenter, each list sorted by node name.
     pub datacenters: BTreeMap<String, Vec<WanServer>>,
+    /// This server's own WAN coordinate.
+    pub own: Option<crate::coordinate::Coordinate>,
 }
 
 impl WanView {
@@ -51,6 +55,37 @@ impl WanView {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+impl WanView {
+    /// Datacenters nearest first: by the median estimated round trip from
+    /// this server to each one's servers with a coordinate (Consul's
+    /// order), those without any after, by name.
+    pub fn by_distance(&self) -> Vec<String> {
+        let mut ranked: Vec<(Option<std::time::Duration>, &String)> = self
+            .datacenters
+            .iter()
+            .map(|(dc, servers)| {
+                let distance = self.own.as_ref().and_then(|own| {
+                    crate::coordinate::median(
+                        servers
+                            .iter()
+                            .filter_map(|s| s.coord.as_ref())
+                            .map(|c| own.distance_to(c))
+                            .collect(),
+                    )
+                });
+                (distance, dc)
+            })
+            .collect();
+        ranked.sort_by(|a, b| match (a.0, b.0) {
+            (Some(x), Some(y)) => x.cmp(&y).then(a.1.cmp(b.1)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.1.cmp(b.1),
+        });
+        ranked.into_iter().map(|(_, dc)| dc.clone()).collect()
     }
 }
 
@@ -79,6 +114,42 @@ mod tests {
     }
 
     #[test]
+    fn datacenters_rank_by_the_median_round_trip_to_their_servers() {
+        use crate::coordinate::{Coordinate, CoordinateConfig};
+        let at = |x: f64| {
+            let mut c = Coordinate::new(&CoordinateConfig::default());
+            c.vec[0] = x;
+            c
+        };
+        let server = |node: &str, x: Option<f64>| WanServer {
+            node: node.into(),
+            rpc_addr: format!("{node}:8300"),
+            status: WanStatus::Alive,
+            coord: x.map(at),
+        };
+        let mut view = WanView::default();
+        view.datacenters
+            .insert("dc1".into(), vec![server("a1", Some(0.0))]);
+        // dc2: medians 0.050 (one far outlier does not move it).
+        view.datacenters.insert(
+            "dc2".into(),
+            vec![
+                server("b1", Some(0.040)),
+                server("b2", Some(0.050)),
+                server("b3", Some(0.900)),
+            ],
+        );
+        view.datacenters
+            .insert("dc3".into(), vec![server("c1", Some(0.020))]);
+        view.datacenters
+            .insert("dc0".into(), vec![server("z1", None)]);
+        // Without our own coordinate: by name.
+        assert_eq!(view.by_distance(), ["dc0", "dc1", "dc2", "dc3"]);
+        view.own = Some(at(0.0));
+        assert_eq!(view.by_distance(), ["dc1", "dc3", "dc2", "dc0"]);
+    }
+
+    #[test]
     fn alive_lists_only_answering_servers() {
         let mut view = WanView::default();
         view.datacenters.insert(
@@ -88,11 +159,13 @@ mod tests {
                     node: "b1".into(),
                     rpc_addr: "127.0.0.21:8300".into(),
                     status: WanStatus::Failed,
+                    coord: None,
                 },
                 WanServer {
                     node: "b2".into(),
                     rpc_addr: "127.0.0.22:8300".into(),
                     status: WanStatus::Alive,
+                    coord: None,
                 },
             ],
         );

@@ -48,6 +48,14 @@ pub struct QueryOptions {
     pub token: String,
     /// A `?filter=` expression.
     pub filter: String,
+    /// Sort rows by estimated round trip from this node (`?near=`; the
+    /// agent resolves `_agent` to its own name; `_ip` names the node at
+    /// [`QueryOptions::source_ip`]).
+    #[serde(default)]
+    pub near: String,
+    /// The requester's address, for `?near=_ip`.
+    #[serde(default)]
+    pub source_ip: String,
 }
 
 impl QueryOptions {

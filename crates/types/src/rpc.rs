@@ -319,8 +319,33 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &WriteOptions,
         req: DeregisterRequest,
     ) -> Result<u64, RpcError>;
-    /// Known datacenters, local first.
+    /// Known datacenters, nearest first (by the median estimated round
+    /// trip to their servers; by name where no coordinate is known).
     async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError>;
+    /// The WAN coordinates of every datacenter's servers
+    /// (`/v1/coordinate/datacenters`).
+    async fn coordinate_datacenters(
+        &self,
+    ) -> Result<Vec<crate::coordinate::DatacenterCoordinates>, RpcError>;
+    /// Every node's LAN coordinate (`/v1/coordinate/nodes`).
+    async fn coordinate_nodes(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<crate::coordinate::CoordinateEntry>>, RpcError>;
+    /// One node's LAN coordinate (`/v1/coordinate/node/:node`; empty when
+    /// it has none).
+    async fn coordinate_node(
+        &self,
+        opts: &QueryOptions,
+        node: String,
+    ) -> Result<Queried<Vec<crate::coordinate::CoordinateEntry>>, RpcError>;
+    /// Queues a node's coordinate for the leader's next batch
+    /// (`PUT /v1/coordinate/update`).
+    async fn coordinate_update(
+        &self,
+        opts: &WriteOptions,
+        entry: crate::coordinate::CoordinateEntry,
+    ) -> Result<(), RpcError>;
     /// All nodes.
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError>;
     /// Service names with the union of their tags.

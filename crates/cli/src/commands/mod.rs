@@ -8,6 +8,7 @@ pub mod intention;
 pub mod kv;
 pub mod misc;
 pub mod operator;
+pub mod rtt;
 pub mod services;
 pub mod snapshot;
 pub mod tls;

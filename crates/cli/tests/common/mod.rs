@@ -258,14 +258,37 @@ fn try_http_request_bytes(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Option<RawResponse> {
+    try_http_request_full(port, method, path, &[], body)
+}
+
+/// A request with extra headers; status, headers and body.
+pub fn http_request_with_headers(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let (status, headers, body) =
+        try_http_request_full(port, method, path, headers, None).expect("connect to the agent");
+    (status, headers, String::from_utf8_lossy(&body).to_string())
+}
+
+fn try_http_request_full(
+    port: u16,
+    method: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Option<RawResponse> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(700)))
         .unwrap();
     let body = body.unwrap_or_default();
+    let extra: String = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();

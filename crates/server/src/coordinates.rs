@@ -1,0 +1,209 @@
+//! Network coordinates on the server: LAN coordinates agents send
+//! (`Coordinate.Update`) are queued and written by the leader in batches
+//! (Consul's update period and batch size, never one Raft write per
+//! update); reads of them; WAN coordinates of every datacenter's servers
+//! from the WAN pool's view; and `?near=` sorting by estimated round trip.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use legate_state::{Command, Table, Tables};
+use legate_types::coordinate::{CoordinateEntry, DatacenterCoordinates};
+use legate_types::{Queried, QueryOptions, RpcError, WriteOptions};
+
+use crate::authorizer::{Access, Resource};
+use crate::Server;
+
+/// How often the leader writes the queued updates
+/// (`coordinate_update_period`).
+pub const UPDATE_PERIOD: Duration = Duration::from_secs(5);
+/// Updates per Raft write (`coordinate_update_batch_size`).
+pub const BATCH_SIZE: usize = 128;
+/// Raft writes per period (`coordinate_update_max_batches`); updates
+/// beyond `BATCH_SIZE × MAX_BATCHES` in one period are dropped.
+pub const MAX_BATCHES: usize = 5;
+
+/// Coordinates in servers' Raft logs (`ft_co`): the leader writes them
+/// only once every server of its datacenter can read them.
+pub const FEATURE: &str = "co";
+
+/// Updates waiting for the leader's next batch, the latest per node.
+#[derive(Default)]
+pub(crate) struct PendingUpdates {
+    updates: Mutex<HashMap<String, CoordinateEntry>>,
+}
+
+impl PendingUpdates {
+    fn push(&self, entry: CoordinateEntry) {
+        self.updates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(entry.node.clone(), entry);
+    }
+
+    fn take(&self) -> Vec<CoordinateEntry> {
+        let mut all: Vec<CoordinateEntry> = self
+            .updates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, v)| v)
+            .collect();
+        all.sort_by(|a, b| a.node.cmp(&b.node));
+        all
+    }
+}
+
+impl Server {
+    pub(crate) async fn coordinate_update_queued(
+        &self,
+        opts: &WriteOptions,
+        entry: CoordinateEntry,
+    ) -> Result<(), RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        if !entry.coord.is_valid() {
+            return Err(RpcError::Internal("invalid coordinate".into()));
+        }
+        let own = legate_types::coordinate::Coordinate::new(&Default::default());
+        if !own.is_compatible_with(&entry.coord) {
+            return Err(RpcError::Internal("incompatible coordinate".into()));
+        }
+        self.authorize(
+            &opts.token,
+            Resource::Node(entry.node.clone()),
+            Access::Write,
+        )?;
+        if !self.raft.is_leader() {
+            return Err(RpcError::NoLeader);
+        }
+        self.coordinate_updates.push(entry);
+        Ok(())
+    }
+
+    /// Writes the queued updates (the leader, every `UPDATE_PERIOD`).
+    pub(crate) async fn flush_coordinate_updates(&self) {
+        let mut updates = self.coordinate_updates.take();
+        if updates.is_empty() {
+            return;
+        }
+        if !crate::features::cluster_supports(&self.server_features(), FEATURE) {
+            tracing::debug!(
+                dropped = updates.len(),
+                "coordinates: not every server stores them yet; updates dropped"
+            );
+            return;
+        }
+        let limit = BATCH_SIZE * MAX_BATCHES;
+        if updates.len() > limit {
+            tracing::warn!(
+                discarded = updates.len() - limit,
+                "Discarded coordinate updates (more than coordinate_update_batch_size × coordinate_update_max_batches in one period)"
+            );
+            updates.truncate(limit);
+        }
+        for batch in updates.chunks(BATCH_SIZE) {
+            if let Err(e) = self
+                .write(Command::CoordinateBatchUpdate(batch.to_vec()))
+                .await
+            {
+                tracing::warn!(error = %e, "coordinates: writing a batch failed");
+                return;
+            }
+        }
+    }
+
+    pub(crate) async fn coordinate_list(
+        &self,
+        opts: &QueryOptions,
+        node: Option<String>,
+    ) -> Result<Queried<Vec<CoordinateEntry>>, RpcError> {
+        self.authorize(
+            &opts.token,
+            Resource::Node(node.clone().unwrap_or_default()),
+            Access::Read,
+        )?;
+        self.blocking_query(
+            opts,
+            |w| w.tables(&[Table::Coordinates]),
+            |t| {
+                let rows = t
+                    .coordinates()
+                    .filter(|(name, _)| node.as_ref().is_none_or(|n| n == *name))
+                    .map(|(name, coord)| CoordinateEntry {
+                        node: name.clone(),
+                        segment: String::new(),
+                        coord: coord.clone(),
+                    })
+                    .collect();
+                Ok((t.table_index(Table::Coordinates), rows))
+            },
+        )
+        .await
+    }
+
+    /// Every datacenter's servers with a WAN coordinate, by datacenter name.
+    pub(crate) fn wan_coordinates(&self) -> Vec<DatacenterCoordinates> {
+        let view = self.config.wan.borrow();
+        view.datacenters
+            .iter()
+            .map(|(dc, servers)| DatacenterCoordinates {
+                datacenter: dc.clone(),
+                area_id: "wan".into(),
+                coordinates: servers
+                    .iter()
+                    .filter_map(|s| {
+                        let coord =
+                            if *dc == self.config.datacenter && s.node == self.config.node_name {
+                                view.own.clone().or_else(|| s.coord.clone())
+                            } else {
+                                s.coord.clone()
+                            }?;
+                        Some(CoordinateEntry {
+                            node: format!("{}.{dc}", s.node),
+                            segment: String::new(),
+                            coord,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// Sorts `rows` by the estimated round trip from the node `?near=`
+/// names (`_ip`: the node at the requester's address), nearest first and
+/// nodes without a coordinate last; unchanged when the source node has
+/// no coordinate (Consul's rule).
+pub(crate) fn sort_near<T>(
+    tables: &Tables,
+    opts: &QueryOptions,
+    rows: &mut [T],
+    node_of: impl Fn(&T) -> &str,
+) {
+    if opts.near.is_empty() {
+        return;
+    }
+    let source = if opts.near == "_ip" {
+        match tables
+            .nodes()
+            .1
+            .into_iter()
+            .find(|n| !opts.source_ip.is_empty() && n.address == opts.source_ip)
+        {
+            Some(node) => node.node,
+            None => return,
+        }
+    } else {
+        opts.near.clone()
+    };
+    let Some(from) = tables.coordinate(&source).cloned() else {
+        return;
+    };
+    rows.sort_by_cached_key(|row| {
+        tables
+            .coordinate(node_of(row))
+            .map(|c| from.distance_to(c))
+            .unwrap_or(Duration::MAX)
+    });
+}
