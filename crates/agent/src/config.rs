@@ -162,6 +162,7 @@ const KNOWN_KEYS: &[&str] = &[
     "gossip_wan",
     "sync_coordinate_interval_min",
     "sync_coordinate_rate_target",
+    "watches",
 ];
 
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
@@ -366,6 +367,9 @@ pub struct AgentConfig {
     pub encrypt: Option<String>,
     /// The WAN pool (joins, advertised address) and both pools' timing.
     pub wan: crate::wan_config::WanConfig,
+    /// Watches the agent runs (`watches`: Consul's watch parameters,
+    /// checked and run by the binary).
+    pub watches: Vec<Value>,
     /// Config entries to bootstrap (applied by a later component).
     pub config_entries_bootstrap: Vec<Value>,
     /// Services from config files.
@@ -809,6 +813,16 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
                 .map_err(|e| ConfigError(format!("retry_interval: {e}")))?,
         },
         wan: crate::wan_config::parse(&map)?,
+        watches: match map.get("watches") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items.clone(),
+            Some(one @ Value::Object(_)) => vec![one.clone()],
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "watches: expected a list of watches, got {other}"
+                )))
+            }
+        },
         encrypt: match get_str(&map, &["encrypt"])? {
             Some(key) if !key.is_empty() => Some(check_encrypt_key(key)?),
             _ => None,

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use legate_types::rpc::ServerRpc;
 use legate_types::{CheckDefinition, HealthCheck, HealthStatus, NodeService, ServiceDefinition};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 
 pub use config::AgentConfig;
@@ -50,29 +49,7 @@ pub enum AgentError {
     Internal(String),
 }
 
-/// A user event (`/v1/event/fire`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct UserEvent {
-    /// Event UUID.
-    #[serde(rename = "ID")]
-    pub id: String,
-    /// Event name.
-    pub name: String,
-    /// Base64 payload (null when empty).
-    pub payload: Option<String>,
-    /// Node name filter (regex).
-    pub node_filter: String,
-    /// Service name filter (regex).
-    pub service_filter: String,
-    /// Tag filter (regex).
-    pub tag_filter: String,
-    /// Protocol version.
-    pub version: u32,
-    /// Lamport time.
-    #[serde(rename = "LTime")]
-    pub ltime: u64,
-}
+pub use legate_types::event::UserEvent;
 
 const MAX_EVENTS: usize = 256;
 
@@ -621,18 +598,63 @@ impl Agent {
         self.after_change(delta)
     }
 
-    /// Records a user event (delivered locally until gossip exists).
-    pub fn fire_event(&self, mut event: UserEvent) -> UserEvent {
+    /// Fires a user event in `datacenter` (empty: this one): a server
+    /// there spreads it to every agent of its datacenter by gossip.
+    pub async fn fire_event(
+        &self,
+        datacenter: &str,
+        token: &str,
+        mut event: UserEvent,
+    ) -> Result<UserEvent, legate_types::RpcError> {
         event.id = uuid::Uuid::new_v4().to_string();
         event.version = 1;
+        let opts = legate_types::QueryOptions {
+            datacenter: datacenter.to_string(),
+            token: token.to_string(),
+            // Any server can spread it: gossip does the rest.
+            consistency: legate_types::Consistency::Stale,
+            ..Default::default()
+        };
+        self.rpc.event_fire(&opts, event.clone()).await?;
+        Ok(event)
+    }
+
+    /// Takes in an event gossip delivered: kept (the last 256) when its
+    /// node, service and tag filters match this agent (Consul's rules).
+    pub fn receive_event(&self, mut event: UserEvent) {
+        if !self.event_matches(&event) {
+            return;
+        }
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        event.ltime = events.back().map(|e| e.ltime + 1).unwrap_or(1);
-        events.push_back(event.clone());
+        if events.iter().any(|e| e.id == event.id) {
+            return;
+        }
+        if event.ltime == 0 {
+            event.ltime = events.back().map(|e| e.ltime + 1).unwrap_or(1);
+        }
+        events.push_back(event);
         while events.len() > MAX_EVENTS {
             events.pop_front();
         }
         self.events_changed.send_modify(|v| *v += 1);
-        event
+    }
+
+    fn event_matches(&self, event: &UserEvent) -> bool {
+        let matches = |pattern: &str, text: &str| {
+            pattern.is_empty() || regex::Regex::new(pattern).is_ok_and(|re| re.is_match(text))
+        };
+        if !matches(&event.node_filter, &self.config.node_name) {
+            return false;
+        }
+        if event.service_filter.is_empty() {
+            return true;
+        }
+        let local = self.lock_local();
+        local.services.values().any(|s| {
+            matches(&event.service_filter, &s.service.service)
+                && (event.tag_filter.is_empty()
+                    || s.service.tags.iter().any(|t| matches(&event.tag_filter, t)))
+        })
     }
 
     /// Recent user events, optionally by name.

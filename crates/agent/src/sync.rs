@@ -58,8 +58,16 @@ impl Agent {
         let mut tagged = BTreeMap::new();
         tagged.insert("lan".to_string(), address.clone());
         tagged.insert("lan_ipv4".to_string(), address.clone());
-        tagged.insert("wan".to_string(), address.clone());
-        tagged.insert("wan_ipv4".to_string(), address.clone());
+        // The address other datacenters reach this node at
+        // (`advertise_addr_wan`, else the LAN one).
+        let wan = self
+            .config
+            .wan
+            .advertise_addr_wan
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| address.clone());
+        tagged.insert("wan".to_string(), wan.clone());
+        tagged.insert("wan_ipv4".to_string(), wan);
         let mut meta = self.config.node_meta.clone();
         meta.insert("consul-network-segment".to_string(), String::new());
         meta.insert(

@@ -303,6 +303,9 @@ fn load_config(args: &AgentArgs) -> Result<AgentConfig, String> {
     if config.bootstrap && config.bootstrap_expect > 1 {
         return Err("bootstrap and bootstrap_expect cannot both be set".into());
     }
+    for watch in &config.watches {
+        crate::watch::parse(watch).map_err(|e| format!("Failed to parse watch: {e}"))?;
+    }
     Ok(config)
 }
 
@@ -488,17 +491,24 @@ pub async fn run(args: AgentArgs) -> u8 {
     }
 }
 
-/// What a started server hands the agent: itself, its gossip membership
-/// (clustered servers), and the `ServerRpc` the agent calls.
-type StartedServer = (
-    Option<Arc<Server>>,
-    Option<Arc<crate::cluster::GossipMembership>>,
-    Option<(
-        Arc<dyn legate_agent::membership::Membership>,
-        tokio::sync::watch::Receiver<Vec<String>>,
-    )>,
-    Arc<dyn ServerRpc>,
+/// A server's WAN pool and its federation warnings.
+type WanParts = (
+    Arc<dyn legate_agent::membership::Membership>,
+    tokio::sync::watch::Receiver<Vec<String>>,
 );
+
+/// What a started server hands the agent.
+struct StartedServer {
+    server: Option<Arc<Server>>,
+    /// LAN gossip (clustered servers and client agents).
+    membership: Option<Arc<crate::cluster::GossipMembership>>,
+    /// The WAN pool and its federation warnings (clustered servers).
+    wan: Option<WanParts>,
+    /// The `ServerRpc` the agent calls.
+    rpc: Arc<dyn ServerRpc>,
+    /// User events the server was asked to spread (servers).
+    events: Option<tokio::sync::mpsc::UnboundedReceiver<legate_types::event::UserEvent>>,
+}
 
 /// Starts this agent's server: in `-dev` alone in memory; otherwise with
 /// the server port, gossip, Raft over the network and forwarding.
@@ -531,12 +541,15 @@ async fn start_server(
     // The WAN pool's view of every datacenter, published by WAN gossip,
     // read by the router and the catalog.
     let (wan_view, wan_view_rx) = tokio::sync::watch::channel(Default::default());
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let server = Server::start(ServerConfig {
         wan: wan_view_rx.clone(),
+        events: Some(events_tx),
         datacenter: config.datacenter.clone(),
         node_name: config.node_name.clone(),
         node_id: node_id.to_string(),
         advertise_address: advertise.clone(),
+        advertise_address_wan: config.wan.advertise_addr_wan.map(|a| a.to_string()),
         server_port,
         raft: RaftOptions {
             node_id: raft_id(node_id),
@@ -643,7 +656,43 @@ async fn start_server(
     } else if !server.wait_until_registered(Duration::from_secs(10)).await {
         tracing::warn!("this server's catalog entry is not registered after 10s; continuing");
     }
-    Ok((Some(server), membership, wan_membership, rpc))
+    Ok(StartedServer {
+        server: Some(server),
+        membership,
+        wan: wan_membership,
+        rpc,
+        events: Some(events_rx),
+    })
+}
+
+/// Runs the config's `watches` against this agent's own HTTP API (as
+/// Consul's agent does); none when the HTTP port is off.
+fn spawn_config_watches(config: &AgentConfig) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(port) = config.ports.http else {
+        if !config.watches.is_empty() {
+            tracing::warn!("watches need the HTTP API; the HTTP port is disabled");
+        }
+        return Vec::new();
+    };
+    let ip = config.http_addr.unwrap_or(config.client_addr);
+    let ip = if ip.is_unspecified() {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        ip
+    };
+    config
+        .watches
+        .iter()
+        .filter_map(|entry| crate::watch::parse(entry).ok())
+        .map(|mut watch| {
+            watch.http.http_addr = Some(SocketAddr::new(ip, port).to_string());
+            tokio::spawn(async move {
+                if let Err(e) = crate::watch::run(watch).await {
+                    tracing::error!(error = %e, "a watch stopped");
+                }
+            })
+        })
+        .collect()
 }
 
 /// The server port's TLS from the agent config: files read now, so a
@@ -689,7 +738,13 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         tls.client()
             .map_err(|e| format!("Error loading TLS: {e}"))?,
     ));
-    let (server, membership, wan_membership, rpc) = if config.server || config.dev {
+    let StartedServer {
+        server,
+        membership,
+        wan: wan_membership,
+        rpc,
+        events,
+    } = if config.server || config.dev {
         start_server(&config, &node_id, &pool, &tls).await?
     } else {
         // A client agent: no Raft; calls go to the servers gossip knows.
@@ -699,7 +754,13 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         crate::cluster::spawn_joins(membership.clone(), &config);
         let servers = crate::cluster::server_addresses(&gossip, config.datacenter.clone());
         let rpc: Arc<dyn ServerRpc> = Arc::new(legate_rpc::ServerPool::new(servers, pool.clone()));
-        (None, Some(membership), None, rpc)
+        StartedServer {
+            server: None,
+            membership: Some(membership),
+            wan: None,
+            rpc,
+            events: None,
+        }
     };
     let agent = Agent::start(config.clone(), node_id, rpc)
         .await
@@ -711,6 +772,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         agent.set_wan_membership(m.clone());
         agent.set_federation_warnings(warnings.clone());
     }
+    crate::cluster::spawn_user_events(agent.clone(), membership.as_ref(), events);
     let reload_args = args.clone();
     agent.set_config_loader(Box::new(move || load_config(&reload_args)));
     spawn_sighup_reload(agent.clone());
@@ -785,6 +847,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         }
         None => None,
     };
+    let watches = spawn_config_watches(&config);
     println!("==> Legate agent running!");
 
     let raft_failed = async {
@@ -842,6 +905,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     }
     if let Some(server) = &server {
         server.shutdown().await;
+    }
+    for watch in watches {
+        watch.abort();
     }
     if let Some(pid) = &config.pid_file {
         let _ = std::fs::remove_file(pid);

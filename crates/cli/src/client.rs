@@ -108,7 +108,7 @@ impl Client {
     }
 
     /// Sends a request; the status, `X-Consul-Index` (0 if absent) and body.
-    async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         method: Method,
         path: &str,

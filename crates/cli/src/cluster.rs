@@ -475,3 +475,48 @@ async fn already_bootstrapped(
     }
     false
 }
+
+/// User events: those this server was asked to spread go out over LAN
+/// gossip (or, without gossip in `-dev`, straight to the agent), and every
+/// event gossip delivers goes to the agent, which keeps it if its filters
+/// match.
+pub fn spawn_user_events(
+    agent: Arc<legate_agent::Agent>,
+    membership: Option<&Arc<GossipMembership>>,
+    to_spread: Option<tokio::sync::mpsc::UnboundedReceiver<legate_types::event::UserEvent>>,
+) {
+    let gossip = membership.map(|m| m.gossip.clone());
+    if let Some(mut to_spread) = to_spread {
+        let gossip = gossip.clone();
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            while let Some(event) = to_spread.recv().await {
+                match &gossip {
+                    Some(gossip) => {
+                        if let Err(e) = gossip.fire_event(event).await {
+                            tracing::warn!(error = %e, "spreading a user event failed");
+                        }
+                    }
+                    None => agent.receive_event(event),
+                }
+            }
+        });
+    }
+    if let Some(gossip) = gossip {
+        let mut delivered = gossip.user_events();
+        tokio::spawn(async move {
+            loop {
+                match delivered.recv().await {
+                    Ok(event) => agent.receive_event(event),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(
+                            missed = n,
+                            "user events arrived faster than they were kept"
+                        );
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+}

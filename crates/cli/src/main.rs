@@ -8,6 +8,7 @@ mod commands;
 mod grpc_incoming;
 mod host;
 mod wan;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -29,6 +30,10 @@ enum Command {
     Version,
     /// Lists the members of the cluster.
     Members(commands::misc::MembersArgs),
+    /// Fires a user event.
+    Event(commands::event::EventArgs),
+    /// Watches a view and runs a handler when it changes.
+    Watch(commands::event::WatchArgs),
     /// Estimates the round trip between two nodes from their coordinates.
     Rtt(commands::rtt::RttArgs),
     /// Reads the catalog.
@@ -132,6 +137,8 @@ fn main() -> ExitCode {
                 0
             }
             Command::Members(args) => commands::misc::members(args).await,
+            Command::Event(args) => commands::event::event(args).await,
+            Command::Watch(args) => commands::event::watch(args).await,
             Command::Rtt(args) => commands::rtt::rtt(args).await,
             Command::Catalog(cmd) => commands::catalog::run(cmd).await,
             Command::Services(cmd) => commands::services::run(cmd).await,

@@ -64,6 +64,7 @@ fn spawn(
         flags.extend(wan_join.iter().map(|a| format!("-retry-join-wan={a}")));
     }
     flags.extend(lan_join.iter().map(|a| format!("-retry-join={a}")));
+    flags.extend(extra_flags(name));
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     Agent {
         agent: TestAgent::spawn(&refs, false),
@@ -73,6 +74,19 @@ fn spawn(
         _data: data,
     }
 }
+
+/// Flags particular agents of the two-datacenter test get: a1 answers
+/// with other datacenters' WAN addresses; d1 advertises one of its own.
+fn extra_flags(name: &str) -> Vec<String> {
+    match name {
+        "a1" => vec!["-hcl=translate_wan_addrs = true".into()],
+        "d1" => vec![format!("-advertise-wan={D1_WAN}")],
+        _ => Vec::new(),
+    }
+}
+
+/// d1's WAN address (TEST-NET-2: never reached, only reported).
+const D1_WAN: &str = "198.51.100.24";
 
 /// Each address gets its own LAN port, fixed for the test's run so the
 /// other agents can be told where to join.
@@ -356,6 +370,153 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     assert_eq!(answers, vec![dc2.client.ip.clone()]);
     let (status, _) = dig(&dc1.client, "db.service.dc9.consul");
     assert_eq!(status, "NXDOMAIN");
+
+    // translate_wan_addrs (on a1 only): other DCs' rows and DNS answers
+    // carry their WAN addresses, and a1 says it translates.
+    let (_, headers, body) =
+        dc1.servers[0]
+            .agent
+            .request("GET", "/v1/health/service/db?dc=dc2", None);
+    let rows: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(rows[0]["Node"]["Address"], D1_WAN);
+    assert_eq!(rows[0]["Node"]["TaggedAddresses"]["wan"], D1_WAN);
+    assert_eq!(
+        common::header(&headers, "x-consul-translate-addresses"),
+        Some("true")
+    );
+    let rows = dc1.servers[0]
+        .agent
+        .get("/v1/catalog/service/db?dc=dc2")
+        .unwrap();
+    assert_eq!(rows[0]["Address"], D1_WAN);
+    let (_, answers) = dig(&dc1.servers[0], "db.service.dc2.consul");
+    assert_eq!(answers, vec![D1_WAN.to_string()]);
+    // The local DC and agents without the setting keep LAN addresses.
+    let (_, headers, body) = dc1
+        .client
+        .agent
+        .request("GET", "/v1/health/service/db?dc=dc2", None);
+    let rows: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(rows[0]["Node"]["Address"], dc2.client.ip);
+    assert_eq!(
+        common::header(&headers, "x-consul-translate-addresses"),
+        None
+    );
+    let own = dc1.servers[0].agent.get("/v1/catalog/nodes").unwrap();
+    assert!(own
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["Address"].as_str().unwrap().starts_with("127.")));
+
+    // User events through gossip: to every agent of the DC they were
+    // fired in (and only there), kept where their filters match.
+    let events_on = |agent: &Agent, name: &str| -> usize {
+        agent
+            .agent
+            .get(&format!("/v1/event/list?name={name}"))
+            .map(|v| v.as_array().map_or(0, |a| a.len()))
+            .unwrap_or(0)
+    };
+    let out = dc1
+        .client
+        .agent
+        .cli(&["event", "-datacenter", "dc2", "-name", "everyone", "hello"]);
+    assert!(common::expect_success(&out).starts_with("Event ID: "));
+    for agent in dc2.servers.iter().chain(std::iter::once(&dc2.client)) {
+        eventually(Duration::from_secs(15), || {
+            (events_on(agent, "everyone") == 1).then_some(())
+        });
+    }
+    let listed = dc2.servers[1]
+        .agent
+        .get("/v1/event/list?name=everyone")
+        .unwrap();
+    assert_eq!(listed[0]["Payload"], "aGVsbG8=");
+    for agent in dc1.servers.iter().chain(std::iter::once(&dc1.client)) {
+        assert_eq!(events_on(agent, "everyone"), 0, "fired in dc2 only");
+    }
+    // Filtered by service and tag: only d1 runs db (tagged primary).
+    let (status, _) = dc2.servers[0]
+        .agent
+        .put("/v1/event/fire/for-db?service=db&tag=prim.*", "");
+    assert_eq!(status, 200);
+    let (status, _) = dc2.servers[0]
+        .agent
+        .put("/v1/event/fire/nobody?service=db&tag=replica", "");
+    assert_eq!(status, 200);
+    eventually(Duration::from_secs(15), || {
+        (events_on(&dc2.client, "for-db") == 1).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(events_on(&dc2.servers[1], "for-db"), 0);
+    assert_eq!(events_on(&dc2.client, "nobody"), 0);
+    // Bad input: Consul's texts.
+    let (status, body) = dc2.client.agent.put("/v1/event/fire/x?tag=a", "");
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "Cannot provide tag filter without service filter.")
+    );
+    let big = "a".repeat(600);
+    let (status, body) = dc2.client.agent.put("/v1/event/fire/big", &big);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            500,
+            "user event exceeds configured limit of 512 bytes before encoding"
+        )
+    );
+    // A blocking list returns on the next event, with Consul's index.
+    let (_, headers, _) = dc2.servers[2].agent.request("GET", "/v1/event/list", None);
+    let index: u64 = common::header(&headers, "x-consul-index")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let port = dc2.servers[2].agent.http_port;
+    let waiter = std::thread::spawn(move || {
+        common::http_request(
+            port,
+            "GET",
+            &format!("/v1/event/list?index={index}&wait=20s"),
+            None,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // A watch on d1 runs its handler for each event named deploy.
+    let marks = tempfile::tempdir().unwrap();
+    let out_file = marks.path().join("deploys");
+    let mut watch = Command::new(common::binary())
+        .args(["watch", "-type=event", "-name=deploy"])
+        .arg(format!("cat >> {}", out_file.display()))
+        .env("CONSUL_HTTP_ADDR", dc2.client.agent.addr())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = dc2.servers[0]
+        .agent
+        .cli(&["event", "-name", "deploy", "v2"]);
+    let id = common::expect_success(&out)
+        .trim_start_matches("Event ID: ")
+        .to_string();
+    let (status, headers, body) = waiter.join().unwrap();
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    let last = list.as_array().unwrap().last().unwrap();
+    assert_eq!(last["ID"], id.as_str());
+    let hex: String = id.chars().filter(|c| *c != '-').collect();
+    let expected =
+        u64::from_str_radix(&hex[..16], 16).unwrap() ^ u64::from_str_radix(&hex[16..], 16).unwrap();
+    assert_eq!(
+        common::header(&headers, "x-consul-index"),
+        Some(expected.to_string().as_str())
+    );
+    let handled = eventually(Duration::from_secs(15), || {
+        let text = std::fs::read_to_string(&out_file).ok()?;
+        text.contains(&id).then_some(text)
+    });
+    assert!(handled.contains("\"Name\":\"deploy\""), "{handled}");
+    let _ = watch.kill();
+    let _ = watch.wait();
 
     // A blocking query across DCs returns on the change.
     let (_, headers, _) = dc1.client.agent.request("GET", "/v1/kv/app/x?dc=dc2", None);

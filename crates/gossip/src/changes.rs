@@ -17,6 +17,8 @@ pub enum ClusterChange {
     ForceLeave(String),
     /// Forget a member that left or failed (`force-leave -prune`).
     Prune(String),
+    /// A user event for every member (each keeps it or not by its filters).
+    UserEvent(legate_types::event::UserEvent),
     /// Install a gossip key (base64).
     KeyInstall(String),
     /// Make an installed key primary.
@@ -42,6 +44,7 @@ impl std::fmt::Display for ClusterChange {
         match self {
             ClusterChange::ForceLeave(name) => write!(f, "force-leave {name}"),
             ClusterChange::Prune(name) => write!(f, "force-leave -prune {name}"),
+            ClusterChange::UserEvent(e) => write!(f, "user event {} ({})", e.name, e.id),
             ClusterChange::KeyInstall(k) => write!(f, "install key {}", fingerprint(k)),
             ClusterChange::KeyUse(k) => write!(f, "use key {}", fingerprint(k)),
             ClusterChange::KeyRemove(k) => write!(f, "remove key {}", fingerprint(k)),

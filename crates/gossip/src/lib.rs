@@ -251,6 +251,8 @@ pub struct Gossip {
     commands: mpsc::Sender<Command>,
     members: watch::Receiver<Vec<Member>>,
     coordinates: watch::Receiver<CoordinateView>,
+    events: tokio::sync::broadcast::Sender<legate_types::event::UserEvent>,
+    event_clock: Arc<std::sync::atomic::AtomicU64>,
     keyring: Arc<Mutex<Keyring>>,
     local: SocketAddr,
 }
@@ -303,12 +305,15 @@ impl Gossip {
         let keyring = Arc::new(Mutex::new(config.keyring.clone()));
         let coords = coordinates::Coordinates::new(me.name.clone());
         let (coordinates_tx, coordinates) = watch::channel(coords.view());
+        let events = tokio::sync::broadcast::channel(256).0;
+        let event_clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let task = tokio::spawn(run(
             socket,
             me,
             config,
             receiver,
             (members, coordinates_tx, coords),
+            (events.clone(), event_clock.clone()),
             keyring.clone(),
         ));
         Ok(Gossip {
@@ -316,6 +321,8 @@ impl Gossip {
             commands,
             members: watcher,
             coordinates,
+            events,
+            event_clock,
             keyring,
             local: addr,
         })
@@ -334,6 +341,23 @@ impl Gossip {
     /// Membership changes.
     pub fn watch(&self) -> watch::Receiver<Vec<Member>> {
         self.members.clone()
+    }
+
+    /// Spreads a user event to every member (this one included); its
+    /// Lamport time is this member's event clock, moved forward.
+    pub async fn fire_event(
+        &self,
+        mut event: legate_types::event::UserEvent,
+    ) -> Result<legate_types::event::UserEvent, String> {
+        use std::sync::atomic::Ordering;
+        event.ltime = self.event_clock.fetch_add(1, Ordering::SeqCst) + 1;
+        self.spread(ClusterChange::UserEvent(event.clone())).await?;
+        Ok(event)
+    }
+
+    /// User events as they arrive (each once, this member's own included).
+    pub fn user_events(&self) -> tokio::sync::broadcast::Receiver<legate_types::event::UserEvent> {
+        self.events.subscribe()
     }
 
     /// This member's network coordinate and the others' it has seen,
@@ -557,6 +581,8 @@ fn apply_change(
             Ok(())
         }
         ClusterChange::KeyRemove(encoded) => keyring.remove(encoded),
+        // Delivered by the loop, not applied to the table.
+        ClusterChange::UserEvent(_) => Ok(()),
     }
 }
 
@@ -569,6 +595,10 @@ async fn run(
         watch::Sender<Vec<Member>>,
         watch::Sender<CoordinateView>,
         coordinates::Coordinates,
+    ),
+    (events, event_clock): (
+        tokio::sync::broadcast::Sender<legate_types::event::UserEvent>,
+        Arc<std::sync::atomic::AtomicU64>,
     ),
     keyring: Arc<Mutex<Keyring>>,
 ) {
@@ -804,6 +834,12 @@ async fn run(
                 .collect();
         applied.append(&mut retry);
         for (change, until) in applied {
+            if let ClusterChange::UserEvent(event) = change {
+                // Serf's event clock witnesses every time it sees.
+                event_clock.fetch_max(event.ltime, std::sync::atomic::Ordering::SeqCst);
+                let _ = events.send(event);
+                continue;
+            }
             let keys_before = keyring
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -73,7 +73,13 @@ pub async fn nodes(State(st): State<AppState>, req: Req) -> ApiResult {
     let meta_filter = node_meta_filter(&req.params)?;
     let mut result = st.agent.rpc().catalog_nodes(&opts).await?;
     result.value.retain(|n| meta_matches(&n.meta, &meta_filter));
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    if crate::translate::active(&st, &opts.datacenter) {
+        crate::translate::nodes(&mut result.value);
+    }
+    Ok(crate::translate::mark(
+        &st,
+        json_meta(&req.params, &result.meta, &result.value),
+    ))
 }
 
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
@@ -130,7 +136,13 @@ async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -
     result
         .value
         .retain(|r| meta_matches(&r.node_meta, &meta_filter));
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    if crate::translate::active(st, &opts.datacenter) {
+        crate::translate::service_nodes(&mut result.value);
+    }
+    Ok(crate::translate::mark(
+        st,
+        json_meta(&req.params, &result.meta, &result.value),
+    ))
 }
 
 pub async fn service_nodes(
@@ -231,7 +243,13 @@ async fn health_rows(st: &AppState, service: String, req: Req, connect: bool) ->
     result
         .value
         .retain(|r| meta_matches(&r.node.meta, &meta_filter));
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    if crate::translate::active(st, &opts.datacenter) {
+        crate::translate::check_service_nodes(&mut result.value);
+    }
+    Ok(crate::translate::mark(
+        st,
+        json_meta(&req.params, &result.meta, &result.value),
+    ))
 }
 
 pub async fn health_service(

@@ -13,6 +13,7 @@ mod kv;
 mod metrics;
 mod misc;
 mod serve;
+mod translate;
 pub mod util;
 
 use std::sync::Arc;

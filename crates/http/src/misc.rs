@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use base64::Engine;
 use legate_agent::UserEvent;
+use legate_types::event::USER_EVENT_SIZE_LIMIT;
 use legate_types::{Session, SessionCreateRequest, DEFAULT_LOCK_DELAY};
 use serde_json::json;
 
@@ -223,9 +224,6 @@ pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResu
     ))
 }
 
-/// Serf's `UserEventSizeLimit`, which Consul keeps.
-const USER_EVENT_SIZE_LIMIT: usize = 512;
-
 pub async fn event_fire(
     State(st): State<AppState>,
     Path(name): Path<String>,
@@ -265,7 +263,12 @@ pub async fn event_fire(
         version: 1,
         ltime: 0,
     };
-    Ok(json(&req.params, &st.agent.fire_event(event)))
+    let opts = req.write_options();
+    let fired = st
+        .agent
+        .fire_event(&opts.datacenter, &opts.token, event)
+        .await?;
+    Ok(json(&req.params, &fired))
 }
 
 fn regex_lite_check(pattern: &str) -> Result<(), String> {
@@ -282,8 +285,14 @@ pub async fn event_list(State(st): State<AppState>, req: Req) -> ApiResult {
     loop {
         changes.borrow_and_update();
         let events = st.agent.events(&name);
-        let index = events.last().map(|e| e.ltime).unwrap_or(0).max(1);
-        if opts.min_index == 0 || index > opts.min_index || tokio::time::Instant::now() >= deadline
+        // Consul's index: the last event's id folded to 64 bits (1 when
+        // there is none); a blocking list returns once it differs.
+        let index = events
+            .last()
+            .map(|e| legate_types::event::index_of(&e.id))
+            .unwrap_or(1)
+            .max(1);
+        if opts.min_index == 0 || index != opts.min_index || tokio::time::Instant::now() >= deadline
         {
             let meta = legate_types::QueryMeta {
                 index,

@@ -533,6 +533,7 @@ server_rpc_calls! {
     catalog_register(opts: &WriteOptions; req: RegisterRequest) -> u64;
     catalog_deregister(opts: &WriteOptions; req: DeregisterRequest) -> u64;
     catalog_datacenters(;) -> Vec<String>;
+    event_fire(opts: &QueryOptions; event: legate_types::event::UserEvent) -> ();
     coordinate_datacenters(;) -> Vec<legate_types::coordinate::DatacenterCoordinates>;
     coordinate_nodes(opts: &QueryOptions;) -> Queried<Vec<legate_types::coordinate::CoordinateEntry>>;
     coordinate_node(opts: &QueryOptions; node: String) -> Queried<Vec<legate_types::coordinate::CoordinateEntry>>;

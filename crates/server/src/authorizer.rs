@@ -17,6 +17,8 @@ pub enum Resource {
     Session(String),
     /// Operator-level state (Raft, status).
     Operator,
+    /// User events by name.
+    Event(String),
     /// The whole state at once (snapshot save and restore): Consul asks
     /// for a management token.
     Snapshot,

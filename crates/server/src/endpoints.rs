@@ -2,6 +2,7 @@
 //! or a (blocking) state-store read.
 
 use legate_types::coordinate::{CoordinateEntry, DatacenterCoordinates};
+use legate_types::event::UserEvent;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -311,6 +312,10 @@ impl ServerRpc for Server {
 
     async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError> {
         Ok(self.known_datacenters())
+    }
+
+    async fn event_fire(&self, opts: &QueryOptions, event: UserEvent) -> Result<(), RpcError> {
+        self.spread_event(opts, event)
     }
 
     async fn coordinate_datacenters(&self) -> Result<Vec<DatacenterCoordinates>, RpcError> {

@@ -427,8 +427,12 @@ async fn reconcile_self(server: &Server) -> Result<(), legate_types::RpcError> {
     let mut tagged = std::collections::BTreeMap::new();
     tagged.insert("lan".to_string(), config.advertise_address.clone());
     tagged.insert("lan_ipv4".to_string(), config.advertise_address.clone());
-    tagged.insert("wan".to_string(), config.advertise_address.clone());
-    tagged.insert("wan_ipv4".to_string(), config.advertise_address.clone());
+    let wan = config
+        .advertise_address_wan
+        .clone()
+        .unwrap_or_else(|| config.advertise_address.clone());
+    tagged.insert("wan".to_string(), wan.clone());
+    tagged.insert("wan_ipv4".to_string(), wan);
     let mut meta = std::collections::BTreeMap::new();
     meta.insert("consul-network-segment".to_string(), String::new());
     meta.insert(

@@ -46,6 +46,9 @@ pub struct ServerConfig {
     pub node_id: String,
     /// The address other agents reach this node at.
     pub advertise_address: String,
+    /// The address other datacenters reach this node at
+    /// (`advertise_addr_wan`; `None`: the LAN one).
+    pub advertise_address_wan: Option<String>,
     /// The server RPC port (reported as the leader address).
     pub server_port: u16,
     /// Raft storage and bootstrap settings.
@@ -76,6 +79,9 @@ pub struct ServerConfig {
     /// The WAN pool's view of every datacenter's servers (published by
     /// the binary from WAN gossip; never changes for a server without it).
     pub wan: tokio::sync::watch::Receiver<legate_types::federation::WanView>,
+    /// Where user events go to be spread by LAN gossip (the binary
+    /// forwards them; `None`: this server refuses them).
+    pub events: Option<tokio::sync::mpsc::UnboundedSender<legate_types::event::UserEvent>>,
 }
 
 impl ServerConfig {
@@ -87,6 +93,7 @@ impl ServerConfig {
             node_name: node_name.to_string(),
             node_id: uuid::Uuid::new_v4().to_string(),
             advertise_address: "127.0.0.1".into(),
+            advertise_address_wan: None,
             server_port: 8300,
             raft: RaftOptions {
                 node_id: 1,
@@ -106,6 +113,7 @@ impl ServerConfig {
             reap_settle: Duration::from_secs(15 * 60),
             session_ttl_min: legate_types::DEFAULT_SESSION_TTL_MIN,
             wan: tokio::sync::watch::channel(Default::default()).1,
+            events: None,
         }
     }
 }

@@ -59,32 +59,30 @@ impl WanView {
 }
 
 impl WanView {
-    /// Datacenters nearest first: by the median estimated round trip from
-    /// this server to each one's servers with a coordinate (Consul's
-    /// order), those without any after, by name.
-    pub fn by_distance(&self) -> Vec<String> {
-        let mut ranked: Vec<(Option<std::time::Duration>, &String)> = self
+    /// Datacenters nearest first, as Consul ranks them: `local` at zero,
+    /// every other by the median estimated round trip from this server to
+    /// its servers (one without a known coordinate counts as infinitely
+    /// far), ties by name.
+    pub fn by_distance(&self, local: &str) -> Vec<String> {
+        let mut ranked: Vec<(std::time::Duration, &String)> = self
             .datacenters
             .iter()
             .map(|(dc, servers)| {
-                let distance = self.own.as_ref().and_then(|own| {
-                    crate::coordinate::median(
-                        servers
-                            .iter()
-                            .filter_map(|s| s.coord.as_ref())
-                            .map(|c| own.distance_to(c))
-                            .collect(),
-                    )
-                });
-                (distance, dc)
+                if dc == local {
+                    return (std::time::Duration::ZERO, dc);
+                }
+                let distances = servers
+                    .iter()
+                    .map(|s| match (&self.own, &s.coord) {
+                        (Some(own), Some(c)) => own.distance_to(c),
+                        _ => std::time::Duration::MAX,
+                    })
+                    .collect();
+                let median = crate::coordinate::median(distances);
+                (median.unwrap_or(std::time::Duration::MAX), dc)
             })
             .collect();
-        ranked.sort_by(|a, b| match (a.0, b.0) {
-            (Some(x), Some(y)) => x.cmp(&y).then(a.1.cmp(b.1)),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => a.1.cmp(b.1),
-        });
+        ranked.sort();
         ranked.into_iter().map(|(_, dc)| dc.clone()).collect()
     }
 }
@@ -143,10 +141,12 @@ mod tests {
             .insert("dc3".into(), vec![server("c1", Some(0.020))]);
         view.datacenters
             .insert("dc0".into(), vec![server("z1", None)]);
-        // Without our own coordinate: by name.
-        assert_eq!(view.by_distance(), ["dc0", "dc1", "dc2", "dc3"]);
+        // Without our own coordinate: the local one first, the rest by name.
+        assert_eq!(view.by_distance("dc3"), ["dc3", "dc0", "dc1", "dc2"]);
         view.own = Some(at(0.0));
-        assert_eq!(view.by_distance(), ["dc1", "dc3", "dc2", "dc0"]);
+        // The local DC at zero even where another looks nearer.
+        assert_eq!(view.by_distance("dc2"), ["dc2", "dc1", "dc3", "dc0"]);
+        assert_eq!(view.by_distance("dc1"), ["dc1", "dc3", "dc2", "dc0"]);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod connect;
 pub mod coordinate;
 pub mod duration;
 pub mod error;
+pub mod event;
 pub mod federation;
 pub mod intention;
 pub mod keys;

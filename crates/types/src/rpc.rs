@@ -322,6 +322,13 @@ pub trait ServerRpc: Send + Sync + 'static {
     /// Known datacenters, nearest first (by the median estimated round
     /// trip to their servers; by name where no coordinate is known).
     async fn catalog_datacenters(&self) -> Result<Vec<String>, RpcError>;
+    /// Spreads a user event to every agent of the datacenter by gossip
+    /// (`/v1/event/fire`; any server may, so reads' stale option applies).
+    async fn event_fire(
+        &self,
+        opts: &QueryOptions,
+        event: crate::event::UserEvent,
+    ) -> Result<(), RpcError>;
     /// The WAN coordinates of every datacenter's servers
     /// (`/v1/coordinate/datacenters`).
     async fn coordinate_datacenters(
