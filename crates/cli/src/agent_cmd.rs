@@ -626,6 +626,7 @@ async fn start_server(
                     wan_gossip.clone(),
                     config.datacenter.clone(),
                 );
+                crate::wan::spawn_keyring_mirror(gossip.clone(), wan_gossip.clone());
             }
             wan_membership = Some((pool.membership, pool.warnings));
         }

@@ -722,6 +722,12 @@ fn a_cluster_speaks_tls_on_the_server_port() {
         (!out.contains(&first_key)).then_some(out)
     });
     assert!(after.contains(&format!("{second_key} [4/4]")), "{after}");
+    // The servers' WAN pool follows the LAN's keyring: listed first, with
+    // the three servers holding the new key only.
+    let wan = listed_with(&nodes[1].agent, &second_key, "[3/3]");
+    let wan_at = wan.find("WAN:").expect("the WAN pool is listed");
+    assert!(wan_at < wan.find("dc1 (LAN):").unwrap(), "{wan}");
+    assert!(!wan.contains(&first_key), "{wan}");
     let out = nodes[0].agent.cli(&["keyring", "-remove", &second_key]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("primary"));
     let out = nodes[0]

@@ -444,31 +444,15 @@ pub async fn keyring(
     let membership = st.agent.membership().ok_or_else(disabled)?;
     let op = match method.as_str() {
         "GET" => {
+            // The WAN pool first (servers), then this datacenter's LAN, as
+            // Consul lists them.
+            let mut pools = Vec::new();
+            if let Some(status) = st.agent.wan_membership().and_then(|w| w.keyring()) {
+                pools.push(keyring_pool(&st, true, &status));
+            }
             let status = membership.keyring().ok_or_else(disabled)?;
-            let keys: serde_json::Map<String, Value> = status
-                .keys
-                .iter()
-                .map(|(k, n)| (k.clone(), json!(n)))
-                .collect();
-            let primary: serde_json::Map<String, Value> = status
-                .keys
-                .first()
-                .map(|(k, n)| (k.clone(), json!(n)))
-                .into_iter()
-                .collect();
-            return Ok(json(
-                &req.params,
-                &json!([{
-                    "WAN": false,
-                    "Datacenter": st.agent.config().datacenter,
-                    "Segment": "",
-                    "Partition": "",
-                    "Keys": keys,
-                    "PrimaryKeys": primary,
-                    "NumNodes": status.num_nodes,
-                    "Messages": {},
-                }]),
-            ));
+            pools.push(keyring_pool(&st, false, &status));
+            return Ok(json(&req.params, &pools));
         }
         "POST" => KeyringOp::Install,
         "PUT" => KeyringOp::Use,
@@ -484,11 +468,42 @@ pub async fn keyring(
     if key.trim().is_empty() {
         return Err(ApiError::bad_request("Missing Key"));
     }
+    // The LAN's keyring changes on every member; each server mirrors
+    // the change into the WAN pool's keyring.
     membership
         .change_keyring(op, &key)
         .await
         .map_err(ApiError::bad_request)?;
     Ok(StatusCode::OK.into_response())
+}
+
+/// One pool's row of `GET /v1/operator/keyring`.
+fn keyring_pool(
+    st: &AppState,
+    wan: bool,
+    status: &legate_agent::membership::KeyringStatus,
+) -> Value {
+    let keys: serde_json::Map<String, Value> = status
+        .keys
+        .iter()
+        .map(|(k, n)| (k.clone(), json!(n)))
+        .collect();
+    let primary: serde_json::Map<String, Value> = status
+        .keys
+        .first()
+        .map(|(k, n)| (k.clone(), json!(n)))
+        .into_iter()
+        .collect();
+    json!({
+        "WAN": wan,
+        "Datacenter": st.agent.config().datacenter,
+        "Segment": "",
+        "Partition": "",
+        "Keys": keys,
+        "PrimaryKeys": primary,
+        "NumNodes": status.num_nodes,
+        "Messages": {},
+    })
 }
 
 pub async fn force_leave(

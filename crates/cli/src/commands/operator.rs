@@ -126,7 +126,11 @@ pub async fn keyring(args: KeyringArgs) -> u8 {
         for pool in pools.as_array().into_iter().flatten() {
             let total = pool["NumNodes"].as_u64().unwrap_or(0);
             println!();
-            println!("{} (LAN):", pool["Datacenter"].as_str().unwrap_or(""));
+            if pool["WAN"].as_bool() == Some(true) {
+                println!("WAN:");
+            } else {
+                println!("{} (LAN):", pool["Datacenter"].as_str().unwrap_or(""));
+            }
             for (key, count) in pool["Keys"].as_object().into_iter().flatten() {
                 println!("  {key} [{}/{total}]", count.as_u64().unwrap_or(0));
             }
