@@ -518,6 +518,76 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     let _ = watch.kill();
     let _ = watch.wait();
 
+    // ?dc= on the rest of the API: each write lands in dc2 only, each
+    // read answers dc2's state.
+    let c1 = &dc1.client.agent;
+    let (status, body) = c1.put(
+        "/v1/config?dc=dc2",
+        r#"{"Kind": "service-defaults", "Name": "web", "Protocol": "http"}"#,
+    );
+    assert_eq!((status, body.trim()), (200, "true"));
+    assert_eq!(
+        dc2.servers[1]
+            .agent
+            .get("/v1/config/service-defaults/web")
+            .unwrap()["Protocol"],
+        "http"
+    );
+    assert!(dc1.servers[1]
+        .agent
+        .get("/v1/config/service-defaults/web")
+        .is_err());
+    let chain = c1.get("/v1/discovery-chain/web?dc=dc2").unwrap();
+    assert_eq!(chain["Chain"]["Datacenter"], "dc2");
+    assert_eq!(chain["Chain"]["Protocol"], "http");
+    let (status, body) = c1.put(
+        "/v1/session/create?dc=dc2",
+        r#"{"Name": "cross", "Node": "d1"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let session: Value = serde_json::from_str(&body).unwrap();
+    let id = session["ID"].as_str().unwrap();
+    let info = c1.get(&format!("/v1/session/info/{id}?dc=dc2")).unwrap();
+    assert_eq!(info[0]["Name"], "cross");
+    assert_eq!(
+        c1.get(&format!("/v1/session/info/{id}")).unwrap(),
+        serde_json::json!([])
+    );
+    let (status, body) = c1.put(
+        "/v1/txn?dc=dc2",
+        r#"[{"KV": {"Verb": "set", "Key": "app/txn", "Value": "dHhu"}}]"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        dc2.client.agent.get_text("/v1/kv/app/txn?raw").unwrap(),
+        "txn"
+    );
+    let roots_dc1 = c1.get("/v1/connect/ca/roots").unwrap();
+    let roots_dc2 = c1.get("/v1/connect/ca/roots?dc=dc2").unwrap();
+    assert_eq!(
+        roots_dc2["TrustDomain"],
+        dc2.client.agent.get("/v1/connect/ca/roots").unwrap()["TrustDomain"]
+    );
+    assert_ne!(
+        roots_dc1["TrustDomain"], roots_dc2["TrustDomain"],
+        "each DC has its own CA until replication"
+    );
+    let raft = c1.get("/v1/operator/raft/configuration?dc=dc2").unwrap();
+    let mut raft_nodes: Vec<String> = raft["Servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["Node"].as_str().unwrap().to_string())
+        .collect();
+    raft_nodes.sort();
+    assert_eq!(raft_nodes, ["b1", "b2", "b3"]);
+    assert_eq!(
+        c1.get("/v1/connect/intentions?dc=dc2").unwrap(),
+        serde_json::json!([])
+    );
+    let (status, _, body) = c1.request("GET", "/v1/config/service-defaults/web?dc=dc9", None);
+    assert_eq!((status, body.as_str()), (500, "No path to datacenter"));
+
     // A blocking query across DCs returns on the change.
     let (_, headers, _) = dc1.client.agent.request("GET", "/v1/kv/app/x?dc=dc2", None);
     let index: u64 = common::header(&headers, "x-consul-index")
