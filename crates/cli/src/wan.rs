@@ -316,6 +316,54 @@ pub fn spawn_flood_join(lan: Gossip, wan: Gossip, datacenter: String) {
     });
 }
 
+/// How often a server compares its LAN keyring with the one it mirrors.
+const KEYRING_MIRROR_EVERY: Duration = Duration::from_secs(1);
+
+/// Keeps the WAN pool's keyring following the LAN's: a key installed,
+/// made primary or removed in this datacenter's LAN (by `keyring`, on
+/// every member) is installed, made primary or removed in the WAN pool
+/// too, which spreads it to every server there.
+pub fn spawn_keyring_mirror(lan: Gossip, wan: Gossip) {
+    let keys_of = |g: &Gossip| -> Vec<String> {
+        g.keyring()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .iter()
+            .map(|k| k.encoded().to_string())
+            .collect()
+    };
+    tokio::spawn(async move {
+        let mut mirrored = keys_of(&lan);
+        loop {
+            tokio::time::sleep(KEYRING_MIRROR_EVERY).await;
+            let now = keys_of(&lan);
+            if now == mirrored {
+                continue;
+            }
+            let in_wan = keys_of(&wan);
+            let mut result = Ok(());
+            for key in now.iter().filter(|k| !in_wan.contains(k)) {
+                result = result.and(wan.install_key(key).await);
+            }
+            if let Some(primary) = now.first() {
+                if in_wan.first() != Some(primary) {
+                    result = result.and(wan.use_key(primary).await);
+                }
+            }
+            for key in in_wan.iter().filter(|k| !now.contains(k)) {
+                result = result.and(wan.remove_key(key).await);
+            }
+            match result {
+                Ok(()) => mirrored = now,
+                Err(e) => {
+                    tracing::warn!(error = %e, "(WAN) following the LAN keyring failed; retrying")
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,52 +512,4 @@ mod tests {
             vec![("a2.dc1".to_string(), "127.0.0.12:9302".parse().unwrap())]
         );
     }
-}
-
-/// How often a server compares its LAN keyring with the one it mirrors.
-const KEYRING_MIRROR_EVERY: Duration = Duration::from_secs(1);
-
-/// Keeps the WAN pool's keyring following the LAN's: a key installed,
-/// made primary or removed in this datacenter's LAN (by `keyring`, on
-/// every member) is installed, made primary or removed in the WAN pool
-/// too, which spreads it to every server there.
-pub fn spawn_keyring_mirror(lan: Gossip, wan: Gossip) {
-    let keys_of = |g: &Gossip| -> Vec<String> {
-        g.keyring()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .iter()
-            .map(|k| k.encoded().to_string())
-            .collect()
-    };
-    tokio::spawn(async move {
-        let mut mirrored = keys_of(&lan);
-        loop {
-            tokio::time::sleep(KEYRING_MIRROR_EVERY).await;
-            let now = keys_of(&lan);
-            if now == mirrored {
-                continue;
-            }
-            let in_wan = keys_of(&wan);
-            let mut result = Ok(());
-            for key in now.iter().filter(|k| !in_wan.contains(k)) {
-                result = result.and(wan.install_key(key).await);
-            }
-            if let Some(primary) = now.first() {
-                if in_wan.first() != Some(primary) {
-                    result = result.and(wan.use_key(primary).await);
-                }
-            }
-            for key in in_wan.iter().filter(|k| !now.contains(k)) {
-                result = result.and(wan.remove_key(key).await);
-            }
-            match result {
-                Ok(()) => mirrored = now,
-                Err(e) => {
-                    tracing::warn!(error = %e, "(WAN) following the LAN keyring failed; retrying")
-                }
-            }
-        }
-    });
 }
