@@ -53,6 +53,16 @@ enum Command {
         #[arg(long)]
         catalog: bool,
     },
+    /// GETs `url` (a path with its query) with N concurrent clients; any
+    /// answer other than 2xx is an error.
+    HttpGet {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
     /// Signs leaf certificates from CSRs on one thread with the built-in CA.
     Csr {
         #[arg(long, default_value_t = 5)]
@@ -791,6 +801,24 @@ async fn main() -> Result<()> {
             closed_loop(concurrency, seconds, move |n| {
                 let url = urls[n as usize % urls.len()].clone();
                 kv_put(client.clone(), url, target, n)
+            })
+            .await
+        }
+        Command::HttpGet {
+            url,
+            concurrency,
+            seconds,
+        } => {
+            closed_loop(concurrency, seconds, move |_| {
+                let (client, url) = (client.clone(), url.clone());
+                async move {
+                    let response = client.get(&url).send().await?;
+                    if !response.status().is_success() {
+                        bail!("GET failed: {}", response.status());
+                    }
+                    response.bytes().await?;
+                    Ok(())
+                }
             })
             .await
         }
