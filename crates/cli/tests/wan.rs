@@ -140,6 +140,11 @@ fn wan_members(agent: &TestAgent) -> Vec<(String, String)> {
 }
 
 fn dig(agent: &Agent, name: &str) -> (String, Vec<String>) {
+    dig_type(agent, name, "A")
+}
+
+/// `dig <name> <kind>`: the status and each answer's last field.
+fn dig_type(agent: &Agent, name: &str, kind: &str) -> (String, Vec<String>) {
     let out = Command::new("dig")
         .arg("@127.0.0.1")
         .args([
@@ -148,6 +153,7 @@ fn dig(agent: &Agent, name: &str) -> (String, Vec<String>) {
             "+tries=1",
             "+time=5",
             name,
+            kind,
         ])
         .output()
         .expect("dig (dnsutils) is installed by .ci/run");
@@ -616,6 +622,28 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
         .request("PUT", "/v1/kv/app/z?dc=dc9", Some("1"));
     assert_eq!((status, body.as_str()), (500, "No path to datacenter"));
 
+    // RFC 2782 names for another DC: the SRV target is d1 in dc2.
+    let (status, answers) = dig_type(&dc1.client, "_db._tcp.service.dc2.consul", "SRV");
+    assert_eq!(status, "NOERROR");
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(answers[0].contains(".node.dc2.consul"), "{answers:?}");
+    // A server's agent self carries its LAN coordinate once gossip measured one.
+    let coord = eventually(Duration::from_secs(20), || {
+        let own = dc1.servers[1].agent.get("/v1/agent/self").ok()?;
+        own["Coord"].is_object().then(|| own["Coord"].clone())
+    });
+    assert_eq!(coord["Vec"].as_array().unwrap().len(), 8);
+    // A WAN join to an address that is not a Legate server's WAN port.
+    let (status, body) = dc1.servers[0].agent.put(
+        &format!(
+            "/v1/agent/join/127.0.0.1:{}?wan=1",
+            dc1.client.agent.http_port
+        ),
+        "",
+    );
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("Failed to join"), "{body}");
+
     // A killed dc2 server shows failed in dc1; the others still answer.
     dc2.servers[2].agent.kill9();
     eventually(Duration::from_secs(20), || {
@@ -625,6 +653,24 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
             .any(|(n, s)| n == "b3.dc2" && s == "failed")
             .then_some(())
     });
+    // force-leave -wan -prune forgets it in every dc1 server's WAN pool.
+    common::expect_success(
+        &dc1.servers[0]
+            .agent
+            .cli(&["force-leave", "-wan", "-prune", "b3.dc2"]),
+    );
+    for server in &dc1.servers {
+        eventually(Duration::from_secs(20), || {
+            wan_members(&server.agent)
+                .iter()
+                .all(|(n, _)| n != "b3.dc2")
+                .then_some(())
+        });
+    }
+    let out = dc1.servers[0]
+        .agent
+        .cli(&["force-leave", "-wan", "nobody.dc9"]);
+    assert!(!out.status.success());
     for _ in 0..5 {
         assert_eq!(
             dc1.client

@@ -113,3 +113,47 @@ fn a_bad_watch_stops_the_agent_with_consuls_reason() {
         );
     }
 }
+
+#[test]
+fn watch_prints_each_type_once_without_a_handler() {
+    let agent = TestAgent::dev(&["-node", "watcher"]);
+    let (status, _) = agent.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "web", "Port": 80, "Tags": ["v1"]}"#,
+    );
+    assert_eq!(status, 200);
+    let watch = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["watch"];
+        all.extend_from_slice(args);
+        let out = agent.cli(&all);
+        serde_json::from_str(&common::expect_success(&out)).unwrap()
+    };
+    let services = eventually(Duration::from_secs(10), || {
+        let v = watch(&["-type=services"]);
+        v.get("web").is_some().then_some(v)
+    });
+    assert_eq!(services["web"], serde_json::json!(["v1"]));
+    let nodes = watch(&["-type=nodes"]);
+    assert_eq!(nodes[0]["Node"], "watcher");
+    let instances = watch(&["-type=service", "-service=web", "-tag=v1"]);
+    assert_eq!(instances[0]["Service"]["Service"], "web");
+    assert_eq!(
+        watch(&["-type=service", "-service=web", "-tag=v2"]),
+        serde_json::json!([])
+    );
+    let checks = watch(&["-type=checks", "-state=any"]);
+    assert!(checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["CheckID"] == "serfHealth"));
+    assert_eq!(
+        watch(&["-type=keyprefix", "-prefix=none/"]),
+        serde_json::json!([])
+    );
+    // Bad flags: Consul's reasons.
+    let out = agent.cli(&["watch", "-type=key"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Must specify a single key to watch"));
+    let out = agent.cli(&["watch", "-type=checks", "-service=web", "-state=passing"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Cannot specify service and state"));
+}
