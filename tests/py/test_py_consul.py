@@ -236,3 +236,42 @@ def test_intentions_exact_api_check_match_and_authorize(client):
     assert wait_for(lambda: client.agent.connect.authorize("db", uri, "01")["Authorized"])
     entry = client.config.get("service-intentions", "db")
     assert [s["Name"] for s in entry["Sources"]] == ["*"]
+
+
+def test_events_coordinates_and_datacenters(client, agent):
+    # py-consul's event API: fire returns the event, list blocks on Consul's index.
+    fired = client.event.fire("deploy", body="v2")
+    assert fired["Name"] == "deploy" and len(fired["ID"]) == 36
+    index, events = wait_for(lambda: (lambda r: r if r[1] else None)(client.event.list(name="deploy")))
+    assert events[-1]["ID"] == fired["ID"]
+    assert events[-1]["Payload"] == b"v2"
+    found = []
+
+    def blocked():
+        found.append(client.event.list(name="deploy", index=index))
+
+    waiter = threading.Thread(target=blocked)
+    waiter.start()
+    time.sleep(0.3)
+    second = client.event.fire("deploy", body="v3")
+    waiter.join(timeout=20)
+    assert found and found[0][1][-1]["ID"] == second["ID"]
+    assert found[0][0] != index
+    # Coordinates: a known coordinate is stored by the leader's next batch.
+    assert client.catalog.datacenters() == ["dc1"]
+    dcs = client.coordinate.datacenters()
+    assert dcs[0]["Datacenter"] == "dc1" and dcs[0]["AreaID"] == "wan"
+    node = client.agent.self()["Config"]["NodeName"]
+    import json
+    import urllib.request
+
+    coord = {"Vec": [0.001] + [0.0] * 7, "Error": 0.2, "Adjustment": 0.0, "Height": 0.00001}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{agent.port}/v1/coordinate/update",
+        data=json.dumps({"Node": node, "Coord": coord}).encode(),
+        method="PUT",
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.status == 200
+    rows = wait_for(lambda: client.coordinate.nodes()[1] or None, timeout=15)
+    assert rows[0]["Node"] == node and rows[0]["Coord"]["Vec"][0] == 0.001

@@ -162,7 +162,6 @@ const KNOWN_KEYS: &[&str] = &[
     "gossip_wan",
     "sync_coordinate_interval_min",
     "sync_coordinate_rate_target",
-    "watches",
 ];
 
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
@@ -227,6 +226,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "gossip_wan",
     "sync_coordinate_interval_min",
     "sync_coordinate_rate_target",
+    "watches",
 ];
 
 const KNOWN_PORTS: &[&str] = &[

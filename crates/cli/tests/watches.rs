@@ -71,6 +71,12 @@ fn config_watches_run_script_and_http_handlers() {
     let lower = request.to_ascii_lowercase();
     assert!(lower.contains("x-from: legate"), "{request}");
     assert!(lower.contains("x-consul-index:"), "{request}");
+    // `watches` is read, not warned about as a key Legate ignores.
+    assert!(
+        !agent.log_text().contains("not implemented by Legate"),
+        "{}",
+        agent.log_text()
+    );
 }
 
 #[test]

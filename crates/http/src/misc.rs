@@ -244,10 +244,15 @@ pub async fn event_fire(
             "Cannot provide tag filter without service filter.",
         ));
     }
-    // Serf's limit on a user event (name and payload), with Consul's text
-    // and status; Consul counts its own encoding too, so it refuses a
-    // little sooner.
-    if name.len() + body.len() > USER_EVENT_SIZE_LIMIT {
+    // Serf's limit on a user event, with Consul's text and status. Consul
+    // counts the event's whole encoding (filters included) against it;
+    // Legate counts the name, payload and filters, so an event that fits
+    // always fits one gossip datagram.
+    let filters: usize = ["node", "service", "tag"]
+        .iter()
+        .map(|k| req.params.get(k).map_or(0, str::len))
+        .sum();
+    if name.len() + body.len() + filters > USER_EVENT_SIZE_LIMIT {
         return Err(ApiError::internal(format!(
             "user event exceeds configured limit of {USER_EVENT_SIZE_LIMIT} bytes before encoding"
         )));

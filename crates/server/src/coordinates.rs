@@ -142,10 +142,12 @@ impl Server {
         .await
     }
 
-    /// Every datacenter's servers with a WAN coordinate, by datacenter name.
+    /// Every datacenter's servers with a WAN coordinate, by datacenter name
+    /// (this one always listed, with none before the WAN pool runs).
     pub(crate) fn wan_coordinates(&self) -> Vec<DatacenterCoordinates> {
         let view = self.config.wan.borrow();
-        view.datacenters
+        let mut all: Vec<DatacenterCoordinates> = view
+            .datacenters
             .iter()
             .map(|(dc, servers)| DatacenterCoordinates {
                 datacenter: dc.clone(),
@@ -167,7 +169,16 @@ impl Server {
                     })
                     .collect(),
             })
-            .collect()
+            .collect();
+        if !view.knows(&self.config.datacenter) {
+            all.push(DatacenterCoordinates {
+                datacenter: self.config.datacenter.clone(),
+                area_id: "wan".into(),
+                coordinates: Vec::new(),
+            });
+            all.sort_by(|a, b| a.datacenter.cmp(&b.datacenter));
+        }
+        all
     }
 }
 

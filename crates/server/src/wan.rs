@@ -35,7 +35,8 @@ impl Server {
             .as_deref()
             .map(|p| p.len() * 3 / 4)
             .unwrap_or(0);
-        if event.name.len() + payload > USER_EVENT_SIZE_LIMIT {
+        let filters = event.node_filter.len() + event.service_filter.len() + event.tag_filter.len();
+        if event.name.len() + payload + filters > USER_EVENT_SIZE_LIMIT {
             return Err(RpcError::Internal(format!(
                 "user event exceeds configured limit of {USER_EVENT_SIZE_LIMIT} bytes before encoding"
             )));
