@@ -577,7 +577,7 @@ fn check_encrypt_key(key: String) -> Result<String, ConfigError> {
 }
 
 /// A list of strings (a single string counts as a list of one).
-fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
+pub(crate) fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s.clone()]),

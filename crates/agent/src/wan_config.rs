@@ -93,22 +93,6 @@ fn err(key: &str, message: impl std::fmt::Display) -> ConfigError {
     ConfigError(format!("{key}: {message}"))
 }
 
-fn addresses(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![s.clone()]),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| err(key, "expected a list of addresses"))
-            })
-            .collect(),
-        Some(other) => Err(err(key, format!("expected a list, got {other}"))),
-    }
-}
-
 fn timing(
     map: &Map<String, Value>,
     key: &str,
@@ -201,8 +185,8 @@ pub(crate) fn parse(map: &Map<String, Value>) -> Result<WanConfig, ConfigError> 
         }
     };
     Ok(WanConfig {
-        start_join_wan: addresses(map, "start_join_wan")?,
-        retry_join_wan: addresses(map, "retry_join_wan")?,
+        start_join_wan: crate::config::string_list(map, "start_join_wan")?,
+        retry_join_wan: crate::config::string_list(map, "retry_join_wan")?,
         retry_interval_wan,
         retry_max_wan,
         advertise_addr_wan,

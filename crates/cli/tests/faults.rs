@@ -21,18 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use checker::{Kind, Op};
-use common::{binary, eventually};
-
-/// Runs `ip` with `args`; panics with its stderr when it fails.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{binary, eventually, ip};
 
 /// A bridge with one namespace per server, removed when dropped.
 struct Network {

@@ -16,17 +16,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{binary, eventually};
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{binary, eventually, ip};
 
 fn in_ns(namespace: &str, args: &[&str]) {
     let mut full = vec!["netns", "exec", namespace];

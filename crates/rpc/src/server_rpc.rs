@@ -365,11 +365,7 @@ impl Forwarding {
         result: &Result<T, RpcError>,
         tried: &mut Vec<String>,
     ) -> bool {
-        let lost = match result {
-            Err(RpcError::Unreachable(_)) => true,
-            Err(RpcError::Indeterminate(_)) => read,
-            _ => false,
-        };
+        let lost = lost_before_an_answer(read, result);
         if lost {
             if let Some(router) = &self.router {
                 router.failed(address);
@@ -500,11 +496,7 @@ impl ServerPool {
         tried: &mut Vec<String>,
     ) -> bool {
         let mut preferred = self.preferred.lock().unwrap_or_else(|e| e.into_inner());
-        let lost = match result {
-            Err(RpcError::Unreachable(_)) => true,
-            Err(RpcError::Indeterminate(_)) => read,
-            _ => false,
-        };
+        let lost = lost_before_an_answer(read, result);
         if lost {
             if preferred.as_deref() == Some(address) {
                 *preferred = None;
@@ -514,6 +506,16 @@ impl ServerPool {
         }
         *preferred = Some(address.to_string());
         false
+    }
+}
+
+/// Whether another server should be asked: this one could not be
+/// reached, or (for a `read`) it was reached but never answered.
+fn lost_before_an_answer<T>(read: bool, result: &Result<T, RpcError>) -> bool {
+    match result {
+        Err(RpcError::Unreachable(_)) => true,
+        Err(RpcError::Indeterminate(_)) => read,
+        _ => false,
     }
 }
 
