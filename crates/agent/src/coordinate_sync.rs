@@ -15,8 +15,9 @@ use crate::Agent;
 /// The time between updates for `nodes` agents (Consul's
 /// `lib.RateScaledInterval`): `nodes / rate` seconds, at least `min`.
 pub fn interval(min: Duration, rate: f64, nodes: usize) -> Duration {
-    let scaled = Duration::from_secs_f64(nodes as f64 / rate.max(f64::MIN_POSITIVE));
-    scaled.max(min)
+    let scaled = Duration::try_from_secs_f64(nodes as f64 / rate.max(f64::MIN_POSITIVE))
+        .unwrap_or(Duration::MAX);
+    scaled.max(min).min(Duration::from_secs(24 * 3600))
 }
 
 /// Up to `interval / 16` more (Consul's `lib.RandomStagger`).
@@ -70,5 +71,7 @@ mod tests {
         assert_eq!(interval(min, 64.0, 3), min);
         assert_eq!(interval(min, 64.0, 6400), Duration::from_secs(100));
         assert!(stagger(Duration::from_secs(16)) < Duration::from_secs(1));
+        // A tiny rate does not overflow: a day at most.
+        assert_eq!(interval(min, 1e-300, 10), Duration::from_secs(24 * 3600));
     }
 }

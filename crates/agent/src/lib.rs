@@ -622,7 +622,9 @@ impl Agent {
     /// Takes in an event gossip delivered: kept (the last 256) when its
     /// node, service and tag filters match this agent (Consul's rules).
     pub fn receive_event(&self, mut event: UserEvent) {
-        if !self.event_matches(&event) {
+        // Ids are UUIDs (the list's index derives from them); anything
+        // else came from a member that does not follow the protocol.
+        if uuid::Uuid::parse_str(&event.id).is_err() || !self.event_matches(&event) {
             return;
         }
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());

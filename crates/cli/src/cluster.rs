@@ -80,10 +80,17 @@ impl Membership for GossipMembership {
                     tags.insert("port".into(), port.to_string());
                 }
                 for f in &m.tags.features {
+                    // Only the tags Legate defines this way; a member
+                    // cannot override `role`, `dc` or `port` through it.
                     match f.split_once('=') {
-                        Some((key, value)) => tags.insert(key.to_string(), value.to_string()),
-                        None => tags.insert(format!("ft_{f}"), "1".into()),
-                    };
+                        Some((WAN_JOIN_PORT_TAG, value)) => {
+                            tags.insert(WAN_JOIN_PORT_TAG.to_string(), value.to_string());
+                        }
+                        Some(_) => {}
+                        None => {
+                            tags.insert(format!("ft_{f}"), "1".into());
+                        }
+                    }
                 }
                 MemberInfo {
                     name: m.name,

@@ -90,7 +90,17 @@ pub async fn start(
         }));
     }
     let (gossip, membership) =
-        crate::cluster::start_gossip(config, node_id, raft_id, Some(rpc_address), PoolKind::Wan)
+        // Other datacenters dial this server at its WAN address.
+        crate::cluster::start_gossip(
+            config,
+            node_id,
+            raft_id,
+            Some(SocketAddr::new(
+                config.wan.advertise_addr_wan.unwrap_or(rpc_address.ip()),
+                rpc_address.port(),
+            )),
+            PoolKind::Wan,
+        )
             .await?;
     let warnings = spawn_federation_warnings(view.subscribe(), config);
     spawn_view(&gossip, view);

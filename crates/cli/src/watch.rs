@@ -237,11 +237,13 @@ pub fn parse(entry: &Value) -> Result<Watch, String> {
                 timeout,
             }
         }
-        (None | Some("script"), Some(Value::Array(args)), _) => Handler::Script(
-            args.iter()
-                .map(|a| a.as_str().map(String::from).ok_or("args: expected strings"))
-                .collect::<Result<_, _>>()?,
-        ),
+        (None | Some("script"), Some(Value::Array(args)), _) if !args.is_empty() => {
+            Handler::Script(
+                args.iter()
+                    .map(|a| a.as_str().map(String::from).ok_or("args: expected strings"))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
         (None | Some("script"), _, Some(handler)) => Handler::Script(vec![handler]),
         (None | Some("script"), _, None) => {
             return Err("Must define a watch handler (args or handler)".into())
@@ -262,13 +264,17 @@ pub fn parse(entry: &Value) -> Result<Watch, String> {
 }
 
 /// Runs `watch` until its handler says stop (print-once) or the task is
-/// dropped: a blocking read, and the handler whenever the index moves (the
-/// first answer included). Errors back off up to 30 s, as Consul's plans.
+/// dropped, as Consul's watch plans do: a blocking read; the handler runs
+/// when the index moved and the view differs from the last one handed to
+/// it (the first answer included); an index that went back starts over;
+/// an event watch hands over only the events after the last one seen.
+/// Errors back off 5 s × failures², at most 20 s.
 pub async fn run(watch: Watch) -> Result<(), String> {
     let client = Client::new(&watch.http);
     let (path, query) = watch.kind.request();
     let mut index = 0u64;
     let mut failures = 0u32;
+    let mut last_view: Option<Value> = None;
     loop {
         let mut params = query.clone();
         if index > 0 {
@@ -283,7 +289,7 @@ pub async fn run(watch: Watch) -> Result<(), String> {
                 }
                 failures += 1;
                 tracing::warn!(error = %e, "watch: the blocking read failed; retrying");
-                tokio::time::sleep(Duration::from_secs((1u64 << failures.min(5)).min(30))).await;
+                tokio::time::sleep(backoff(failures)).await;
                 continue;
             }
         };
@@ -295,17 +301,33 @@ pub async fn run(watch: Watch) -> Result<(), String> {
                 }
                 failures += 1;
                 tracing::warn!(error = %e, "watch: the read was refused; retrying");
-                tokio::time::sleep(Duration::from_secs((1u64 << failures.min(5)).min(30))).await;
+                tokio::time::sleep(backoff(failures)).await;
                 continue;
             }
         };
         failures = 0;
-        // An index that went back (a restore, another server) starts over.
         let new_index = new_index.max(1);
         if new_index == index {
             continue;
         }
-        index = if new_index < index { 0 } else { new_index };
+        let previous = index;
+        // An index that went back (a restore, another server) starts over,
+        // except for events, whose index is a hash of the last id.
+        index = if new_index < index && !matches!(watch.kind, WatchKind::Event(_)) {
+            0
+        } else {
+            new_index
+        };
+        let view = match (&watch.kind, view) {
+            (WatchKind::Event(_), Value::Array(events)) if previous != 0 => {
+                Value::Array(events_after(events, previous))
+            }
+            (_, view) => view,
+        };
+        if last_view.as_ref() == Some(&view) {
+            continue;
+        }
+        last_view = Some(view.clone());
         match &watch.handler {
             Handler::PrintOnce => {
                 println!(
@@ -323,6 +345,23 @@ pub async fn run(watch: Watch) -> Result<(), String> {
             } => run_http(path, method, headers, *timeout, &view, new_index).await,
         }
     }
+}
+
+/// The events after the one whose index is `seen` (all of them when it
+/// is not in the list any more), as Consul's event watch prunes.
+fn events_after(events: Vec<Value>, seen: u64) -> Vec<Value> {
+    let at = events
+        .iter()
+        .position(|e| legate_types::event::index_of(e["ID"].as_str().unwrap_or("")) == seen);
+    match at {
+        Some(i) => events.into_iter().skip(i + 1).collect(),
+        None => events,
+    }
+}
+
+/// Consul's watch retry pause: 5 s × failures², at most 20 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs((5 * u64::from(failures).pow(2)).min(20))
 }
 
 async fn run_script(args: &[String], view: &Value, index: u64) {
@@ -426,6 +465,10 @@ mod tests {
             ),
             (json!({"type": "nodes"}), "Must define a watch handler"),
             (
+                json!({"type": "nodes", "args": []}),
+                "Must define a watch handler",
+            ),
+            (
                 json!({"type": "nodes", "handler_type": "carrier-pigeon"}),
                 "Handler type 'carrier-pigeon' not recognized",
             ),
@@ -437,6 +480,20 @@ mod tests {
             let e = parse(&bad).unwrap_err();
             assert!(e.contains(error), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn event_watches_hand_over_only_new_events() {
+        let id = |n: u32| format!("00000000-0000-0000-0000-{n:012}");
+        let events: Vec<Value> = (1..=3).map(|n| json!({"ID": id(n)})).collect();
+        let seen = legate_types::event::index_of(&id(2));
+        assert_eq!(
+            events_after(events.clone(), seen),
+            vec![json!({"ID": id(3)})]
+        );
+        assert_eq!(events_after(events.clone(), 12345).len(), 3);
+        assert_eq!(backoff(1), Duration::from_secs(5));
+        assert_eq!(backoff(5), Duration::from_secs(20));
     }
 
     #[test]

@@ -89,10 +89,19 @@ impl Coordinates {
         datagram(PING, &Ping { seq })
     }
 
-    /// Handles a datagram of kind PING or ACK from `from`: the answer to
-    /// send back for a ping; `true` in the second place when an answer
-    /// changed the coordinates.
-    pub(crate) fn receive(&mut self, data: &[u8], from: SocketAddr) -> (Option<Vec<u8>>, bool) {
+    /// Handles a datagram of kind PING or ACK from `from`, the member
+    /// `member` (`None`: not a member, which is never answered nor learned
+    /// from): the answer to send back for a ping; `true` in the second
+    /// place when an answer changed the coordinates.
+    pub(crate) fn receive(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        member: Option<&str>,
+    ) -> (Option<Vec<u8>>, bool) {
+        let Some(member) = member else {
+            return (None, false);
+        };
         match data.first() {
             Some(&PING) => match serde_json::from_slice::<Ping>(&data[1..]) {
                 Ok(ping) => {
@@ -113,7 +122,7 @@ impl Coordinates {
                 let Some((sent, to)) = self.pending.remove(&ack.seq) else {
                     return (None, false);
                 };
-                if to != from || ack.name == self.name {
+                if to != from || ack.name == self.name || ack.name != member {
                     return (None, false);
                 }
                 let rtt = Instant::now().duration_since(sent);
@@ -157,22 +166,32 @@ mod tests {
         let mut b = Coordinates::new("b".into());
         let before = a.view().own.unwrap();
         let ping = a.ping(b_addr);
-        let (ack, changed) = b.receive(&ping, a_addr);
+        let (ack, changed) = b.receive(&ping, a_addr, Some("a"));
         assert!(!changed);
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let (none, changed) = a.receive(&ack.clone().unwrap(), b_addr);
+        let (none, changed) = a.receive(&ack.clone().unwrap(), b_addr, Some("b"));
         assert!(none.is_none() && changed);
         let view = a.view();
         assert!(view.others.contains_key("b"));
         assert_ne!(view.own.unwrap(), before, "the estimate moved");
         // An answer is used once, and only from where the ping went.
-        assert!(!a.receive(&ack.unwrap(), b_addr).1);
+        assert!(!a.receive(&ack.unwrap(), b_addr, Some("b")).1);
         let ping = a.ping(b_addr);
-        let (ack, _) = b.receive(&ping, a_addr);
-        assert!(!a.receive(&ack.unwrap(), "127.0.0.1:3".parse().unwrap()).1);
+        let (ack, _) = b.receive(&ping, a_addr, Some("a"));
+        assert!(
+            !a.receive(
+                &ack.clone().unwrap(),
+                "127.0.0.1:3".parse().unwrap(),
+                Some("b")
+            )
+            .1
+        );
+        // Nor under another member's name, nor from a stranger.
+        assert!(!a.receive(&ack.clone().unwrap(), b_addr, Some("c")).1);
+        assert_eq!(b.receive(&a.ping(b_addr), a_addr, None), (None, false));
         // Garbage is ignored.
-        assert_eq!(a.receive(&[ACK, b'{'], b_addr), (None, false));
-        assert_eq!(a.receive(&[PING], b_addr), (None, false));
+        assert_eq!(a.receive(&[ACK, b'{'], b_addr, Some("b")), (None, false));
+        assert_eq!(a.receive(&[PING], b_addr, Some("b")), (None, false));
         a.forget("b");
         assert!(a.view().others.is_empty());
     }

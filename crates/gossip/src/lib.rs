@@ -241,7 +241,7 @@ enum Command {
     SetTags(Tags),
     Leave(oneshot::Sender<()>),
     ForceLeave(String, oneshot::Sender<bool>),
-    Broadcast(ClusterChange, Option<oneshot::Sender<()>>),
+    Broadcast(ClusterChange, Option<oneshot::Sender<Result<(), String>>>),
 }
 
 /// A running gossip member.
@@ -350,7 +350,10 @@ impl Gossip {
         mut event: legate_types::event::UserEvent,
     ) -> Result<legate_types::event::UserEvent, String> {
         use std::sync::atomic::Ordering;
-        event.ltime = self.event_clock.fetch_add(1, Ordering::SeqCst) + 1;
+        event.ltime = self
+            .event_clock
+            .fetch_add(1, Ordering::SeqCst)
+            .wrapping_add(1);
         self.spread(ClusterChange::UserEvent(event.clone())).await?;
         Ok(event)
     }
@@ -500,7 +503,9 @@ impl Gossip {
             .send(Command::Broadcast(change, Some(done)))
             .await
             .map_err(|_| "gossip has stopped".to_string())?;
-        applied.await.map_err(|_| "gossip has stopped".to_string())
+        applied
+            .await
+            .map_err(|_| "gossip has stopped".to_string())?
     }
 
     /// Stops at once without telling anyone, as a crash would (peers
@@ -635,7 +640,7 @@ async fn run(
     // Callers waiting for their change to apply here; changes that could
     // not apply yet (a key removal that arrived before the `use` of
     // another key) are retried for a while.
-    let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut waiting: Vec<oneshot::Sender<Result<(), String>>> = Vec::new();
     let mut retry: Vec<(ClusterChange, Instant)> = Vec::new();
     let mut tags_refresh_at: Option<Instant> = None;
     let mut reconnect = tokio::time::interval(config.timing.reconnect_interval);
@@ -672,7 +677,11 @@ async fn run(
                                 foca.handle_data(&data[1..], &mut runtime)
                             }
                             Some(data) if matches!(data.first(), Some(&coordinates::PING | &coordinates::ACK)) => {
-                                let (answer, changed) = coords.receive(&data, from);
+                                // Only members are answered and learned from
+                                // (no reflection to spoofed sources, no
+                                // coordinate under another member's name).
+                                let member = table.by_addr.get(&from).map(|m| m.name.clone());
+                                let (answer, changed) = coords.receive(&data, from, member.as_deref());
                                 if let Some(answer) = answer {
                                     let sealed = keyring
                                         .lock()
@@ -798,8 +807,17 @@ async fn run(
                     result
                 }
                 Some(Command::Broadcast(change, done)) => {
-                    waiting.extend(done);
-                    foca.add_broadcast(&changes::encode(change)).map(|_| ())
+                    // A change foca cannot carry (too large for a datagram)
+                    // is refused to its caller, not dropped in silence.
+                    match foca.add_broadcast(&changes::encode(change)) {
+                        Ok(_) => waiting.extend(done),
+                        Err(e) => {
+                            if let Some(done) = done {
+                                let _ = done.send(Err(format!("the change cannot be spread: {e}")));
+                            }
+                        }
+                    }
+                    Ok(())
                 }
                 Some(Command::ForceLeave(name, done)) => {
                     // Any member known here but this one (Consul refuses
@@ -902,7 +920,7 @@ async fn run(
             }
         }
         for done in waiting.drain(..) {
-            let _ = done.send(());
+            let _ = done.send(Ok(()));
         }
         while let Some(notification) = runtime.to_notify() {
             match notification {

@@ -437,3 +437,39 @@ async fn round_trips_between_members_give_each_a_coordinate_of_the_other() {
     let rtt = view.own.unwrap().distance_to(&view.others["b"]);
     assert!(rtt < Duration::from_millis(100), "{rtt:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_events_reach_every_member_once_and_oversized_ones_are_refused() {
+    let a = member("a", &[], "127.0.0.1:0").await;
+    let b = member("b", &[], "127.0.0.1:0").await;
+    assert_eq!(b.join(&[a.local_addr()], Duration::from_secs(5)).await, 1);
+    let mut at_b = b.user_events();
+    let event = legate_types::event::UserEvent {
+        id: "1b4e28ba-2fa1-11d2-883f-0016d3cca427".into(),
+        name: "deploy".into(),
+        payload: Some("djI=".into()),
+        node_filter: String::new(),
+        service_filter: String::new(),
+        tag_filter: String::new(),
+        version: 1,
+        ltime: 0,
+    };
+    let fired = a.fire_event(event.clone()).await.unwrap();
+    assert_eq!(fired.ltime, 1);
+    let got = tokio::time::timeout(Duration::from_secs(10), at_b.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.id, event.id);
+    assert_eq!(got.ltime, 1);
+    // b's clock witnessed it: b's next event is later.
+    let next = b.fire_event(event.clone()).await.unwrap();
+    assert!(next.ltime > 1, "{}", next.ltime);
+    // Too large for a datagram: refused to the caller, not dropped.
+    let huge = legate_types::event::UserEvent {
+        payload: Some("x".repeat(4000)),
+        ..event
+    };
+    let refused = a.fire_event(huge).await.unwrap_err();
+    assert!(refused.contains("cannot be spread"), "{refused}");
+}

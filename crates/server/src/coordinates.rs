@@ -42,7 +42,10 @@ impl PendingUpdates {
             .insert(entry.node.clone(), entry);
     }
 
+    /// Every queued update, in random order (so that over the limit no
+    /// node is always the one dropped).
     fn take(&self) -> Vec<CoordinateEntry> {
+        use rand::seq::SliceRandom;
         let mut all: Vec<CoordinateEntry> = self
             .updates
             .lock()
@@ -50,8 +53,17 @@ impl PendingUpdates {
             .drain()
             .map(|(_, v)| v)
             .collect();
-        all.sort_by(|a, b| a.node.cmp(&b.node));
+        all.shuffle(&mut rand::rng());
         all
+    }
+
+    /// Forgets the queue (this server stopped leading: what it queued may
+    /// be older than what the next leader writes).
+    pub(crate) fn clear(&self) {
+        self.updates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 

@@ -35,6 +35,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             let leader = server.raft.is_leader();
             if !leader {
                 if was_leader {
+                    server.coordinate_updates.clear();
                     server.session_timers.clear_all();
                     server.autopilot.clear();
                     tombstones = TombstoneGc::new(server.config.tombstone_ttl);

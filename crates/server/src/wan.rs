@@ -17,6 +17,10 @@ impl Server {
     }
 }
 
+/// The largest encoded user event gossip is handed (a datagram is 1,400
+/// bytes; foca's header and the broadcast envelope take the rest).
+const USER_EVENT_ENCODED_LIMIT: usize = 900;
+
 impl Server {
     /// Hands a user event to LAN gossip (through the binary's channel).
     pub(crate) fn spread_event(
@@ -39,6 +43,16 @@ impl Server {
         if event.name.len() + payload + filters > USER_EVENT_SIZE_LIMIT {
             return Err(RpcError::Internal(format!(
                 "user event exceeds configured limit of {USER_EVENT_SIZE_LIMIT} bytes before encoding"
+            )));
+        }
+        // What gossip carries must fit one datagram with room for foca's
+        // header (Serf's own sanity limit, with its text).
+        let encoded = serde_json::to_vec(&event)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        if encoded > USER_EVENT_ENCODED_LIMIT {
+            return Err(RpcError::Internal(format!(
+                "user event exceeds sane limit of {USER_EVENT_ENCODED_LIMIT} bytes after encoding"
             )));
         }
         self.authorize(

@@ -34,16 +34,12 @@ pub struct UserEvent {
 /// of the UUID's two 64-bit halves (Consul's `uuidToUint64`); 0 for an id
 /// that is not a UUID.
 pub fn index_of(id: &str) -> u64 {
-    let hex: String = id.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return 0;
-    }
-    match (
-        u64::from_str_radix(&hex[..16], 16),
-        u64::from_str_radix(&hex[16..], 16),
-    ) {
-        (Ok(low), Ok(high)) => low ^ high,
-        _ => 0,
+    match uuid::Uuid::parse_str(id) {
+        Ok(id) => {
+            let (high, low) = id.as_u64_pair();
+            high ^ low
+        }
+        Err(_) => 0,
     }
 }
 
@@ -57,5 +53,7 @@ mod tests {
         assert_eq!(index_of(id), 1 ^ 3);
         assert_eq!(index_of("ffffffff-ffff-ffff-0000-000000000000"), u64::MAX);
         assert_eq!(index_of("not-a-uuid"), 0);
+        // Not ASCII, but of a UUID's length in bytes: no panic.
+        assert_eq!(index_of(&format!("a{}a", "é".repeat(15))), 0);
     }
 }
