@@ -57,6 +57,7 @@ fn spawn(
         "-retry-interval-wan=1s".into(),
         "-hcl=primary_datacenter = \"dc1\"".into(),
         FAST_WAN.into(),
+        "-hcl=sync_coordinate_interval_min = \"1s\"".into(),
     ];
     if let Some((expect, wan_join)) = server {
         flags.push("-server".into());
@@ -627,6 +628,22 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     assert_eq!(status, "NOERROR");
     assert_eq!(answers.len(), 1, "{answers:?}");
     assert!(answers[0].contains(".node.dc2.consul"), "{answers:?}");
+    // LAN coordinates reach the catalog: every agent sends its own, the
+    // leader writes them once every Raft voter stores them (ft_co).
+    let rows = eventually(Duration::from_secs(30), || {
+        let rows = dc1.client.agent.get("/v1/coordinate/nodes").ok()?;
+        (rows.as_array()?.len() == 4).then_some(rows)
+    });
+    let mut nodes: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["Node"].as_str().unwrap())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["a1", "a2", "a3", "c1"]);
+    let out = dc1.client.agent.cli(&["rtt", "a1", "c1"]);
+    assert!(common::expect_success(&out).ends_with("(using LAN coordinates)"));
     // A server's agent self carries its LAN coordinate once gossip measured one.
     let coord = eventually(Duration::from_secs(20), || {
         let own = dc1.servers[1].agent.get("/v1/agent/self").ok()?;

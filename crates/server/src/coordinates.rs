@@ -99,7 +99,7 @@ impl Server {
         if updates.is_empty() {
             return;
         }
-        if !crate::features::cluster_supports(&self.server_features(), FEATURE) {
+        if !self.every_server_stores_coordinates() {
             tracing::debug!(
                 dropped = updates.len(),
                 "coordinates: not every server stores them yet; updates dropped"
@@ -123,6 +123,24 @@ impl Server {
                 return;
             }
         }
+    }
+
+    /// Whether every server of this datacenter — each one gossip knows
+    /// and each Raft voter, one gossip has not heard of yet included (a
+    /// restart) — advertises the feature.
+    fn every_server_stores_coordinates(&self) -> bool {
+        if !crate::features::cluster_supports(&self.server_features(), FEATURE) {
+            return false;
+        }
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        self.raft_peers().iter().all(|peer| {
+            *peer == self.config.raft.address
+                || members.iter().any(|m| {
+                    m.server_port
+                        .is_some_and(|port| format!("{}:{port}", m.address) == *peer)
+                        && m.features.contains(FEATURE)
+                })
+        })
     }
 
     pub(crate) async fn coordinate_list(
