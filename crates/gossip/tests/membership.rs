@@ -465,6 +465,27 @@ async fn user_events_reach_every_member_once_and_oversized_ones_are_refused() {
     // b's clock witnessed it: b's next event is later.
     let next = b.fire_event(event.clone()).await.unwrap();
     assert!(next.ltime > 1, "{}", next.ltime);
+    // The largest event the servers accept (500 payload bytes, base64,
+    // with filters) still fits a datagram beside foca's header.
+    let largest = legate_types::event::UserEvent {
+        payload: Some("A".repeat(668)),
+        node_filter: "n".repeat(4),
+        service_filter: "s".repeat(4),
+        tag_filter: "t".repeat(4),
+        id: "2b4e28ba-2fa1-11d2-883f-0016d3cca427".into(),
+        ..event.clone()
+    };
+    assert!(serde_json::to_vec(&largest).unwrap().len() <= 900);
+    a.fire_event(largest.clone()).await.unwrap();
+    loop {
+        let got = tokio::time::timeout(Duration::from_secs(10), at_b.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if got.id == largest.id {
+            break;
+        }
+    }
     // Too large for a datagram: refused to the caller, not dropped.
     let huge = legate_types::event::UserEvent {
         payload: Some("x".repeat(4000)),
