@@ -89,18 +89,13 @@ pub async fn start(
             warnings: watch::channel(vec![reason]).1,
         }));
     }
+    // Other datacenters dial this server at its WAN address.
+    let wan_rpc = SocketAddr::new(
+        config.wan.advertise_addr_wan.unwrap_or(rpc_address.ip()),
+        rpc_address.port(),
+    );
     let (gossip, membership) =
-        // Other datacenters dial this server at its WAN address.
-        crate::cluster::start_gossip(
-            config,
-            node_id,
-            raft_id,
-            Some(SocketAddr::new(
-                config.wan.advertise_addr_wan.unwrap_or(rpc_address.ip()),
-                rpc_address.port(),
-            )),
-            PoolKind::Wan,
-        )
+        crate::cluster::start_gossip(config, node_id, raft_id, Some(wan_rpc), PoolKind::Wan)
             .await?;
     let warnings = spawn_federation_warnings(view.subscribe(), config);
     spawn_view(&gossip, view);
