@@ -616,7 +616,10 @@ async fn start_server(
             crate::cluster::PoolKind::Lan,
         )
         .await?;
-        crate::cluster::spawn_joins(gossip_membership.clone(), config);
+        crate::cluster::spawn_joins(
+            gossip_membership.clone(),
+            crate::cluster::JoinPlan::lan(config),
+        );
         if let Some(pool) =
             crate::wan::start(config, node_id, raft_id(node_id), rpc_address, wan_view).await?
         {
@@ -752,7 +755,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         let (gossip, membership) =
             crate::cluster::start_gossip(&config, &node_id, 0, None, crate::cluster::PoolKind::Lan)
                 .await?;
-        crate::cluster::spawn_joins(membership.clone(), &config);
+        crate::cluster::spawn_joins(membership.clone(), crate::cluster::JoinPlan::lan(&config));
         let servers = crate::cluster::server_addresses(&gossip, config.datacenter.clone());
         let rpc: Arc<dyn ServerRpc> = Arc::new(legate_rpc::ServerPool::new(servers, pool.clone()));
         StartedServer {

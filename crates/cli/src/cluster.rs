@@ -303,32 +303,92 @@ pub async fn start_gossip(
     Ok((gossip, membership))
 }
 
-/// Joins `start_join` once and keeps trying `retry_join` every
-/// `retry_interval` until one address answers.
-pub fn spawn_joins(membership: Arc<GossipMembership>, config: &AgentConfig) {
-    let start = config.start_join.clone();
-    let retry = config.retry_join.clone();
-    let interval = config.retry_interval;
+/// The joins of one pool: addresses tried once at start, addresses
+/// retried until one answers, how often, and how many times (0: forever).
+pub struct JoinPlan {
+    /// `start_join` / `start_join_wan`.
+    pub start: Vec<String>,
+    /// `retry_join` / `retry_join_wan`.
+    pub retry: Vec<String>,
+    /// `retry_interval` / `retry_interval_wan`.
+    pub interval: Duration,
+    /// `retry_max` / `retry_max_wan` (0: forever).
+    pub max_attempts: u32,
+    /// The pool, as log lines name it (`LAN`, `WAN`).
+    pub pool: &'static str,
+}
+
+impl JoinPlan {
+    /// The LAN pool's plan (`start_join`, `retry_join`, `retry_interval`).
+    pub fn lan(config: &AgentConfig) -> JoinPlan {
+        JoinPlan {
+            start: config.start_join.clone(),
+            retry: config.retry_join.clone(),
+            interval: config.retry_interval,
+            max_attempts: 0,
+            pool: "LAN",
+        }
+    }
+
+    /// The WAN pool's plan (the `_wan` keys).
+    pub fn wan(config: &AgentConfig) -> JoinPlan {
+        JoinPlan {
+            start: config.wan.start_join_wan.clone(),
+            retry: config.wan.retry_join_wan.clone(),
+            interval: config.wan.retry_interval_wan,
+            max_attempts: config.wan.retry_max_wan,
+            pool: "WAN",
+        }
+    }
+}
+
+/// Joins `plan.start` once, then keeps trying `plan.retry` every
+/// `plan.interval` until one address answers (or the attempts run out).
+pub fn spawn_joins(membership: Arc<GossipMembership>, plan: JoinPlan) {
+    let JoinPlan {
+        start,
+        retry,
+        interval,
+        max_attempts,
+        pool,
+    } = plan;
     tokio::spawn(async move {
         if !start.is_empty() {
             match membership.join(start.clone()).await {
-                Ok(n) => tracing::info!(joined = n, "joined {start:?}"),
-                Err(e) => tracing::error!(error = %e, "join failed"),
+                Ok(n) => tracing::info!(pool, joined = n, "joined {start:?}"),
+                Err(e) => tracing::error!(pool, error = %e, "join failed"),
             }
         }
         if retry.is_empty() {
             return;
         }
+        let mut attempt = 0u32;
         loop {
+            attempt += 1;
             match membership.join(retry.clone()).await {
                 Ok(n) if n > 0 => {
-                    tracing::info!(joined = n, "retry-join: joined the cluster");
+                    tracing::info!(pool, joined = n, "retry-join: joined the cluster");
                     return;
                 }
                 Ok(_) => tracing::warn!(
+                    pool,
+                    attempt,
                     "retry-join: no member answered at {retry:?}; retrying in {interval:?}"
                 ),
-                Err(e) => tracing::warn!(error = %e, "retry-join failed; retrying in {interval:?}"),
+                Err(e) => tracing::warn!(
+                    pool,
+                    attempt,
+                    error = %e,
+                    "retry-join failed; retrying in {interval:?}"
+                ),
+            }
+            if max_attempts > 0 && attempt >= max_attempts {
+                tracing::error!(
+                    pool,
+                    attempts = attempt,
+                    "retry-join: giving up after the configured attempts"
+                );
+                return;
             }
             tokio::time::sleep(interval).await;
         }

@@ -99,7 +99,7 @@ pub async fn start(
             .await?;
     let warnings = spawn_federation_warnings(view.subscribe(), config);
     spawn_view(&gossip, view);
-    spawn_joins(membership.clone(), config);
+    crate::cluster::spawn_joins(membership.clone(), crate::cluster::JoinPlan::wan(config));
     Ok(Some(WanPool {
         membership: membership.clone(),
         gossip: Some((gossip, membership)),
@@ -227,51 +227,6 @@ pub fn spawn_federation_warnings(
         }
     });
     rx
-}
-
-/// `start_join_wan` once, then `retry_join_wan` every `retry_interval_wan`
-/// until one address answers or `retry_max_wan` attempts failed.
-fn spawn_joins(membership: Arc<GossipMembership>, config: &AgentConfig) {
-    let start = config.wan.start_join_wan.clone();
-    let retry = config.wan.retry_join_wan.clone();
-    let interval = config.wan.retry_interval_wan;
-    let max = config.wan.retry_max_wan;
-    tokio::spawn(async move {
-        if !start.is_empty() {
-            match membership.join(start.clone()).await {
-                Ok(n) => tracing::info!(joined = n, "(WAN) joined {start:?}"),
-                Err(e) => tracing::error!(error = %e, "(WAN) join failed"),
-            }
-        }
-        if retry.is_empty() {
-            return;
-        }
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            match membership.join(retry.clone()).await {
-                Ok(n) if n > 0 => {
-                    tracing::info!(joined = n, "retry-join-wan: joined the WAN pool");
-                    return;
-                }
-                Ok(_) => tracing::warn!(
-                    attempt,
-                    "retry-join-wan: no server answered at {retry:?}; retrying in {interval:?}"
-                ),
-                Err(e) => {
-                    tracing::warn!(attempt, error = %e, "retry-join-wan failed; retrying in {interval:?}")
-                }
-            }
-            if max > 0 && attempt >= max {
-                tracing::error!(
-                    attempts = attempt,
-                    "retry-join-wan: giving up after retry_max_wan attempts"
-                );
-                return;
-            }
-            tokio::time::sleep(interval).await;
-        }
-    });
 }
 
 /// The WAN gossip addresses of this datacenter's alive servers that the
