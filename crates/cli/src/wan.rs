@@ -133,6 +133,13 @@ pub fn view_of(members: &[Member], coordinates: &CoordinateView) -> WanView {
                 rpc_addr: m.tags.rpc_addr.clone(),
                 status,
                 coord: coordinates.others.get(&m.name).cloned(),
+                features: m
+                    .tags
+                    .features
+                    .iter()
+                    .filter(|f| !f.contains('='))
+                    .cloned()
+                    .collect(),
             });
     }
     for servers in datacenters.values_mut() {

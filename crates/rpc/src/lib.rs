@@ -20,7 +20,9 @@ pub use frame::{read_frame, write_frame, MAX_FRAME};
 pub use listener::{FrameHandler, Listener};
 pub use pool::{CallError, Pool};
 pub use router::Router;
-pub use server_rpc::{serve_rpc, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool};
+pub use server_rpc::{
+    serve_rpc, CrossDatacenter, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool,
+};
 pub use tls::TlsSettings;
 
 /// What a connection carries, named by its first byte (Consul's numbering).

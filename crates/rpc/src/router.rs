@@ -105,6 +105,7 @@ mod tests {
             rpc_addr: addr.into(),
             status,
             coord: None,
+            features: Default::default(),
         };
         let mut view = WanView::default();
         view.datacenters.insert(

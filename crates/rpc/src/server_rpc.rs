@@ -79,19 +79,9 @@ macro_rules! server_rpc_calls {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 let forward = false $( || forwards($opts) )?;
                 let read = false $( || idempotent($opts) )?;
-                let other_dc: Option<&str> = None $( .or_else(|| self.other_datacenter(datacenter_of($opts))) )?;
-                if let Some(datacenter) = other_dc {
-                    let mut tried = Vec::new();
-                    loop {
-                        let address = self.pick_in(datacenter, &tried)?;
-                        let result = RemoteRpc::new(address.clone(), self.pool.clone())
-                            .in_datacenter(datacenter)
-                            .$name( $( $opts, )? $( $arg.clone() ),* )
-                            .await;
-                        if !self.other_dc_failed(&address, read, &result, &mut tried) {
-                            return result;
-                        }
-                    }
+                let cross: Option<&CrossDatacenter> = None $( .or_else(|| self.cross_for(datacenter_of($opts))) )?;
+                if let Some(cross) = cross {
+                    return cross.$name( $( $opts, )? $( $arg ),* ).await;
                 }
                 let mut attempt = 0;
                 let started = tokio::time::Instant::now();
@@ -114,18 +104,8 @@ macro_rules! server_rpc_calls {
             } )*
 
             async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
-                if let Some(datacenter) = self.other_datacenter(&opts.datacenter) {
-                    let mut tried = Vec::new();
-                    loop {
-                        let address = self.pick_in(datacenter, &tried)?;
-                        let result = RemoteRpc::new(address.clone(), self.pool.clone())
-                            .in_datacenter(datacenter)
-                            .txn(opts, ops.clone())
-                            .await;
-                        if !self.other_dc_failed(&address, false, &result, &mut tried) {
-                            return result;
-                        }
-                    }
+                if let Some(cross) = self.cross_for(&opts.datacenter) {
+                    return cross.txn(opts, ops).await;
                 }
                 let mut attempt = 0;
                 let started = tokio::time::Instant::now();
@@ -142,6 +122,41 @@ macro_rules! server_rpc_calls {
                         Target::NoLeader => Err(RpcError::NoLeader),
                     };
                     if !self.retry(true, false, &result, &mut attempt, started).await {
+                        return result;
+                    }
+                }
+            }
+        }
+
+        #[async_trait]
+        impl ServerRpc for CrossDatacenter {
+            $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
+                let read = false $( || idempotent($opts) )?;
+                let datacenter: Option<&str> = None $( .or(Some(datacenter_of($opts))) )?;
+                let datacenter = self.remote(datacenter)?;
+                let mut tried = Vec::new();
+                loop {
+                    let address = self.router.pick(datacenter, &tried)?;
+                    let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                        .in_datacenter(datacenter)
+                        .$name( $( $opts, )? $( $arg.clone() ),* )
+                        .await;
+                    if !self.failed(&address, read, &result, &mut tried) {
+                        return result;
+                    }
+                }
+            } )*
+
+            async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+                let datacenter = self.remote(Some(&opts.datacenter))?;
+                let mut tried = Vec::new();
+                loop {
+                    let address = self.router.pick(datacenter, &tried)?;
+                    let result = RemoteRpc::new(address.clone(), self.pool.clone())
+                        .in_datacenter(datacenter)
+                        .txn(opts, ops.clone())
+                        .await;
+                    if !self.failed(&address, false, &result, &mut tried) {
                         return result;
                     }
                 }
@@ -311,14 +326,12 @@ enum Target {
 /// here. While there is no leader, or it cannot be reached before the
 /// request is sent, the call is retried for up to 7 s; a request that may
 /// have reached a server is never retried. With a [`Router`], a call for
-/// another datacenter goes to one of its servers, which answers it as
-/// its own (forwarding to its leader); a server that cannot be dialed is
-/// skipped for the next, and a read lost in flight is asked of another.
+/// another datacenter goes through [`CrossDatacenter`].
 pub struct Forwarding {
     local: Arc<dyn ServerRpc>,
     leadership: Arc<dyn Leadership>,
     pool: Arc<Pool>,
-    router: Option<Arc<Router>>,
+    cross: Option<Arc<CrossDatacenter>>,
 }
 
 impl Forwarding {
@@ -332,47 +345,26 @@ impl Forwarding {
             local,
             leadership,
             pool,
-            router: None,
+            cross: None,
         }
     }
 
     /// Calls for other datacenters go where `router` says.
-    pub fn with_router(mut self, router: Arc<Router>) -> Forwarding {
-        self.router = Some(router);
+    pub fn with_router(self, router: Arc<Router>) -> Forwarding {
+        let pool = self.pool.clone();
+        self.with_cross(Arc::new(CrossDatacenter::new(router, pool)))
+    }
+
+    /// Calls for other datacenters go through `cross`.
+    pub fn with_cross(mut self, cross: Arc<CrossDatacenter>) -> Forwarding {
+        self.cross = Some(cross);
         self
     }
 
-    /// The datacenter a call leaves for, when it is not this one.
-    fn other_datacenter<'a>(&self, datacenter: &'a str) -> Option<&'a str> {
-        let router = self.router.as_ref()?;
-        router.is_remote(datacenter).then_some(datacenter)
-    }
-
-    fn pick_in(&self, datacenter: &str, tried: &[String]) -> Result<String, RpcError> {
-        match &self.router {
-            Some(router) => router.pick(datacenter, tried),
-            None => Err(RpcError::NoPathToDatacenter(datacenter.to_string())),
-        }
-    }
-
-    /// `true` when a call to another datacenter's server at `address`
-    /// should go to another of its servers: this one could not be
-    /// reached, or (for a `read`) it never answered.
-    fn other_dc_failed<T>(
-        &self,
-        address: &str,
-        read: bool,
-        result: &Result<T, RpcError>,
-        tried: &mut Vec<String>,
-    ) -> bool {
-        let lost = lost_before_an_answer(read, result);
-        if lost {
-            if let Some(router) = &self.router {
-                router.failed(address);
-            }
-            tried.push(address.to_string());
-        }
-        lost
+    /// Where a call for `datacenter` goes when it is not this one.
+    fn cross_for(&self, datacenter: &str) -> Option<&CrossDatacenter> {
+        let cross = self.cross.as_deref()?;
+        cross.router.is_remote(datacenter).then_some(cross)
     }
 
     fn target(&self, forward: bool) -> Target {
@@ -426,6 +418,52 @@ impl Forwarding {
         tokio::time::sleep(backoff(*attempt)).await;
         *attempt += 1;
         true
+    }
+}
+
+/// `ServerRpc` for calls to other datacenters: each goes to a server of
+/// the datacenter its options name, which answers it as its own
+/// (forwarding to its leader); a server that cannot be dialed is skipped
+/// for the next, and a read lost in flight is asked of another. A call
+/// that names no other datacenter is refused: this handle never reaches
+/// the local one.
+pub struct CrossDatacenter {
+    router: Arc<Router>,
+    pool: Arc<Pool>,
+}
+
+impl CrossDatacenter {
+    /// Calls leave through `pool` to the servers `router` picks.
+    pub fn new(router: Arc<Router>, pool: Arc<Pool>) -> CrossDatacenter {
+        CrossDatacenter { router, pool }
+    }
+
+    /// The datacenter a call is for, when it is another one.
+    fn remote<'a>(&self, datacenter: Option<&'a str>) -> Result<&'a str, RpcError> {
+        match datacenter {
+            Some(dc) if self.router.is_remote(dc) => Ok(dc),
+            _ => Err(RpcError::Internal(
+                "a cross-datacenter call must name another datacenter".into(),
+            )),
+        }
+    }
+
+    /// `true` when a call to `address` should go to another server of its
+    /// datacenter: this one could not be reached, or (for a `read`) it
+    /// never answered.
+    fn failed<T>(
+        &self,
+        address: &str,
+        read: bool,
+        result: &Result<T, RpcError>,
+        tried: &mut Vec<String>,
+    ) -> bool {
+        let lost = lost_before_an_answer(read, result);
+        if lost {
+            self.router.failed(address);
+            tried.push(address.to_string());
+        }
+        lost
     }
 }
 
@@ -569,6 +607,11 @@ server_rpc_calls! {
     ca_config_get(opts: &QueryOptions;) -> Queried<CaConfiguration>;
     ca_config_set(opts: &WriteOptions; config: CaConfiguration) -> ();
     ca_sign(opts: &WriteOptions; request: CaSignRequest) -> IssuedCert;
+    ca_sign_intermediate(opts: &WriteOptions; csr: String) -> String;
+    federation_state_apply(opts: &WriteOptions; op: legate_types::federation_state::FederationStateOp) -> ();
+    federation_state_get(opts: &QueryOptions; datacenter: String) -> Queried<Option<legate_types::federation_state::FederationState>>;
+    federation_state_list(opts: &QueryOptions;) -> Queried<Vec<legate_types::federation_state::FederationState>>;
+    federation_state_mesh_gateways(opts: &QueryOptions;) -> Queried<BTreeMap<String, Vec<CheckServiceNode>>>;
     intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;
     intention_list(opts: &QueryOptions;) -> Queried<Vec<Intention>>;
     intention_get(opts: &QueryOptions; lookup: IntentionLookup) -> Queried<Option<Intention>>;

@@ -110,6 +110,13 @@ pub enum Command {
     /// coordinates of nodes the catalog does not hold are dropped.
     #[serde(rename = "15")]
     CoordinateBatchUpdate(Vec<legate_types::coordinate::CoordinateEntry>),
+    /// Create or replace the federation state of its datacenter (written
+    /// only once every server advertises `fs`).
+    #[serde(rename = "16")]
+    FederationStateSet(Box<legate_types::federation_state::FederationState>),
+    /// Remove the federation state of a datacenter.
+    #[serde(rename = "17")]
+    FederationStateDelete(String),
 }
 
 impl Command {
@@ -132,6 +139,8 @@ impl Command {
             Command::RestorePiece { .. } => 13,
             Command::RestoreCommit { .. } => 14,
             Command::CoordinateBatchUpdate(_) => 15,
+            Command::FederationStateSet(_) => 16,
+            Command::FederationStateDelete(_) => 17,
         }
     }
 }
@@ -227,6 +236,16 @@ pub(crate) fn apply(
         },
         Command::CoordinateBatchUpdate(updates) => {
             tables.coordinates_update(index, updates, changes);
+            CommandResult::Done
+        }
+        Command::FederationStateSet(state) => {
+            match tables.federation_state_set(index, state, changes) {
+                Ok(()) => CommandResult::Done,
+                Err(e) => CommandResult::Failed(e),
+            }
+        }
+        Command::FederationStateDelete(datacenter) => {
+            tables.federation_state_delete(index, datacenter, changes);
             CommandResult::Done
         }
         Command::ReapTombstones(upto) => {

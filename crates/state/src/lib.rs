@@ -16,6 +16,7 @@ mod command;
 mod config_entries;
 mod connect_ca;
 mod coordinates;
+mod federation_states;
 mod kv;
 mod session;
 pub mod stream;
@@ -70,6 +71,9 @@ pub struct Tables {
     pub(crate) restore_upload: Option<upload::RestoreUpload>,
     /// Nodes' network coordinates, by node name.
     pub(crate) coordinates: BTreeMap<String, legate_types::coordinate::Coordinate>,
+    /// Federation states, by datacenter.
+    pub(crate) federation_states:
+        BTreeMap<String, legate_types::federation_state::FederationState>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as
@@ -95,6 +99,8 @@ pub struct SnapshotData {
     service_index: Vec<(String, u64)>,
     #[serde(default)]
     coordinates: Vec<(String, legate_types::coordinate::Coordinate)>,
+    #[serde(default)]
+    federation_states: Vec<legate_types::federation_state::FederationState>,
     /// A restore being uploaded in pieces (Raft snapshots only: the
     /// stream writes it as pieces; JSON forms and archives never hold it).
     #[serde(skip)]
@@ -136,7 +142,8 @@ impl Tables {
             + self.checks.len()
             + self.kv_tombstones.len()
             + self.sessions.len()
-            + self.config_entries.len();
+            + self.config_entries.len()
+            + self.federation_states.len();
         kv + rows as u64 * ROW + self.restore_upload_bytes()
     }
 
@@ -228,6 +235,7 @@ impl Tables {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            federation_states: self.federation_states.values().cloned().collect(),
             restore_upload: self.restore_upload.clone(),
         }
     }
@@ -265,6 +273,11 @@ impl Tables {
         tables.service_index = data.service_index.into_iter().collect();
         tables.restore_upload = data.restore_upload;
         tables.coordinates = data.coordinates.into_iter().collect();
+        tables.federation_states = data
+            .federation_states
+            .into_iter()
+            .map(|s| (s.datacenter.clone(), s))
+            .collect();
         tables
     }
 }

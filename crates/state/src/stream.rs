@@ -65,6 +65,7 @@ mod kind {
     pub const KV_REAPED_INDEX: u8 = 13;
     pub const RESTORE_UPLOAD: u8 = 14;
     pub const COORDINATE: u8 = 15;
+    pub const FEDERATION_STATE: u8 = 16;
 }
 
 /// Bytes that serialize as a byte string (raw in the binary encoding).
@@ -150,6 +151,8 @@ impl SnapshotData {
         // Written only by servers that all know the kind (coordinates
         // exist once every server advertises the feature).
         w.all(kind::COORDINATE, &self.coordinates)?;
+        // Likewise: states exist once every server advertises `fs`.
+        w.all(kind::FEDERATION_STATE, &self.federation_states)?;
         if let Some(upload) = self.restore_upload.as_ref().filter(|_| with_upload) {
             // In pieces, as it was logged: one record stays small.
             let mut offset = 0u64;
@@ -270,6 +273,7 @@ fn add_record(
         kind::TABLE_INDEX => data.table_index.push(row(body, position)?),
         kind::SERVICE_INDEX => data.service_index.push(row(body, position)?),
         kind::COORDINATE => data.coordinates.push(row(body, position)?),
+        kind::FEDERATION_STATE => data.federation_states.push(row(body, position)?),
         kind::RESTORE_UPLOAD => {
             let (id, offset, piece): (String, u64, legate_types::rpc::SnapshotArchive) =
                 row(body, position)?;

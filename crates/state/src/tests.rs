@@ -103,6 +103,16 @@ fn command_numbers_are_pinned() {
             14,
         ),
         (Command::CoordinateBatchUpdate(vec![]), 15),
+        (
+            Command::FederationStateSet(Box::new(
+                legate_types::federation_state::FederationState {
+                    datacenter: "dc2".into(),
+                    ..Default::default()
+                },
+            )),
+            16,
+        ),
+        (Command::FederationStateDelete("dc2".into()), 17),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -685,4 +695,45 @@ fn coordinates_belong_to_catalog_nodes_and_survive_snapshots() {
     );
     assert_eq!(store.read().coordinate("a"), None);
     assert_eq!(store.read().table_index(Table::Coordinates), 4);
+}
+
+#[test]
+fn federation_states_keep_their_create_index_and_survive_snapshots() {
+    use legate_types::federation_state::FederationState;
+    let store = StateStore::new();
+    let state = |dc: &str, primary_index: u64| {
+        Command::FederationStateSet(Box::new(FederationState {
+            datacenter: dc.into(),
+            updated_at: "2026-12-02T10:00:00Z".into(),
+            primary_modify_index: primary_index,
+            ..Default::default()
+        }))
+    };
+    assert_eq!(store.apply(1, &state("dc2", 7)), CommandResult::Done);
+    assert_eq!(store.apply(2, &state("dc1", 0)), CommandResult::Done);
+    assert_eq!(store.apply(3, &state("dc2", 9)), CommandResult::Done);
+    assert!(matches!(
+        store.apply(4, &state("", 0)),
+        CommandResult::Failed(m) if m == "Missing datacenter name"
+    ));
+    {
+        let tables = store.read();
+        let (index, all) = tables.federation_states();
+        assert_eq!(index, 3);
+        let names: Vec<&str> = all.iter().map(|s| s.datacenter.as_str()).collect();
+        assert_eq!(names, ["dc1", "dc2"]);
+        let dc2 = tables.federation_state("dc2").1.unwrap();
+        assert_eq!((dc2.raft.create_index, dc2.raft.modify_index), (1, 3));
+        assert_eq!(dc2.primary_modify_index, 9);
+    }
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.read().federation_states().1.len(), 2);
+    // Deleting an absent state changes nothing, not even the index.
+    store.apply(5, &Command::FederationStateDelete("dc9".into()));
+    assert_eq!(store.read().table_index(Table::FederationStates), 3);
+    store.apply(6, &Command::FederationStateDelete("dc2".into()));
+    assert!(store.read().federation_state("dc2").1.is_none());
+    assert!(store.read().has_federation_states());
+    assert_eq!(store.read().table_index(Table::FederationStates), 6);
 }

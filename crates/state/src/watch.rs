@@ -33,11 +33,13 @@ pub enum Table {
     CaConfig,
     /// Network coordinates of nodes.
     Coordinates,
+    /// Federation states (one per datacenter).
+    FederationStates,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 10] = [
         Table::Nodes,
         Table::Services,
         Table::Checks,
@@ -47,6 +49,7 @@ impl Table {
         Table::CaRoots,
         Table::CaConfig,
         Table::Coordinates,
+        Table::FederationStates,
     ];
 
     /// The name used in index bookkeeping.
@@ -61,6 +64,7 @@ impl Table {
             Table::CaRoots => "connect-ca-roots",
             Table::CaConfig => "connect-ca-config",
             Table::Coordinates => "coordinates",
+            Table::FederationStates => "federation-states",
         }
     }
 }

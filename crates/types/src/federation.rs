@@ -24,6 +24,8 @@ pub struct WanServer {
     pub status: WanStatus,
     /// Its WAN coordinate, when this server has measured one.
     pub coord: Option<crate::coordinate::Coordinate>,
+    /// The features it advertises (`ft_*` tags: `si`, `fs`, ...).
+    pub features: std::collections::BTreeSet<String>,
 }
 
 /// Every datacenter the WAN pool knows and its servers (this one's
@@ -38,6 +40,15 @@ pub struct WanView {
 }
 
 impl WanView {
+    /// The features of every server of `datacenter` the pool knows (alive
+    /// or failed); empty when it knows none.
+    pub fn features_of(&self, datacenter: &str) -> Vec<std::collections::BTreeSet<String>> {
+        self.datacenters
+            .get(datacenter)
+            .map(|servers| servers.iter().map(|s| s.features.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Whether the pool knows `datacenter`.
     pub fn knows(&self, datacenter: &str) -> bool {
         self.datacenters.contains_key(datacenter)
@@ -124,6 +135,7 @@ mod tests {
             rpc_addr: format!("{node}:8300"),
             status: WanStatus::Alive,
             coord: x.map(at),
+            features: Default::default(),
         };
         let mut view = WanView::default();
         view.datacenters
@@ -160,12 +172,14 @@ mod tests {
                     rpc_addr: "127.0.0.21:8300".into(),
                     status: WanStatus::Failed,
                     coord: None,
+                    features: Default::default(),
                 },
                 WanServer {
                     node: "b2".into(),
                     rpc_addr: "127.0.0.22:8300".into(),
                     status: WanStatus::Alive,
                     coord: None,
+                    features: Default::default(),
                 },
             ],
         );

@@ -14,6 +14,7 @@ pub mod duration;
 pub mod error;
 pub mod event;
 pub mod federation;
+pub mod federation_state;
 pub mod intention;
 pub mod keys;
 pub mod kv;

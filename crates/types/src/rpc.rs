@@ -530,6 +530,38 @@ pub trait ServerRpc: Send + Sync + 'static {
         request: CaSignRequest,
     ) -> Result<IssuedCert, RpcError>;
 
+    /// Signs a secondary datacenter's intermediate CA (`ConnectCA.SignIntermediate`,
+    /// primary only, operator write): the CSR in PEM, answered with the
+    /// certificate in PEM.
+    async fn ca_sign_intermediate(
+        &self,
+        opts: &WriteOptions,
+        csr: String,
+    ) -> Result<String, RpcError>;
+
+    /// Writes a federation state (`FederationState.Apply`; the primary's).
+    async fn federation_state_apply(
+        &self,
+        opts: &WriteOptions,
+        op: crate::federation_state::FederationStateOp,
+    ) -> Result<(), RpcError>;
+    /// The federation state of one datacenter (blocking).
+    async fn federation_state_get(
+        &self,
+        opts: &QueryOptions,
+        datacenter: String,
+    ) -> Result<Queried<Option<crate::federation_state::FederationState>>, RpcError>;
+    /// Every federation state, by datacenter name (blocking).
+    async fn federation_state_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<crate::federation_state::FederationState>>, RpcError>;
+    /// The mesh gateways of every datacenter that has one (blocking).
+    async fn federation_state_mesh_gateways(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<std::collections::BTreeMap<String, Vec<crate::CheckServiceNode>>>, RpcError>;
+
     /// Writes through the intentions API (legacy or by name); returns the
     /// legacy id for creates and updates.
     async fn intention_apply(
