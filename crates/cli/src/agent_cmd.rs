@@ -542,7 +542,23 @@ async fn start_server(
     // read by the router and the catalog.
     let (wan_view, wan_view_rx) = tokio::sync::watch::channel(Default::default());
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Calls to other datacenters (forwarding, global writes, replication).
+    let cross_dc = clustered.then(|| {
+        Arc::new(legate_rpc::CrossDatacenter::new(
+            Arc::new(legate_rpc::Router::new(
+                config.datacenter.clone(),
+                wan_view_rx.clone(),
+            )),
+            pool.clone(),
+        ))
+    });
     let server = Server::start(ServerConfig {
+        primary_datacenter: config.primary_datacenter.clone(),
+        remote: cross_dc
+            .clone()
+            .map(|c| legate_server::OtherDatacenters(c as Arc<dyn ServerRpc>)),
+        masked_kinds: crate::cluster::masked_kinds(),
+        federation_state_prune_interval: crate::cluster::federation_state_prune_interval(),
         wan: wan_view_rx.clone(),
         events: Some(events_tx),
         datacenter: config.datacenter.clone(),
@@ -577,17 +593,12 @@ async fn start_server(
     .map_err(|e| format!("Error starting the server: {e}"))?;
     let mut membership = None;
     let mut wan_membership = None;
-    let rpc: Arc<dyn ServerRpc> = if clustered {
-        Arc::new(
-            legate_rpc::Forwarding::new(server.clone(), server.clone(), pool.clone()).with_router(
-                Arc::new(legate_rpc::Router::new(
-                    config.datacenter.clone(),
-                    wan_view_rx,
-                )),
-            ),
-        )
-    } else {
-        server.clone()
+    let rpc: Arc<dyn ServerRpc> = match cross_dc {
+        Some(cross) => Arc::new(
+            legate_rpc::Forwarding::new(server.clone(), server.clone(), pool.clone())
+                .with_cross(cross),
+        ),
+        None => server.clone(),
     };
     if let Some(mut listener) = listener.take() {
         listener.set_tls(

@@ -18,7 +18,29 @@ use legate_server::Server;
 /// `LEGATE_MASKED_FEATURES` (a comma list; for rehearsing an upgrade from
 /// an older version).
 pub fn masked_features() -> Vec<String> {
-    std::env::var("LEGATE_MASKED_FEATURES")
+    env_list("LEGATE_MASKED_FEATURES")
+}
+
+/// The config entry kinds this server claims not to understand
+/// (`LEGATE_MASKED_KINDS`, a comma list; for rehearsing an older
+/// secondary): its leader does not ask the primary for them.
+pub fn masked_kinds() -> Vec<String> {
+    env_list("LEGATE_MASKED_KINDS")
+}
+
+/// How often the primary prunes the federation states of vanished
+/// datacenters: Consul's hour, or `LEGATE_TEST_FEDERATION_STATE_PRUNE`
+/// (a Go duration; tests shorten it).
+pub fn federation_state_prune_interval() -> Duration {
+    std::env::var("LEGATE_TEST_FEDERATION_STATE_PRUNE")
+        .ok()
+        .and_then(|v| legate_types::duration::parse_go_duration(&v).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(legate_server::FEDERATION_STATE_PRUNE_INTERVAL)
+}
+
+fn env_list(name: &str) -> Vec<String> {
+    std::env::var(name)
         .unwrap_or_default()
         .split(',')
         .map(|f| f.trim().to_string())

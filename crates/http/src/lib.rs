@@ -8,6 +8,7 @@ mod catalog;
 mod config;
 mod connect;
 mod coordinates;
+mod federation;
 mod intentions;
 mod kv;
 mod metrics;
@@ -188,6 +189,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/event/fire/{name}", put(misc::event_fire))
         .route("/v1/event/list", get(misc::event_list))
+        .route("/v1/internal/federation-states", get(federation::list))
+        .route(
+            "/v1/internal/federation-states/mesh-gateways",
+            get(federation::mesh_gateways),
+        )
+        .route("/v1/internal/federation-state/", get(federation::missing))
+        .route("/v1/internal/federation-state/{dc}", get(federation::get))
         .route("/v1/coordinate/datacenters", get(coordinates::datacenters))
         .route("/v1/coordinate/nodes", get(coordinates::nodes))
         .route("/v1/coordinate/node/{node}", get(coordinates::node))

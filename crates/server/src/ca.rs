@@ -325,6 +325,9 @@ impl Server {
         opts: &WriteOptions,
         mut request: CaConfiguration,
     ) -> Result<(), RpcError> {
+        if let Some((remote, routed)) = self.global_write(opts)? {
+            return remote.ca_config_set(&routed, request).await;
+        }
         self.check_datacenter(&opts.datacenter)?;
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
         let _guard = self.ca.rotating.lock().await;

@@ -756,10 +756,13 @@ impl ServerRpc for Server {
         mut entry: ConfigEntry,
         cas: Option<u64>,
     ) -> Result<bool, RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
         if entry.kind == crate::intentions::INTENTIONS_KIND {
             self.intentions_writable()?;
         }
+        if let Some((remote, routed)) = self.global_write(opts)? {
+            return remote.config_apply(&routed, entry, cas).await;
+        }
+        self.check_datacenter(&opts.datacenter)?;
         legate_chain::normalize_entry(&mut entry);
         config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
         legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
@@ -812,6 +815,16 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         kinds: Vec<String>,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
+        // A caller that names no kinds is an old secondary: only the kinds
+        // every version decodes (Consul's rule).
+        let kinds = if kinds.is_empty() {
+            crate::config_replication::KINDS_WITHOUT_A_LIST
+                .iter()
+                .map(|k| k.to_string())
+                .collect()
+        } else {
+            kinds
+        };
         self.filtered_list(
             opts,
             legate_filter::rows::any(),
@@ -828,11 +841,14 @@ impl ServerRpc for Server {
         name: String,
         cas: Option<u64>,
     ) -> Result<bool, RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
         let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
         if kind == crate::intentions::INTENTIONS_KIND {
             self.intentions_writable()?;
         }
+        if let Some((remote, routed)) = self.global_write(opts)? {
+            return remote.config_delete(&routed, kind, name, cas).await;
+        }
+        self.check_datacenter(&opts.datacenter)?;
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
         self.check_chains_after(&kind, &name, None)?;
         match self
@@ -949,6 +965,39 @@ impl ServerRpc for Server {
         request: CaSignRequest,
     ) -> Result<IssuedCert, RpcError> {
         self.ca_sign_request(opts, request).await
+    }
+
+    async fn federation_state_apply(
+        &self,
+        opts: &WriteOptions,
+        op: legate_types::federation_state::FederationStateOp,
+    ) -> Result<(), RpcError> {
+        self.federation_state_write(opts, op).await
+    }
+
+    async fn federation_state_get(
+        &self,
+        opts: &QueryOptions,
+        datacenter: String,
+    ) -> Result<Queried<Option<legate_types::federation_state::FederationState>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.federation_state_read(opts, datacenter).await
+    }
+
+    async fn federation_state_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<legate_types::federation_state::FederationState>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.federation_state_all(opts).await
+    }
+
+    async fn federation_state_mesh_gateways(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<std::collections::BTreeMap<String, Vec<CheckServiceNode>>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.federation_state_gateways(opts).await
     }
 
     async fn intention_apply(

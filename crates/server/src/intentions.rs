@@ -344,8 +344,13 @@ impl Server {
         opts: &WriteOptions,
         op: IntentionOp,
     ) -> Result<String, RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
+        // A secondary refuses while its own datacenter (or the primary's)
+        // has not switched to config entries, then forwards.
         self.intentions_writable()?;
+        if let Some((remote, routed)) = self.global_write(opts)? {
+            return remote.intention_apply(&routed, op).await;
+        }
+        self.check_datacenter(&opts.datacenter)?;
         match op {
             IntentionOp::Create(intention) => {
                 if !intention.id.is_empty() {

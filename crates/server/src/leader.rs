@@ -27,14 +27,19 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             Default::default();
         let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
         let mut last_coordinates = tokio::time::Instant::now();
+        let mut tasks = LeaderTasks::default();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = server.shutdown.wait() => return,
+                _ = server.shutdown.wait() => {
+                    tasks.stop();
+                    return;
+                }
             }
             let leader = server.raft.is_leader();
             if !leader {
                 if was_leader {
+                    tasks.stop();
                     server.coordinate_updates.clear();
                     server.session_timers.clear_all();
                     server.autopilot.clear();
@@ -48,6 +53,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 start_session_clocks(&server);
                 ensure_cluster_id(&server).await;
                 bootstrap_config_entries(&server).await;
+                tasks.start(&server);
             }
             // Re-checked every tick: an upgraded server enables features.
             enable_features(&server, !was_leader).await;
@@ -103,6 +109,42 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             }
         }
     });
+}
+
+/// The leader's long-running work across datacenters, started when it
+/// takes office and aborted when it loses it.
+#[derive(Default)]
+struct LeaderTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl LeaderTasks {
+    fn start(&mut self, server: &Arc<Server>) {
+        use crate::{config_replication, federation_states, replication};
+        self.stop();
+        self.0.push(tokio::spawn(federation_states::anti_entropy(
+            server.clone(),
+        )));
+        if server.is_secondary() {
+            self.0.push(tokio::spawn(replication::run(
+                server.clone(),
+                "config-entries",
+                config_replication::round,
+            )));
+            self.0.push(tokio::spawn(replication::run(
+                server.clone(),
+                "federation-states",
+                federation_states::replication_round,
+            )));
+        } else {
+            self.0
+                .push(tokio::spawn(federation_states::prune(server.clone())));
+        }
+    }
+
+    fn stop(&mut self) {
+        for task in self.0.drain(..) {
+            task.abort();
+        }
+    }
 }
 
 /// How often it looks for them afterwards.
@@ -246,6 +288,24 @@ pub(crate) async fn enable_features(server: &Server, first: bool) {
         }
         return;
     }
+    // A secondary also waits for every server of the primary (as the WAN
+    // pool shows them).
+    if server.is_secondary() {
+        let primary = server
+            .config
+            .wan
+            .borrow()
+            .features_of(server.primary_datacenter());
+        if !features::cluster_supports(&primary, features::INTENTIONS_AS_CONFIG_ENTRIES) {
+            if first {
+                tracing::warn!(
+                    primary = %server.primary_datacenter(),
+                    "not every server of the primary datacenter supports intentions as config entries yet; intentions stay read only"
+                );
+            }
+            return;
+        }
+    }
     let command = Command::SystemMetadataInit {
         key: INTENTION_FORMAT_KEY.to_string(),
         value: INTENTION_FORMAT_CONFIG_ENTRY.to_string(),
@@ -258,6 +318,14 @@ pub(crate) async fn enable_features(server: &Server, first: bool) {
 /// Writes the bootstrap config entries that do not exist yet: a newer
 /// entry written through the API is never overwritten by the config file.
 async fn bootstrap_config_entries(server: &Server) {
+    if server.is_secondary() && !server.config.config_entries_bootstrap.is_empty() {
+        // Replication makes this datacenter's entries the primary's.
+        tracing::warn!(
+            primary = %server.primary_datacenter(),
+            "config_entries.bootstrap is ignored in a secondary datacenter; write the entries in the primary"
+        );
+        return;
+    }
     for entry in &server.config.config_entries_bootstrap {
         if entry.kind == crate::intentions::INTENTIONS_KIND && server.intentions_writable().is_err()
         {

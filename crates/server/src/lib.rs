@@ -10,11 +10,14 @@ pub mod autopilot;
 mod blocking;
 mod ca;
 pub mod cluster;
+mod config_replication;
 pub mod coordinates;
 mod endpoints;
 pub mod features;
+mod federation_states;
 mod intentions;
 mod leader;
+mod replication;
 mod sessions;
 mod snapshot;
 mod wan;
@@ -82,6 +85,18 @@ pub struct ServerConfig {
     /// Where user events go to be spread by LAN gossip (the binary
     /// forwards them; `None`: this server refuses them).
     pub events: Option<tokio::sync::mpsc::UnboundedSender<legate_types::event::UserEvent>>,
+    /// The authoritative datacenter for config entries, intentions and the
+    /// CA (`primary_datacenter`; empty: this one).
+    pub primary_datacenter: String,
+    /// Calls to other datacenters' servers (global writes forwarded to the
+    /// primary, replication); `None` for a server without a WAN pool.
+    pub remote: Option<OtherDatacenters>,
+    /// Config entry kinds this server claims not to understand (to
+    /// rehearse an older secondary); empty in production.
+    pub masked_kinds: Vec<String>,
+    /// How often the primary's leader removes the federation states of
+    /// datacenters the WAN pool no longer knows (Consul's hour).
+    pub federation_state_prune_interval: Duration,
 }
 
 impl ServerConfig {
@@ -114,9 +129,27 @@ impl ServerConfig {
             session_ttl_min: legate_types::DEFAULT_SESSION_TTL_MIN,
             wan: tokio::sync::watch::channel(Default::default()).1,
             events: None,
+            primary_datacenter: String::new(),
+            remote: None,
+            masked_kinds: Vec::new(),
+            federation_state_prune_interval: FEDERATION_STATE_PRUNE_INTERVAL,
         }
     }
 }
+
+/// The way to other datacenters' servers: a `ServerRpc` whose every call
+/// goes to the datacenter its options name.
+#[derive(Clone)]
+pub struct OtherDatacenters(pub Arc<dyn legate_types::rpc::ServerRpc>);
+
+impl std::fmt::Debug for OtherDatacenters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OtherDatacenters")
+    }
+}
+
+/// Consul's interval between prunings of vanished datacenters' states.
+pub const FEDERATION_STATE_PRUNE_INTERVAL: Duration = Duration::from_secs(60 * 60);
 
 /// Consul's tombstone TTL.
 pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);

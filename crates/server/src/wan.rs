@@ -1,7 +1,57 @@
 //! What this server knows of other datacenters, from the WAN pool's view
 //! (`ServerConfig::wan`).
 
+use std::sync::Arc;
+
+use legate_types::rpc::ServerRpc;
+use legate_types::{RpcError, WriteOptions};
+
 use crate::Server;
+
+impl Server {
+    /// The primary datacenter (this one when none is configured).
+    pub(crate) fn primary_datacenter(&self) -> &str {
+        if self.config.primary_datacenter.is_empty() {
+            &self.config.datacenter
+        } else {
+            &self.config.primary_datacenter
+        }
+    }
+
+    /// Whether this server's datacenter is a secondary.
+    pub(crate) fn is_secondary(&self) -> bool {
+        self.primary_datacenter() != self.config.datacenter
+    }
+
+    /// The way to other datacenters, for calls a secondary makes of its
+    /// primary.
+    pub(crate) fn to_primary(&self) -> Result<(Arc<dyn ServerRpc>, String), RpcError> {
+        let primary = self.primary_datacenter().to_string();
+        match &self.config.remote {
+            Some(remote) => Ok((remote.0.clone(), primary)),
+            None => Err(RpcError::NoPathToDatacenter(primary)),
+        }
+    }
+
+    /// Where a global write (config entries, intentions, the CA
+    /// configuration, federation states) goes: `None` when this server
+    /// applies it (its datacenter is the primary, or the write names
+    /// another datacenter, which `check_datacenter` refuses); otherwise the
+    /// primary, with the options naming it.
+    pub(crate) fn global_write(
+        &self,
+        opts: &WriteOptions,
+    ) -> Result<Option<(Arc<dyn ServerRpc>, WriteOptions)>, RpcError> {
+        let local = opts.datacenter.is_empty() || opts.datacenter == self.config.datacenter;
+        if !local || !self.is_secondary() {
+            return Ok(None);
+        }
+        let (remote, primary) = self.to_primary()?;
+        let mut routed = opts.clone();
+        routed.datacenter = primary;
+        Ok(Some((remote, routed)))
+    }
+}
 
 impl Server {
     /// Every datacenter the WAN pool knows, nearest first (this one, then

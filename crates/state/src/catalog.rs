@@ -434,26 +434,43 @@ impl Tables {
         (self.service_index(name), rows)
     }
 
+    /// One instance with its node and the checks that cover it.
+    fn check_service_node(&self, key: &NodeKey, service: &NodeService) -> Option<CheckServiceNode> {
+        let node = self.nodes.get(&key.0)?;
+        let checks = on_node(&self.checks, &key.0)
+            .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)
+            .map(|(_, c)| c.clone())
+            .collect();
+        Some(CheckServiceNode {
+            node: node.clone(),
+            service: service.clone(),
+            checks,
+        })
+    }
+
     /// Instances of a service with their node and checks.
     pub fn check_service_nodes(&self, name: &str, connect: bool) -> (u64, Vec<CheckServiceNode>) {
         let rows = self
             .service_keys(name, connect)
             .iter()
-            .filter_map(|key| {
-                let service = self.services.get(key)?;
-                let node = self.nodes.get(&key.0)?;
-                let checks = on_node(&self.checks, &key.0)
-                    .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)
-                    .map(|(_, c)| c.clone())
-                    .collect();
-                Some(CheckServiceNode {
-                    node: node.clone(),
-                    service: service.clone(),
-                    checks,
-                })
-            })
+            .filter_map(|key| self.check_service_node(key, self.services.get(key)?))
             .collect();
         (self.service_index(name), rows)
+    }
+
+    /// Every instance of services of `kind` (`mesh-gateway`, ...) with its
+    /// node and checks, by node and service id, and the catalog's index.
+    pub fn check_service_nodes_of_kind(&self, kind: &str) -> (u64, Vec<CheckServiceNode>) {
+        let rows = self
+            .services
+            .iter()
+            .filter(|(_, s)| s.kind == kind)
+            .filter_map(|(key, service)| self.check_service_node(key, service))
+            .collect();
+        (
+            self.max_index(&[Table::Nodes, Table::Services, Table::Checks]),
+            rows,
+        )
     }
 
     /// One node with its services.

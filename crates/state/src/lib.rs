@@ -72,8 +72,7 @@ pub struct Tables {
     /// Nodes' network coordinates, by node name.
     pub(crate) coordinates: BTreeMap<String, legate_types::coordinate::Coordinate>,
     /// Federation states, by datacenter.
-    pub(crate) federation_states:
-        BTreeMap<String, legate_types::federation_state::FederationState>,
+    pub(crate) federation_states: BTreeMap<String, legate_types::federation_state::FederationState>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as
