@@ -315,6 +315,43 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("Node names must be specified as <node name>.<datacenter> with -wan"));
 
+    // Global state: a config entry written through dc2's client is stored
+    // in the primary and replicated into every dc2 server.
+    let (status, body) = dc2.client.agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-resolver","Name":"db","Failover":{"*":{"Datacenters":["dc2"]}}}"#,
+    );
+    assert_eq!((status, body.as_str()), (200, "true"));
+    let stored = dc1.servers[1]
+        .agent
+        .get("/v1/config/service-resolver/db?consistent")
+        .unwrap();
+    assert_eq!(stored["Failover"]["*"]["Datacenters"][0], "dc2");
+    for server in &dc2.servers {
+        let copy = eventually(Duration::from_secs(10), || {
+            server
+                .agent
+                .get("/v1/config/service-resolver/db?stale")
+                .ok()
+        });
+        assert_eq!(copy["Failover"], stored["Failover"]);
+    }
+    // Federation states of both DCs, at every server of both.
+    for server in dc1.servers.iter().chain(&dc2.servers) {
+        eventually(Duration::from_secs(15), || {
+            let states = server
+                .agent
+                .get("/v1/internal/federation-states?stale")
+                .ok()?;
+            let names: Vec<&str> = states
+                .as_array()?
+                .iter()
+                .filter_map(|s| s["Datacenter"].as_str())
+                .collect();
+            (names == ["dc1", "dc2"]).then_some(())
+        });
+    }
+
     // Writes and reads both ways: HTTP ?dc= and the CLI's -datacenter.
     let (status, body) = dc1.client.agent.put("/v1/kv/app/x?dc=dc2", "from-dc1");
     assert_eq!((status, body.trim()), (200, "true"));
@@ -526,7 +563,8 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     let _ = watch.wait();
 
     // ?dc= on the rest of the API: each write lands in dc2 only, each
-    // read answers dc2's state.
+    // read answers dc2's state; but a config entry is global, so dc2's
+    // server hands it to the primary (as Consul's does) and it comes back.
     let c1 = &dc1.client.agent;
     let (status, body) = c1.put(
         "/v1/config?dc=dc2",
@@ -534,16 +572,19 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     );
     assert_eq!((status, body.trim()), (200, "true"));
     assert_eq!(
-        dc2.servers[1]
+        dc1.servers[1]
             .agent
             .get("/v1/config/service-defaults/web")
             .unwrap()["Protocol"],
         "http"
     );
-    assert!(dc1.servers[1]
-        .agent
-        .get("/v1/config/service-defaults/web")
-        .is_err());
+    eventually(Duration::from_secs(10), || {
+        let entry = dc2.servers[1]
+            .agent
+            .get("/v1/config/service-defaults/web?stale")
+            .ok()?;
+        (entry["Protocol"] == "http").then_some(())
+    });
     let chain = c1.get("/v1/discovery-chain/web?dc=dc2").unwrap();
     assert_eq!(chain["Chain"]["Datacenter"], "dc2");
     assert_eq!(chain["Chain"]["Protocol"], "http");

@@ -267,6 +267,17 @@ fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
         (200, "before".into())
     );
 
+    // A config entry written in the primary is replicated into dc2.
+    let resolver = r#"{"Kind":"service-resolver","Name":"db","ConnectTimeout":"4s"}"#;
+    assert_eq!(
+        dc1.request("PUT", "/v1/config", resolver).unwrap(),
+        (200, "true".into())
+    );
+    eventually(Duration::from_secs(10), || {
+        let (status, _) = dc2.request("GET", "/v1/config/service-resolver/db?stale", "")?;
+        (status == 200).then_some(())
+    });
+
     // Cut: dc1 sees dc2's server fail and says so on every cross-DC call.
     networks.set_linked(false);
     eventually(Duration::from_secs(20), || {
@@ -293,6 +304,32 @@ fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
         dc1.request("GET", "/v1/kv/dc1/19?raw", "").unwrap(),
         (200, "x".into())
     );
+    // A global write through dc2 cannot reach the primary and says so.
+    let cut_write = r#"{"Kind":"service-defaults","Name":"cut","Protocol":"http"}"#;
+    assert_eq!(
+        dc2.request("PUT", "/v1/config", cut_write).unwrap(),
+        (500, "Remote DC has no server currently reachable".into()),
+        "{}",
+        dc2.log_tail()
+    );
+    // dc2 keeps serving its replicated copy, even restarted while cut off
+    // (it then has not met dc1 at all: Legate keeps no gossip snapshot).
+    drop(dc2);
+    let dc2 = start(&networks, 1, dirs[1].path(), Some(&networks.server(0)));
+    let (status, body) = dc2
+        .request("GET", "/v1/config/service-resolver/db?stale", "")
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"ConnectTimeout\":\"4s\""), "{body}");
+    assert_eq!(
+        dc2.request("PUT", "/v1/config", cut_write).unwrap(),
+        (500, "No path to datacenter".into())
+    );
+    // Meanwhile the primary takes config entries dc2 has not seen.
+    for i in 0..30 {
+        let body = format!(r#"{{"Kind":"service-defaults","Name":"p{i}","Protocol":"grpc"}}"#);
+        assert_eq!(dc1.request("PUT", "/v1/config", &body).unwrap().0, 200);
+    }
     // An unknown DC is still told apart from an unreachable one.
     assert_eq!(
         dc1.request("GET", "/v1/kv/cross?dc=dc9", "").unwrap(),
@@ -320,5 +357,37 @@ fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
     assert_eq!(
         dc1.request("GET", "/v1/kv/cross?dc=dc2&raw", "").unwrap(),
         (200, "before".into())
+    );
+    // Replication catches up: every entry of the partition, once each.
+    let defaults = eventually(Duration::from_secs(30), || {
+        let (status, body) = dc2.request("GET", "/v1/config/service-defaults?stale", "")?;
+        let list: Vec<serde_json::Value> = serde_json::from_str(&body).ok()?;
+        (status == 200 && list.len() == 30).then_some(list)
+    });
+    let mut names: Vec<&str> = defaults.iter().filter_map(|e| e["Name"].as_str()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 30);
+    assert!(defaults.iter().all(|e| e["Protocol"] == "grpc"));
+    assert_eq!(
+        dc2.request("GET", "/v1/config/service-resolver/db?stale", "")
+            .unwrap()
+            .0,
+        200
+    );
+    // And writes through dc2 reach the primary again.
+    let written = dc2
+        .request(
+            "PUT",
+            "/v1/config",
+            r#"{"Kind":"service-defaults","Name":"healed","Protocol":"http"}"#,
+        )
+        .unwrap();
+    assert_eq!(written, (200, "true".into()), "{}", dc2.log_tail());
+    assert_eq!(
+        dc1.request("GET", "/v1/config/service-defaults/healed", "")
+            .unwrap()
+            .0,
+        200
     );
 }

@@ -506,3 +506,58 @@ async fn a_server_without_the_feature_keeps_intentions_read_only() {
     .unwrap();
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_secondary_waits_for_every_server_of_the_primary() {
+    use legate_types::federation::{WanServer, WanStatus, WanView};
+    let server_of = |node: &str, features: &[&str]| WanServer {
+        node: node.into(),
+        rpc_addr: format!("{node}:8300"),
+        status: WanStatus::Alive,
+        coord: None,
+        features: features.iter().map(|f| f.to_string()).collect(),
+    };
+    let view = |primary_features: &[&str]| {
+        let mut view = WanView::default();
+        view.datacenters.insert(
+            "dc1".into(),
+            vec![
+                server_of("a1", &["si", "fs"]),
+                server_of("a2", primary_features),
+            ],
+        );
+        view.datacenters
+            .insert("dc2".into(), vec![server_of("b1", &["si", "fs"])]);
+        view
+    };
+    let (wan, wan_rx) = tokio::sync::watch::channel(view(&["fs"]));
+    let config = ServerConfig {
+        primary_datacenter: "dc1".into(),
+        wan: wan_rx,
+        ..ServerConfig::in_memory("dc2", "secondary")
+    };
+    let server = start(config).await;
+    // Every dc2 server supports them, one dc1 server does not: read only.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    match create(&server, legacy("web", "db", "deny")).await {
+        Err(RpcError::Internal(m)) => assert_eq!(m, INTENTIONS_READ_ONLY),
+        other => panic!("expected the read-only error, got {other:?}"),
+    }
+    // The primary's last server is upgraded: the secondary switches (its
+    // writes then go to the primary, which this test has no way to reach).
+    wan.send_replace(view(&["si", "fs"]));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match create(&server, legacy("web", "db", "deny")).await {
+            Err(RpcError::NoPathToDatacenter(dc)) => {
+                assert_eq!(dc, "dc1");
+                break;
+            }
+            Err(RpcError::Internal(m)) if m == INTENTIONS_READ_ONLY => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never switched");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.shutdown().await;
+}
