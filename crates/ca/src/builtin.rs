@@ -177,12 +177,14 @@ pub fn root_from_pem(cert_pem: &str, key_pem: &str) -> Result<CaRoot, CaError> {
     })
 }
 
-fn issuer(root: &CaRoot) -> Result<Issuer<'static, KeyPair>, CaError> {
+pub(crate) fn issuer(root: &CaRoot) -> Result<Issuer<'static, KeyPair>, CaError> {
     let key = KeyPair::from_pem(&root.key_pem).map_err(internal)?;
     Issuer::from_ca_cert_pem(&root.cert_pem, key).map_err(internal)
 }
 
-fn single_spiffe_uri(csr: &CertificateSigningRequestParams) -> Result<SpiffeId, CaError> {
+pub(crate) fn single_spiffe_uri(
+    csr: &CertificateSigningRequestParams,
+) -> Result<SpiffeId, CaError> {
     let uris: Vec<String> = csr
         .params
         .subject_alt_names
@@ -258,6 +260,8 @@ pub fn sign_leaf(
     params.serial_number = Some(random_serial());
     params.use_authority_key_identifier_extension = true;
     validity(&mut params, ttl);
+    // Never past the signer's own expiry (a secondary's intermediate).
+    params.not_after = params.not_after.min(root.not_after);
     let cert = params
         .signed_by(&csr.public_key, &issuer(root)?)
         .map_err(internal)?;

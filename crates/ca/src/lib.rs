@@ -14,6 +14,7 @@ pub mod builtin;
 pub mod config;
 pub mod conformance;
 pub mod info;
+pub mod intermediate;
 pub mod keys;
 pub mod limits;
 pub mod provider;

@@ -559,6 +559,7 @@ async fn start_server(
             .map(|c| legate_server::OtherDatacenters(c as Arc<dyn ServerRpc>)),
         masked_kinds: crate::cluster::masked_kinds(),
         federation_state_prune_interval: crate::cluster::federation_state_prune_interval(),
+        intermediate_cert_ttl: crate::cluster::test_duration("LEGATE_TEST_INTERMEDIATE_CERT_TTL"),
         wan: wan_view_rx.clone(),
         events: Some(events_tx),
         datacenter: config.datacenter.clone(),

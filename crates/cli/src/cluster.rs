@@ -32,11 +32,18 @@ pub fn masked_kinds() -> Vec<String> {
 /// datacenters: Consul's hour, or `LEGATE_TEST_FEDERATION_STATE_PRUNE`
 /// (a Go duration; tests shorten it).
 pub fn federation_state_prune_interval() -> Duration {
-    std::env::var("LEGATE_TEST_FEDERATION_STATE_PRUNE")
+    test_duration("LEGATE_TEST_FEDERATION_STATE_PRUNE")
+        .unwrap_or(legate_server::FEDERATION_STATE_PRUNE_INTERVAL)
+}
+
+/// A test-only duration from the environment (a Go duration; unset, zero
+/// or malformed: `None`). `LEGATE_TEST_INTERMEDIATE_CERT_TTL` is the
+/// lifetime of the intermediates a primary signs.
+pub fn test_duration(name: &str) -> Option<Duration> {
+    std::env::var(name)
         .ok()
         .and_then(|v| legate_types::duration::parse_go_duration(&v).ok())
         .filter(|d| !d.is_zero())
-        .unwrap_or(legate_server::FEDERATION_STATE_PRUNE_INTERVAL)
 }
 
 fn env_list(name: &str) -> Vec<String> {

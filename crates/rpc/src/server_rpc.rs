@@ -607,6 +607,7 @@ server_rpc_calls! {
     ca_config_get(opts: &QueryOptions;) -> Queried<CaConfiguration>;
     ca_config_set(opts: &WriteOptions; config: CaConfiguration) -> ();
     ca_sign(opts: &WriteOptions; request: CaSignRequest) -> IssuedCert;
+    ca_sign_intermediate(opts: &WriteOptions; csr: String) -> String;
     federation_state_apply(opts: &WriteOptions; op: legate_types::federation_state::FederationStateOp) -> ();
     federation_state_get(opts: &QueryOptions; datacenter: String) -> Queried<Option<legate_types::federation_state::FederationState>>;
     federation_state_list(opts: &QueryOptions;) -> Queried<Vec<legate_types::federation_state::FederationState>>;

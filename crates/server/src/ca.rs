@@ -26,14 +26,14 @@ const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 pub(crate) struct CaManager {
     provider: Arc<dyn CaProvider>,
     /// The configuration used when the CA is initialised (`connect { ca_provider, ca_config }`).
-    bootstrap: CaConfiguration,
+    pub(crate) bootstrap: CaConfiguration,
     /// The limiter, rebuilt when the configuration's modify index changes.
     limiter: Mutex<Option<(u64, Arc<CsrLimiter>)>>,
     /// Serialises rotations on this server (Raft CAS settles races across servers).
-    rotating: tokio::sync::Mutex<()>,
+    pub(crate) rotating: tokio::sync::Mutex<()>,
     last_prune: Mutex<Option<std::time::Instant>>,
     signed: AtomicU64,
-    rate_limited: AtomicU64,
+    pub(crate) rate_limited: AtomicU64,
 }
 
 /// Counts of CSR outcomes on one server since it started.
@@ -59,7 +59,7 @@ impl CaManager {
     }
 }
 
-fn ca_error(e: legate_ca::CaError) -> RpcError {
+pub(crate) fn ca_error(e: legate_ca::CaError) -> RpcError {
     match e {
         legate_ca::CaError::Internal(m) => RpcError::Internal(m),
         other => RpcError::BadRequest(other.to_string()),
@@ -67,7 +67,7 @@ fn ca_error(e: legate_ca::CaError) -> RpcError {
 }
 
 /// Parses a stored or submitted configuration.
-fn parse_config(config: &CaConfiguration) -> Result<CaConfig, RpcError> {
+pub(crate) fn parse_config(config: &CaConfiguration) -> Result<CaConfig, RpcError> {
     CaConfig::from_map(&config.provider, &config.config).map_err(ca_error)
 }
 
@@ -111,10 +111,17 @@ fn stored_root(
             raft: RaftIndex::default(),
         },
         private_key: root.key_pem.clone(),
+        signing_cert: None,
     })
 }
 
-fn provider_root(stored: &StoredCaRoot) -> Result<legate_ca::CaRoot, RpcError> {
+/// What signs leaves: the root with its key in the primary, this
+/// datacenter's intermediate with its key in a secondary.
+pub(crate) fn provider_root(stored: &StoredCaRoot) -> Result<legate_ca::CaRoot, RpcError> {
+    if let Some(signing) = &stored.signing_cert {
+        return legate_ca::intermediate::intermediate_signer(signing, &stored.private_key)
+            .map_err(ca_error);
+    }
     let info = describe(&stored.root.root_cert).map_err(ca_error)?;
     Ok(legate_ca::CaRoot {
         cert_pem: stored.root.root_cert.clone(),
@@ -125,7 +132,7 @@ fn provider_root(stored: &StoredCaRoot) -> Result<legate_ca::CaRoot, RpcError> {
 
 /// The stored configuration map: the parsed settings in Consul's spelling,
 /// with the operator's key material kept so later changes can be compared.
-fn config_record(cluster_id: &str, config: &CaConfig, force: bool) -> CaConfiguration {
+pub(crate) fn config_record(cluster_id: &str, config: &CaConfig, force: bool) -> CaConfiguration {
     CaConfiguration {
         cluster_id: cluster_id.to_string(),
         provider: config.provider.clone(),
@@ -172,9 +179,20 @@ impl Server {
         }
     }
 
-    fn trust_domain(tables: &Tables) -> Option<String> {
-        tables
-            .system_metadata(crate::CLUSTER_ID_KEY)
+    /// The trust domain: from the CA configuration's cluster id (in a
+    /// secondary, the primary's), else this cluster's own id.
+    pub(crate) fn trust_domain(tables: &Tables) -> Option<String> {
+        let configured = tables
+            .ca_config()
+            .1
+            .map(|c| c.cluster_id.clone())
+            .filter(|id| !id.is_empty());
+        configured
+            .or_else(|| {
+                tables
+                    .system_metadata(crate::CLUSTER_ID_KEY)
+                    .map(String::from)
+            })
             .map(|id| format!("{id}.consul"))
     }
 
@@ -199,6 +217,9 @@ impl Server {
 
     /// Leader: creates the first root when there is none.
     pub(crate) async fn ca_initialize(&self) -> Result<(), RpcError> {
+        if self.is_secondary() {
+            return Ok(()); // Its intermediate comes from the primary.
+        }
         let _guard = self.ca.rotating.lock().await;
         let (cluster_id, has_roots) = {
             let tables = self.store.read();
@@ -240,6 +261,9 @@ impl Server {
     /// Leader: drops roots rotated out more than twice the leaf TTL ago
     /// (checked at most once a minute unless `force`).
     pub async fn ca_prune_roots(&self, now: SystemTime, force: bool) -> Result<usize, RpcError> {
+        if self.is_secondary() {
+            return Ok(0); // Its roots follow the primary's.
+        }
         {
             let mut last = self.ca.last_prune.lock().unwrap_or_else(|e| e.into_inner());
             if !force && last.is_some_and(|t| t.elapsed() < PRUNE_INTERVAL) {
@@ -269,7 +293,7 @@ impl Server {
         Ok(pruned)
     }
 
-    fn limiter(&self, config_index: u64, config: &CaConfig) -> Arc<CsrLimiter> {
+    pub(crate) fn limiter(&self, config_index: u64, config: &CaConfig) -> Arc<CsrLimiter> {
         let mut slot = self.ca.limiter.lock().unwrap_or_else(|e| e.into_inner());
         match &*slot {
             Some((index, limiter)) if *index == config_index => limiter.clone(),

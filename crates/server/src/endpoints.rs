@@ -967,6 +967,14 @@ impl ServerRpc for Server {
         self.ca_sign_request(opts, request).await
     }
 
+    async fn ca_sign_intermediate(
+        &self,
+        opts: &WriteOptions,
+        csr: String,
+    ) -> Result<String, RpcError> {
+        self.ca_sign_intermediate_request(opts, csr).await
+    }
+
     async fn federation_state_apply(
         &self,
         opts: &WriteOptions,

@@ -124,6 +124,8 @@ impl LeaderTasks {
             server.clone(),
         )));
         if server.is_secondary() {
+            self.0
+                .push(tokio::spawn(crate::ca_secondary::run(server.clone())));
             self.0.push(tokio::spawn(replication::run(
                 server.clone(),
                 "config-entries",

@@ -9,6 +9,7 @@ mod authorizer;
 pub mod autopilot;
 mod blocking;
 mod ca;
+mod ca_secondary;
 pub mod cluster;
 mod config_replication;
 pub mod coordinates;
@@ -97,6 +98,10 @@ pub struct ServerConfig {
     /// How often the primary's leader removes the federation states of
     /// datacenters the WAN pool no longer knows (Consul's hour).
     pub federation_state_prune_interval: Duration,
+    /// The lifetime of intermediates this primary signs for secondaries,
+    /// when not the CA configuration's `IntermediateCertTTL` (tests
+    /// shorten it below what the configuration may say).
+    pub intermediate_cert_ttl: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -133,6 +138,7 @@ impl ServerConfig {
             remote: None,
             masked_kinds: Vec::new(),
             federation_state_prune_interval: FEDERATION_STATE_PRUNE_INTERVAL,
+            intermediate_cert_ttl: None,
         }
     }
 }

@@ -8,6 +8,10 @@ use legate_types::{RpcError, WriteOptions};
 
 use crate::Server;
 
+/// Where a global write goes from a secondary: the way out, and the
+/// options naming the primary.
+pub(crate) type GlobalRoute = (Arc<dyn ServerRpc>, WriteOptions);
+
 impl Server {
     /// The primary datacenter (this one when none is configured).
     pub(crate) fn primary_datacenter(&self) -> &str {
@@ -41,7 +45,7 @@ impl Server {
     pub(crate) fn global_write(
         &self,
         opts: &WriteOptions,
-    ) -> Result<Option<(Arc<dyn ServerRpc>, WriteOptions)>, RpcError> {
+    ) -> Result<Option<GlobalRoute>, RpcError> {
         let local = opts.datacenter.is_empty() || opts.datacenter == self.config.datacenter;
         if !local || !self.is_secondary() {
             return Ok(None);

@@ -536,7 +536,9 @@ async fn a_secondary_waits_for_every_server_of_the_primary() {
         wan: wan_rx,
         ..ServerConfig::in_memory("dc2", "secondary")
     };
-    let server = start(config).await;
+    // A secondary's CA comes from the primary, which this test lacks.
+    let server = Server::start(config).await.unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(10)).await);
     // Every dc2 server supports them, one dc1 server does not: read only.
     tokio::time::sleep(Duration::from_secs(2)).await;
     match create(&server, legacy("web", "db", "deny")).await {

@@ -13,8 +13,13 @@ use crate::{Changes, Table, Tables};
 pub struct StoredCaRoot {
     /// What `/v1/connect/ca/roots` shows.
     pub root: CaRoot,
-    /// PEM private key of the root (empty when the provider keeps it).
+    /// PEM private key of the root (empty when the provider keeps it); in
+    /// a secondary, the key of its own intermediate.
     pub private_key: String,
+    /// In a secondary: the intermediate the primary signed for it, which
+    /// signs this datacenter's leaves (`None` in the primary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_cert: Option<String>,
 }
 
 impl std::fmt::Debug for StoredCaRoot {

@@ -544,6 +544,7 @@ fn stored_root(id: &str, active: bool) -> crate::StoredCaRoot {
             ..Default::default()
         },
         private_key: format!("key of {id}"),
+        signing_cert: None,
     }
 }
 

@@ -530,6 +530,15 @@ pub trait ServerRpc: Send + Sync + 'static {
         request: CaSignRequest,
     ) -> Result<IssuedCert, RpcError>;
 
+    /// Signs a secondary datacenter's intermediate CA
+    /// (`ConnectCA.SignIntermediate`; the primary's, operator write): a
+    /// CSR in PEM, answered with the certificate in PEM.
+    async fn ca_sign_intermediate(
+        &self,
+        opts: &WriteOptions,
+        csr: String,
+    ) -> Result<String, RpcError>;
+
     /// Writes a federation state (`FederationState.Apply`; the primary's).
     async fn federation_state_apply(
         &self,
