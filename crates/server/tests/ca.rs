@@ -445,3 +445,49 @@ async fn csr_rate_limit_refuses_the_excess_with_consuls_error_and_loses_nothing(
     assert!(ok > 0);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_primary_signs_intermediates_only_for_its_signing_identity() {
+    use legate_ca::intermediate::make_intermediate_csr;
+    let server = start().await;
+    let trust_domain = roots(&server).await.trust_domain;
+    let opts = WriteOptions::default();
+    let (csr, _) = make_intermediate_csr(&trust_domain, "dc2", "ec", 256).unwrap();
+    let cert = server
+        .ca_sign_intermediate(&opts, csr)
+        .await
+        .expect("the primary signs its trust domain's intermediate");
+    assert!(cert.contains("BEGIN CERTIFICATE"));
+    // Another trust domain, a leaf CSR, garbage: refused, nothing signed.
+    let (other, _) = make_intermediate_csr("0000-other.consul", "dc2", "ec", 256).unwrap();
+    match server.ca_sign_intermediate(&opts, other).await {
+        Err(RpcError::BadRequest(m)) => assert!(m.contains("is not our trust domain"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let id = SpiffeId::parse(&format!("spiffe://{trust_domain}/ns/default/dc/dc2/svc/db")).unwrap();
+    let (leaf_csr, _) = make_csr(&id).unwrap();
+    assert!(matches!(
+        server.ca_sign_intermediate(&opts, leaf_csr).await,
+        Err(RpcError::BadRequest(_))
+    ));
+    assert!(matches!(
+        server.ca_sign_intermediate(&opts, "garbage".into()).await,
+        Err(RpcError::BadRequest(_))
+    ));
+    server.shutdown().await;
+
+    // A secondary refuses with Consul's text.
+    let secondary = Server::start(ServerConfig {
+        primary_datacenter: "dc1".into(),
+        ..ServerConfig::in_memory("dc2", "secondary")
+    })
+    .await
+    .unwrap();
+    assert!(secondary.wait_for_leader(Duration::from_secs(10)).await);
+    let (csr, _) = make_intermediate_csr(&trust_domain, "dc3", "ec", 256).unwrap();
+    match secondary.ca_sign_intermediate(&opts, csr).await {
+        Err(RpcError::Internal(m)) => assert_eq!(m, "not the primary datacenter"),
+        other => panic!("{other:?}"),
+    }
+    secondary.shutdown().await;
+}
