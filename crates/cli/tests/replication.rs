@@ -9,47 +9,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, TestAgent};
+use common::eventually;
 use serde_json::Value;
 
-struct Server {
-    agent: TestAgent,
-    flags: Vec<String>,
-    _data: tempfile::TempDir,
-}
+type Server = common::DatacenterServer;
 
-/// A one-server datacenter at `ip`; a secondary WAN-joins `join`.
 fn server(name: &str, ip: &str, dc: &str, join: Option<&str>, env: &[(&str, &str)]) -> Server {
-    let data = tempfile::tempdir().unwrap();
-    let mut flags = vec![
-        format!("-node={name}"),
-        format!("-datacenter={dc}"),
-        format!("-bind={ip}"),
-        "-client=127.0.0.1".into(),
-        format!("-data-dir={}", data.path().display()),
-        "-server".into(),
-        "-bootstrap-expect=1".into(),
-        "-retry-interval-wan=1s".into(),
-        "-hcl=primary_datacenter = \"dc1\"".into(),
-        "-hcl=gossip_wan { probe_interval = \"200ms\" probe_timeout = \"100ms\" suspicion_mult = 4 }"
-            .into(),
-    ];
-    if let Some(join) = join {
-        flags.push(format!("-retry-join-wan={join}"));
-    }
-    let agent = start(&flags, env);
-    Server {
-        agent,
-        flags,
-        _data: data,
-    }
-}
-
-fn start(flags: &[String], env: &[(&str, &str)]) -> TestAgent {
-    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let agent = TestAgent::spawn_with_env(&refs, true, env);
-    agent.wait_ready();
-    agent
+    Server::start(name, ip, dc, join, env)
 }
 
 fn federated(a: &Server, b: &Server) {
@@ -162,8 +128,7 @@ fn intentions_stay_read_only_in_a_secondary_until_both_datacenters_support_them(
     assert_eq!(status, 404);
 
     // Upgraded: the same server without the mask.
-    dc2.agent.kill9();
-    dc2.agent = start(&dc2.flags, &[]);
+    dc2.restart(&[]);
     let replicated = eventually(Duration::from_secs(30), || {
         entry(&dc2, "service-intentions", "db")
     });

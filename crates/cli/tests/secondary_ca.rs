@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{eventually, TestAgent};
-use serde_json::Value;
 
 fn server(
     name: &str,
@@ -19,25 +18,8 @@ fn server(
     join: Option<&str>,
     env: &[(&str, &str)],
 ) -> (TestAgent, tempfile::TempDir) {
-    let data = tempfile::tempdir().unwrap();
-    let mut flags = vec![
-        format!("-node={name}"),
-        format!("-datacenter={dc}"),
-        format!("-bind={ip}"),
-        "-client=127.0.0.1".into(),
-        format!("-data-dir={}", data.path().display()),
-        "-server".into(),
-        "-bootstrap-expect=1".into(),
-        "-retry-interval-wan=1s".into(),
-        "-hcl=primary_datacenter = \"dc1\"".into(),
-    ];
-    if let Some(join) = join {
-        flags.push(format!("-retry-join-wan={join}"));
-    }
-    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let agent = TestAgent::spawn_with_env(&refs, true, env);
-    agent.wait_ready();
-    (agent, data)
+    let started = common::DatacenterServer::start(name, ip, dc, join, env);
+    (started.agent, started.data)
 }
 
 fn certs(chain: &str) -> Vec<String> {

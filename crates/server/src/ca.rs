@@ -33,7 +33,7 @@ pub(crate) struct CaManager {
     pub(crate) rotating: tokio::sync::Mutex<()>,
     last_prune: Mutex<Option<std::time::Instant>>,
     signed: AtomicU64,
-    pub(crate) rate_limited: AtomicU64,
+    rate_limited: AtomicU64,
 }
 
 /// Counts of CSR outcomes on one server since it started.
@@ -293,7 +293,22 @@ impl Server {
         Ok(pruned)
     }
 
-    pub(crate) fn limiter(&self, config_index: u64, config: &CaConfig) -> Arc<CsrLimiter> {
+    /// A slot under the CSR limits (counted when refused).
+    pub(crate) async fn csr_permit(
+        &self,
+        config_index: u64,
+        config: &CaConfig,
+    ) -> Result<legate_ca::limits::CsrPermit, RpcError> {
+        self.limiter(config_index, config)
+            .acquire()
+            .await
+            .map_err(|_| {
+                self.ca.rate_limited.fetch_add(1, Ordering::Relaxed);
+                RpcError::RateLimited
+            })
+    }
+
+    fn limiter(&self, config_index: u64, config: &CaConfig) -> Arc<CsrLimiter> {
         let mut slot = self.ca.limiter.lock().unwrap_or_else(|e| e.into_inner());
         match &*slot {
             Some((index, limiter)) if *index == config_index => limiter.clone(),
@@ -595,14 +610,7 @@ impl Server {
                 ))
             }
         };
-        let _permit = self
-            .limiter(config_index, &config)
-            .acquire()
-            .await
-            .map_err(|_| {
-                self.ca.rate_limited.fetch_add(1, Ordering::Relaxed);
-                RpcError::RateLimited
-            })?;
+        let _permit = self.csr_permit(config_index, &config).await?;
         let root = provider_root(&active)?;
         let leaf = self
             .ca

@@ -8,7 +8,6 @@
 //! that expired are dropped. While the primary cannot be reached the
 //! secondary keeps signing with what it holds.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use legate_ca::info::describe;
@@ -56,14 +55,7 @@ impl Server {
             return Err(RpcError::Internal("CA is not initialised yet".into()));
         };
         let config = parse_config(&config)?;
-        let _permit = self
-            .limiter(config_index, &config)
-            .acquire()
-            .await
-            .map_err(|_| {
-                self.ca.rate_limited.fetch_add(1, Ordering::Relaxed);
-                RpcError::RateLimited
-            })?;
+        let _permit = self.csr_permit(config_index, &config).await?;
         let ttl = self
             .config
             .intermediate_cert_ttl

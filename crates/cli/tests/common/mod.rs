@@ -381,3 +381,56 @@ pub fn ip(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A server that is its datacenter's only one, with its flags (to start it
+/// again over the same data).
+pub struct DatacenterServer {
+    pub agent: TestAgent,
+    pub flags: Vec<String>,
+    pub data: tempfile::TempDir,
+}
+
+impl DatacenterServer {
+    /// A one-server datacenter `dc` at `ip` naming dc1 the primary; a
+    /// secondary WAN-joins `join`. `env` as for [`TestAgent::spawn_with_env`].
+    pub fn start(
+        name: &str,
+        ip: &str,
+        dc: &str,
+        join: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> DatacenterServer {
+        let data = tempfile::tempdir().unwrap();
+        let mut flags = vec![
+            format!("-node={name}"),
+            format!("-datacenter={dc}"),
+            format!("-bind={ip}"),
+            "-client=127.0.0.1".into(),
+            format!("-data-dir={}", data.path().display()),
+            "-server".into(),
+            "-bootstrap-expect=1".into(),
+            "-retry-interval-wan=1s".into(),
+            "-hcl=primary_datacenter = \"dc1\"".into(),
+            "-hcl=gossip_wan { probe_interval = \"200ms\" probe_timeout = \"100ms\" suspicion_mult = 4 }"
+                .into(),
+        ];
+        if let Some(join) = join {
+            flags.push(format!("-retry-join-wan={join}"));
+        }
+        let agent = DatacenterServer::spawn(&flags, env);
+        DatacenterServer { agent, flags, data }
+    }
+
+    /// Stops the server (SIGKILL) and starts it again with `env`.
+    pub fn restart(&mut self, env: &[(&str, &str)]) {
+        self.agent.kill9();
+        self.agent = DatacenterServer::spawn(&self.flags, env);
+    }
+
+    fn spawn(flags: &[String], env: &[(&str, &str)]) -> TestAgent {
+        let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let agent = TestAgent::spawn_with_env(&refs, true, env);
+        agent.wait_ready();
+        agent
+    }
+}
