@@ -95,6 +95,14 @@ impl Server {
         let Some(primary_active) = primary_roots.active().cloned() else {
             return Ok(()); // The primary has no CA yet.
         };
+        if !crate::features::cluster_supports(
+            &self.server_features(),
+            crate::features::SECONDARY_INTERMEDIATES,
+        ) {
+            return Err(RpcError::Internal(
+                "not every server of this datacenter supports its own intermediate CA yet".into(),
+            ));
+        }
         let _guard = self.ca.rotating.lock().await;
         let (index, local) = {
             let tables = self.store.read();

@@ -8,8 +8,18 @@ use std::collections::BTreeSet;
 
 /// Intentions stored as `service-intentions` config entries (`ft_si`).
 pub const INTENTIONS_AS_CONFIG_ENTRIES: &str = "si";
-/// Federation states (`ft_fs`).
+/// Federation states (`ft_fs`, Consul's flag). Legate builds before the
+/// federation-state table advertised it too, so the table also needs
+/// [`FEDERATION_STATE_TABLE`].
 pub const FEDERATION_STATES: &str = "fs";
+
+/// Legate's federation-state table: FSM commands 16/17 and snapshot
+/// record 16 (`ft_fst`).
+pub const FEDERATION_STATE_TABLE: &str = "fst";
+
+/// A secondary's own intermediate CA, kept beside the primary's roots
+/// (`ft_ica`): an older server would sign leaves with the wrong issuer.
+pub const SECONDARY_INTERMEDIATES: &str = "ica";
 
 /// Snapshot restores logged in pieces (`ft_rp`): archives larger than
 /// one Raft entry.
@@ -22,6 +32,8 @@ pub const COORDINATES: &str = crate::coordinates::FEATURE;
 pub const SUPPORTED: &[&str] = &[
     INTENTIONS_AS_CONFIG_ENTRIES,
     FEDERATION_STATES,
+    FEDERATION_STATE_TABLE,
+    SECONDARY_INTERMEDIATES,
     PIECEWISE_RESTORE,
     COORDINATES,
 ];
@@ -72,6 +84,8 @@ mod tests {
             vec![
                 ("ft_co".to_string(), "1".to_string()),
                 ("ft_fs".to_string(), "1".to_string()),
+                ("ft_fst".to_string(), "1".to_string()),
+                ("ft_ica".to_string(), "1".to_string()),
                 ("ft_rp".to_string(), "1".to_string()),
                 ("ft_si".to_string(), "1".to_string())
             ]

@@ -39,12 +39,12 @@ const RESEND_AFTER: Duration = Duration::from_secs(30);
 impl Server {
     /// `Ok` when federation states are on in this datacenter.
     pub(crate) fn federation_states_enabled(&self) -> Result<(), RpcError> {
+        use crate::features::{cluster_supports, FEDERATION_STATES, FEDERATION_STATE_TABLE};
         let sticky = self.store.read().has_federation_states();
+        let servers = self.server_features();
         if sticky
-            || crate::features::cluster_supports(
-                &self.server_features(),
-                crate::features::FEDERATION_STATES,
-            )
+            || (cluster_supports(&servers, FEDERATION_STATES)
+                && cluster_supports(&servers, FEDERATION_STATE_TABLE))
         {
             Ok(())
         } else {
