@@ -250,12 +250,29 @@ async fn a_follower_behind_the_purged_log_catches_up_from_a_snapshot_file() {
             .await
             .unwrap();
     }
-    leader.snapshot().await.unwrap();
+    // openraft drops a trigger while a snapshot is being built, and under
+    // load the count policy may still be building an older one: ask again
+    // until a snapshot late enough to purge past index 100 is in place.
     let metrics = leader.raft.metrics();
-    wait_until("the log before the snapshot is purged", || {
-        metrics.borrow().purged.is_some_and(|p| p.index > 100)
-    })
-    .await;
+    let mut purged = false;
+    for _ in 0..40 {
+        leader.snapshot().await.unwrap();
+        if tokio::time::timeout(Duration::from_secs(1), async {
+            let mut watch = metrics.clone();
+            while !watch.borrow().purged.is_some_and(|p| p.index > 100) {
+                if watch.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .is_ok()
+        {
+            purged = true;
+            break;
+        }
+    }
+    assert!(purged, "the log before the snapshot was never purged");
     let follower_store = Arc::new(StateStore::new());
     let follower_options = RaftOptions {
         node_id: 2,
