@@ -80,18 +80,23 @@ impl AgentSources {
                 Box::pin(async move { fetch_chain(&*r, &dc, &service, &compile_dc, min).await })
             }),
             // Every chain is compiled from the config entries.
-            batched_changes(rpc.clone(), move |_: &(String, String)| {
-                (datacenter.clone(), Watched::ConfigEntries)
+            batched_changes(rpc.clone(), {
+                let dc = datacenter.clone();
+                move |_: &(String, String)| (dc.clone(), Watched::ConfigEntries)
             }),
             CACHE_CAPACITY,
             CACHE_IDLE_TTL,
         );
-        let r = rpc.clone();
+        let (r, local_dc) = (rpc.clone(), datacenter);
         let endpoints = SharedWatch::batched(
             Arc::new(
                 move |(service, dc, filter): (String, String, String), min| {
                     let r = r.clone();
-                    Box::pin(async move { fetch_endpoints(&*r, &service, &dc, &filter, min).await })
+                    // Instances in another datacenter are dialled at their WAN addresses.
+                    let wan = dc != local_dc;
+                    Box::pin(
+                        async move { fetch_endpoints(&*r, &service, &dc, &filter, wan, min).await },
+                    )
                 },
             ),
             batched_changes(
@@ -174,6 +179,7 @@ async fn fetch_endpoints(
     service: &str,
     datacenter: &str,
     filter: &str,
+    wan: bool,
     min_index: u64,
 ) -> Result<Fetched<Vec<Endpoint>>, String> {
     let mut opts = opts(datacenter, min_index);
@@ -194,15 +200,12 @@ async fn fetch_endpoints(
         .iter()
         .map(|csn| {
             let status = csn.aggregate_status();
+            let (address, port) = csn.best_address(wan);
             Endpoint {
                 node: csn.node.node.clone(),
                 service_id: csn.service.id.clone(),
-                address: if csn.service.address.is_empty() {
-                    csn.node.address.clone()
-                } else {
-                    csn.service.address.clone()
-                },
-                port: csn.service.port,
+                address,
+                port,
                 health: match status {
                     HealthStatus::Passing => EndpointHealth::Passing,
                     HealthStatus::Warning => EndpointHealth::Warning,

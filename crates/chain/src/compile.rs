@@ -273,7 +273,13 @@ impl Compiler<'_> {
             } else {
                 redirect.datacenter.clone()
             };
-            current = (next_service, next_subset, next_dc);
+            let next = (next_service, next_subset, next_dc);
+            // A redirect that names where it already is (a resolver sending
+            // its own service to another datacenter, seen from there) ends.
+            if next == current {
+                return Ok(current);
+            }
+            current = next;
         }
     }
 

@@ -6,100 +6,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::mesh::{
+    admin_port, echo, echo_server, eventually, proxy_stat, start_proxy, Conn, Proxy,
+};
 use common::{binary, free_port, TestAgent};
-
-struct Proxy(Child);
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> Proxy {
-    let file = std::fs::File::create(log).unwrap();
-    Proxy(
-        Command::new(binary())
-            .args([
-                "connect",
-                "proxy",
-                "-sidecar-for",
-                service,
-                "-admin-bind",
-                "127.0.0.1:0",
-            ])
-            .env("CONSUL_HTTP_ADDR", agent.addr())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// An echo server counting the bytes it ever received.
-fn echo_server(port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
-    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let counter = received.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let counter = counter.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = conn.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    counter.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
-                    if conn.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    received
-}
-
-/// Sends a line through the upstream listener; the echoed reply, if any within 1 s.
-fn echo(port: u16, line: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    s.write_all(line.as_bytes()).ok()?;
-    let mut buf = vec![0u8; line.len()];
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => got += n,
-        }
-    }
-    Some(String::from_utf8_lossy(&buf).to_string())
-}
-
-fn eventually(
-    what: &str,
-    timeout: Duration,
-    logs: &dyn Fn() -> String,
-    mut f: impl FnMut() -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("timed out waiting for: {what}\n{}", logs());
-}
 
 #[test]
 fn seed_demo_through_the_built_in_proxy() {
@@ -209,22 +123,10 @@ services {{
     );
 
     // db's proxy counts the denial on its admin port.
-    let db_log = std::fs::read_to_string(dir.path().join("db.log")).unwrap();
-    let admin = db_log
-        .lines()
-        .find_map(|l| l.split("Admin and metrics on http://").nth(1))
-        .map(|rest| rest.trim_end_matches("/stats").to_string())
-        .expect("the admin address is printed");
-    let port: u16 = admin.rsplit(':').next().unwrap().parse().unwrap();
-    let (status, _, stats) = common::http_request(port, "GET", "/stats", None);
-    assert_eq!(status, 200);
-    let denials: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("legate_proxy_rbac_denials_total "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(denials >= 2, "{stats}");
+    let db_log = dir.path().join("db.log");
+    let denials = proxy_stat(&db_log, "legate_proxy_rbac_denials_total");
+    assert!(denials >= 2, "{denials} denials");
+    let (_, _, stats) = common::http_request(admin_port(&db_log), "GET", "/stats", None);
     assert!(stats.contains("legate_proxy_connections_total"));
 
     // legate intention delete web db: echo again.
@@ -265,25 +167,6 @@ services {{
         &logs,
         || echo(upstream, "back\n").as_deref() == Some("back\n"),
     );
-}
-
-/// A long-lived connection through the upstream listener.
-struct Conn(TcpStream);
-
-impl Conn {
-    fn open(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        Conn(s)
-    }
-
-    fn echo(&mut self, line: &str) -> bool {
-        if self.0.write_all(line.as_bytes()).is_err() {
-            return false;
-        }
-        let mut buf = vec![0u8; line.len()];
-        self.0.read_exact(&mut buf).is_ok() && buf == line.as_bytes()
-    }
 }
 
 #[test]

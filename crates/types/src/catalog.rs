@@ -891,6 +891,38 @@ impl CheckServiceNode {
     pub fn aggregate_status(&self) -> HealthStatus {
         aggregate_status(self.checks.iter())
     }
+
+    /// The address and port to dial this instance at, as Consul's
+    /// `BestAddress`: from another datacenter (`wan`), the service's `wan`
+    /// tagged address, else its address, else the node's `wan` tagged
+    /// address, else the node's address; from the same datacenter, the
+    /// service's address, else the node's.
+    pub fn best_address(&self, wan: bool) -> (String, u16) {
+        let service = &self.service;
+        if wan {
+            if let Some(tagged) = service
+                .tagged_addresses
+                .get("wan")
+                .filter(|t| !t.address.is_empty())
+            {
+                let port = if tagged.port == 0 {
+                    service.port
+                } else {
+                    tagged.port
+                };
+                return (tagged.address.clone(), port);
+            }
+        }
+        if !service.address.is_empty() {
+            return (service.address.clone(), service.port);
+        }
+        let node = wan
+            .then(|| self.node.tagged_addresses.get("wan"))
+            .flatten()
+            .filter(|a| !a.is_empty())
+            .unwrap_or(&self.node.address);
+        (node.clone(), service.port)
+    }
 }
 
 /// The worst status of the given checks; passing when there are none.

@@ -173,6 +173,30 @@ fn redirect_failover_and_default_subset() {
 }
 
 #[test]
+fn a_resolver_redirecting_its_own_service_to_another_datacenter_is_no_loop() {
+    let es = entries(vec![
+        json!({"Kind": "service-resolver", "Name": "db", "Redirect": {"Datacenter": "dc2"}}),
+        json!({"Kind": "service-resolver", "Name": "a", "Redirect": {"Service": "b", "Datacenter": "dc2"}}),
+        json!({"Kind": "service-resolver", "Name": "b", "Redirect": {"Service": "a", "Datacenter": "dc1"}}),
+    ]);
+    let db = as_json(&compile(&es, &request("db")).unwrap());
+    assert_eq!(db["StartNode"], "resolver:db.default.default.dc2");
+    assert_eq!(db["Targets"].as_object().unwrap().len(), 1);
+    assert_eq!(
+        db["Targets"]["db.default.default.dc2"]["SNI"],
+        "db.default.dc2.internal.11111111-2222-3333-4444-555555555555.consul"
+    );
+    // Seen from dc2 it is the local target.
+    let mut in_dc2 = request("db");
+    in_dc2.datacenter = "dc2".into();
+    let db = as_json(&compile(&es, &in_dc2).unwrap());
+    assert_eq!(db["StartNode"], "resolver:db.default.default.dc2");
+    // A real loop across datacenters is still refused.
+    let err = compile(&es, &request("a")).unwrap_err();
+    assert!(err.contains("circular resolver redirect"), "{err}");
+}
+
+#[test]
 fn overrides_change_protocol_timeout_and_gateway_mode() {
     let es = entries(vec![
         json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http", "MeshGateway": {"Mode": "local"}}),

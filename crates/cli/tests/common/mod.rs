@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod mesh;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -400,6 +402,19 @@ impl DatacenterServer {
         join: Option<&str>,
         env: &[(&str, &str)],
     ) -> DatacenterServer {
+        DatacenterServer::start_with(name, ip, dc, join, env, &[])
+    }
+
+    /// [`DatacenterServer::start`] with `extra` flags; a `-grpc-port=`
+    /// among them keeps gRPC (xDS) on, DNS stays off.
+    pub fn start_with(
+        name: &str,
+        ip: &str,
+        dc: &str,
+        join: Option<&str>,
+        env: &[(&str, &str)],
+        extra: &[String],
+    ) -> DatacenterServer {
         let data = tempfile::tempdir().unwrap();
         let mut flags = vec![
             format!("-node={name}"),
@@ -417,6 +432,7 @@ impl DatacenterServer {
         if let Some(join) = join {
             flags.push(format!("-retry-join-wan={join}"));
         }
+        flags.extend(extra.iter().cloned());
         let agent = DatacenterServer::spawn(&flags, env);
         DatacenterServer { agent, flags, data }
     }
@@ -428,8 +444,12 @@ impl DatacenterServer {
     }
 
     fn spawn(flags: &[String], env: &[(&str, &str)]) -> TestAgent {
-        let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let agent = TestAgent::spawn_with_env(&refs, true, env);
+        let mut refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let grpc = flags.iter().any(|f| f.starts_with("-grpc-port="));
+        if grpc {
+            refs.push("-dns-port=-1");
+        }
+        let agent = TestAgent::spawn_with_env(&refs, !grpc, env);
         agent.wait_ready();
         agent
     }

@@ -1,0 +1,143 @@
+//! Mesh helpers: `legate connect proxy` sidecars, echo servers and
+//! clients through an upstream listener.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{binary, TestAgent};
+
+/// A running `legate connect proxy`, killed when dropped.
+pub struct Proxy(pub Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `legate connect proxy -sidecar-for <service>` against `agent`, logging to `log`.
+pub fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> Proxy {
+    let file = std::fs::File::create(log).unwrap();
+    Proxy(
+        Command::new(binary())
+            .args([
+                "connect",
+                "proxy",
+                "-sidecar-for",
+                service,
+                "-admin-bind",
+                "127.0.0.1:0",
+            ])
+            .env("CONSUL_HTTP_ADDR", agent.addr())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// An echo server counting the bytes it ever received.
+pub fn echo_server(port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let counter = received.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    counter.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+                    if conn.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    received
+}
+
+/// Sends a line through the upstream listener; the echoed reply, if any within 1 s.
+pub fn echo(port: u16, line: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(line.as_bytes()).ok()?;
+    let mut buf = vec![0u8; line.len()];
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got += n,
+        }
+    }
+    Some(String::from_utf8_lossy(&buf).to_string())
+}
+
+/// Waits until `f` holds; on timeout panics with `what` and the logs.
+pub fn eventually(
+    what: &str,
+    timeout: Duration,
+    logs: &dyn Fn() -> String,
+    mut f: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for: {what}\n{}", logs());
+}
+
+/// A long-lived connection through the upstream listener.
+pub struct Conn(TcpStream);
+
+impl Conn {
+    /// Opens a connection to the upstream listener at `port`.
+    pub fn open(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        Conn(s)
+    }
+
+    /// Sends `line` and reads it back.
+    pub fn echo(&mut self, line: &str) -> bool {
+        if self.0.write_all(line.as_bytes()).is_err() {
+            return false;
+        }
+        let mut buf = vec![0u8; line.len()];
+        self.0.read_exact(&mut buf).is_ok() && buf == line.as_bytes()
+    }
+}
+
+/// The admin port a `legate connect proxy` printed to its log.
+pub fn admin_port(log: &std::path::Path) -> u16 {
+    let text = std::fs::read_to_string(log).unwrap();
+    let admin = text
+        .lines()
+        .find_map(|l| l.split("Admin and metrics on http://").nth(1))
+        .map(|rest| rest.trim_end_matches("/stats").to_string())
+        .expect("the admin address is printed");
+    admin.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A counter of a proxy's `/stats` (0 when absent).
+pub fn proxy_stat(log: &std::path::Path, name: &str) -> u64 {
+    let (status, _, stats) = super::http_request(admin_port(log), "GET", "/stats", None);
+    assert_eq!(status, 200);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
