@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::certs::{certs, openssl_verify, openssl_x509};
 use common::{eventually, TestAgent};
 
 fn server(
@@ -20,50 +20,6 @@ fn server(
 ) -> (TestAgent, tempfile::TempDir) {
     let started = common::DatacenterServer::start(name, ip, dc, join, env);
     (started.agent, started.data)
-}
-
-fn certs(chain: &str) -> Vec<String> {
-    chain
-        .split_inclusive("-----END CERTIFICATE-----")
-        .map(|c| c.trim().to_string() + "\n")
-        .filter(|c| c.contains("BEGIN CERTIFICATE"))
-        .collect()
-}
-
-/// `openssl verify` of `leaf` against `roots`, with `untrusted` as the
-/// intermediates; the output.
-fn openssl_verify(roots: &str, untrusted: &[String], leaf: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("roots.pem"), roots).unwrap();
-    std::fs::write(dir.path().join("leaf.pem"), leaf).unwrap();
-    let mut cmd = Command::new("openssl");
-    cmd.arg("verify")
-        .arg("-CAfile")
-        .arg(dir.path().join("roots.pem"));
-    if !untrusted.is_empty() {
-        std::fs::write(dir.path().join("untrusted.pem"), untrusted.concat()).unwrap();
-        cmd.arg("-untrusted").arg(dir.path().join("untrusted.pem"));
-    }
-    let out = cmd
-        .arg(dir.path().join("leaf.pem"))
-        .output()
-        .expect("openssl");
-    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-}
-
-fn openssl_x509(pem: &str, args: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cert.pem");
-    std::fs::write(&path, pem).unwrap();
-    let out = Command::new("openssl")
-        .arg("x509")
-        .arg("-noout")
-        .args(args)
-        .arg("-in")
-        .arg(&path)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// The intermediate dc2 signs with: the first of its active root's.

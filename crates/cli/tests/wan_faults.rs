@@ -11,254 +11,30 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{binary, eventually, ip};
+use common::datacenters::{Networks, Server, ServerSpec};
+use common::eventually;
 
-fn in_ns(namespace: &str, args: &[&str]) {
-    let mut full = vec!["netns", "exec", namespace];
-    full.extend_from_slice(args);
-    if args.first() == Some(&"sysctl") {
-        let out = Command::new("ip").args(&full).output().expect("run sysctl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return;
-    }
-    let mut with_ip = vec!["netns", "exec", namespace, "ip"];
-    with_ip.extend_from_slice(args);
-    ip(&with_ip);
-}
-
-/// Two bridges (one per datacenter, the host on each at .254), a router
-/// namespace between them, and one namespace per server.
-struct Networks {
-    tag: u32,
-    bridges: Vec<String>,
-    namespaces: Vec<String>,
-}
-
-impl Networks {
-    fn new() -> Networks {
-        let tag = std::process::id() % 100_000;
-        let mut networks = Networks {
-            tag,
-            bridges: Vec::new(),
-            namespaces: Vec::new(),
-        };
-        let router = format!("lgr{tag}");
-        ip(&["netns", "add", &router]);
-        networks.namespaces.push(router.clone());
-        in_ns(&router, &["link", "set", "lo", "up"]);
-        in_ns(&router, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-        for dc in 0..2 {
-            let bridge = format!("lgw{tag}d{dc}");
-            ip(&["link", "add", &bridge, "type", "bridge"]);
-            networks.bridges.push(bridge.clone());
-            ip(&["link", "set", &bridge, "up"]);
-            ip(&[
-                "addr",
-                "add",
-                &format!("{}.254/24", networks.subnet(dc)),
-                "dev",
-                &bridge,
-            ]);
-            // The router's leg on this bridge, at .1.
-            let leg = format!("lgw{tag}r{dc}");
-            let inside = format!("leg{dc}");
-            ip(&[
-                "link", "add", &leg, "type", "veth", "peer", "name", &inside, "netns", &router,
-            ]);
-            ip(&["link", "set", &leg, "master", &bridge, "up"]);
-            in_ns(
-                &router,
-                &[
-                    "addr",
-                    "add",
-                    &format!("{}.1/24", networks.subnet(dc)),
-                    "dev",
-                    &inside,
-                ],
-            );
-            in_ns(&router, &["link", "set", &inside, "up"]);
-            // The datacenter's server, at .11, routed through the router.
-            let namespace = format!("lgw{tag}s{dc}");
-            ip(&["netns", "add", &namespace]);
-            networks.namespaces.push(namespace.clone());
-            let link = format!("lgw{tag}v{dc}");
-            ip(&[
-                "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &namespace,
-            ]);
-            ip(&["link", "set", &link, "master", &bridge, "up"]);
-            in_ns(
-                &namespace,
-                &[
-                    "addr",
-                    "add",
-                    &format!("{}/24", networks.server(dc)),
-                    "dev",
-                    "eth0",
-                ],
-            );
-            in_ns(&namespace, &["link", "set", "eth0", "up"]);
-            in_ns(&namespace, &["link", "set", "lo", "up"]);
-            in_ns(
-                &namespace,
-                &[
-                    "route",
-                    "add",
-                    "default",
-                    "via",
-                    &format!("{}.1", networks.subnet(dc)),
-                ],
-            );
-        }
-        networks
-    }
-
-    fn subnet(&self, dc: usize) -> String {
-        format!(
-            "10.{}.{}",
-            // 10.100-179: clear of the cluster fault test's 10.200-249.
-            100 + self.tag % 40 + dc as u32 * 40,
-            self.tag % 250
-        )
-    }
-
-    fn server(&self, dc: usize) -> String {
-        format!("{}.11", self.subnet(dc))
-    }
-
-    /// Cuts (or restores) every path between the datacenters: the router's
-    /// leg into dc2 goes down.
-    fn set_linked(&self, linked: bool) {
-        let state = if linked { "up" } else { "down" };
-        in_ns(&self.namespaces[0], &["link", "set", "leg1", state]);
-    }
-}
-
-impl Drop for Networks {
-    fn drop(&mut self) {
-        for namespace in &self.namespaces {
-            let _ = Command::new("ip")
-                .args(["netns", "del", namespace])
-                .status();
-        }
-        for bridge in &self.bridges {
-            let _ = Command::new("ip").args(["link", "del", bridge]).status();
-        }
-    }
-}
-
-struct Server {
-    child: Child,
-    address: String,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn request(&self, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
-        let address: SocketAddr = format!("{}:8500", self.address).parse().unwrap();
-        let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).ok()?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).ok()?;
-        let text = String::from_utf8_lossy(&raw).to_string();
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let status = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, body.to_string()))
-    }
-
-    fn wan_status(&self, member: &str) -> Option<String> {
-        let out = Command::new(binary())
-            .args([
-                "members",
-                "-wan",
-                &format!("-http-addr={}:8500", self.address),
-            ])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(member))
-            .and_then(|l| l.split_whitespace().nth(2).map(String::from))
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-fn start(networks: &Networks, dc: usize, data: &std::path::Path, wan_join: Option<&str>) -> Server {
-    let address = networks.server(dc);
-    let log = data.join("agent.log");
-    let mut args = vec![
-        "agent".to_string(),
-        "-server".into(),
-        "-bootstrap-expect=1".into(),
-        format!("-datacenter=dc{}", dc + 1),
-        format!("-node=s{}", dc + 1),
-        format!("-bind={address}"),
-        format!("-client={address}"),
-        format!("-data-dir={}", data.join("data").display()),
-        "-dns-port=-1".into(),
-        "-grpc-port=-1".into(),
-        "-retry-interval-wan=1s".into(),
-        "-hcl=primary_datacenter = \"dc1\"".into(),
-        "-hcl=gossip_wan { probe_interval = \"200ms\" probe_timeout = \"100ms\" suspicion_mult = 4 }".into(),
-    ];
-    if let Some(seed) = wan_join {
-        args.push(format!("-retry-join-wan={seed}"));
-    }
-    let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &networks.namespaces[1 + dc]])
-        .arg(binary())
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .expect("start a server in its namespace");
-    let server = Server {
-        child,
-        address,
-        log,
+fn start(networks: &Networks, dc: usize, dir: &std::path::Path, wan_join: Option<&str>) -> Server {
+    let spec = ServerSpec {
+        dc,
+        server: 0,
+        expect: 1,
+        wan_join,
+        dir,
     };
-    eventually(Duration::from_secs(30), || {
-        let (status, body) = server.request("GET", "/v1/status/leader", "")?;
-        (status == 200 && body.len() > 2).then_some(())
-    });
-    server
+    Server::start(networks, spec)
 }
 
 #[test]
 fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
-    let networks = Networks::new();
+    let networks = Networks::new(1);
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let dc1 = start(&networks, 0, dirs[0].path(), None);
-    let dc2 = start(&networks, 1, dirs[1].path(), Some(&networks.server(0)));
+    let dc2 = start(&networks, 1, dirs[1].path(), Some(&networks.address(0, 0)));
     eventually(Duration::from_secs(30), || {
-        (dc1.wan_status("s2.dc2").as_deref() == Some("alive")).then_some(())
+        (dc1.wan_status("s1.dc2").as_deref() == Some("alive")).then_some(())
     });
     let (status, _) = dc1.request("PUT", "/v1/kv/cross?dc=dc2", "before").unwrap();
     assert_eq!(status, 200);
@@ -281,7 +57,7 @@ fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
     // Cut: dc1 sees dc2's server fail and says so on every cross-DC call.
     networks.set_linked(false);
     eventually(Duration::from_secs(20), || {
-        (dc1.wan_status("s2.dc2").as_deref() == Some("failed")).then_some(())
+        (dc1.wan_status("s1.dc2").as_deref() == Some("failed")).then_some(())
     });
     let answer = dc1.request("GET", "/v1/kv/cross?dc=dc2", "").unwrap();
     assert_eq!(
@@ -315,7 +91,7 @@ fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
     // dc2 keeps serving its replicated copy, even restarted while cut off
     // (it then has not met dc1 at all: Legate keeps no gossip snapshot).
     drop(dc2);
-    let dc2 = start(&networks, 1, dirs[1].path(), Some(&networks.server(0)));
+    let dc2 = start(&networks, 1, dirs[1].path(), Some(&networks.address(0, 0)));
     let (status, body) = dc2
         .request("GET", "/v1/config/service-resolver/db?stale", "")
         .unwrap();
@@ -340,7 +116,7 @@ fn a_partition_between_datacenters_fails_cross_dc_calls_and_heals() {
     // with both sides' partition-time writes intact.
     networks.set_linked(true);
     eventually(Duration::from_secs(30), || {
-        (dc1.wan_status("s2.dc2").as_deref() == Some("alive")).then_some(())
+        (dc1.wan_status("s1.dc2").as_deref() == Some("alive")).then_some(())
     });
     let keys = eventually(Duration::from_secs(20), || {
         let (status, body) = dc1.request("GET", "/v1/kv/dc2/?keys&dc=dc2", "")?;

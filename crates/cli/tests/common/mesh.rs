@@ -40,10 +40,15 @@ pub fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> P
     )
 }
 
-/// An echo server counting the bytes it ever received.
+/// An echo server on 127.0.0.1 counting the bytes it ever received.
 pub fn echo_server(port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    echo_server_at("127.0.0.1", port)
+}
+
+/// An echo server on `address` counting the bytes it ever received.
+pub fn echo_server_at(address: &str, port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
     let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let listener = TcpListener::bind((address, port)).unwrap();
     let counter = received.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
@@ -68,7 +73,13 @@ pub fn echo_server(port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
 
 /// Sends a line through the upstream listener; the echoed reply, if any within 1 s.
 pub fn echo(port: u16, line: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    echo_at("127.0.0.1", port, line)
+}
+
+/// [`echo`] through an upstream listener on `address`.
+pub fn echo_at(address: &str, port: u16, line: &str) -> Option<String> {
+    let target: std::net::SocketAddr = format!("{address}:{port}").parse().ok()?;
+    let mut s = TcpStream::connect_timeout(&target, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     s.write_all(line.as_bytes()).ok()?;
     let mut buf = vec![0u8; line.len()];

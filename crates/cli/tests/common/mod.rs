@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+pub mod datacenters;
 pub mod mesh;
 
 use std::net::TcpListener;
