@@ -1,9 +1,10 @@
 //! Replication from the primary into a secondary, through the binary with
-//! one server per datacenter on its own loopback address: a kind the
-//! secondary claims not to understand never reaches it while the rest
-//! does; intentions stay read only in a secondary until every server of
-//! both datacenters supports them as config entries, then replicate; and
-//! the federation state of a datacenter that left the WAN pool is pruned.
+//! each server on its own loopback address: a kind the secondary claims
+//! not to understand never reaches it while the rest does; intentions stay
+//! read only in a three-server secondary while one of its servers lacks
+//! them as config entries, then replicate as soon as that server is
+//! upgraded (the leader's blocked read starts over); and the federation
+//! state of a datacenter that left the WAN pool is pruned.
 
 mod common;
 
@@ -89,13 +90,20 @@ fn a_kind_the_secondary_does_not_understand_never_reaches_it() {
 #[test]
 fn intentions_stay_read_only_in_a_secondary_until_both_datacenters_support_them() {
     let dc1 = server("i1", "127.0.0.161", "dc1", None, &[]);
-    let mut dc2 = server(
-        "i2",
-        "127.0.0.162",
-        "dc2",
-        Some("127.0.0.161"),
-        &[("LEGATE_MASKED_FEATURES", "si")],
-    );
+    // dc2: three servers, one of them without intentions as config entries.
+    let three = |name: &str, ip: &str, env: &[(&str, &str)]| {
+        let mut extra = vec!["-bootstrap-expect=3".to_string()];
+        if ip != "127.0.0.162" {
+            extra.push("-retry-join=127.0.0.162".into());
+        }
+        Server::launch(name, ip, "dc2", Some("127.0.0.161"), env, &extra)
+    };
+    let dc2 = three("i2", "127.0.0.162", &[]);
+    let _dc2b = three("i3", "127.0.0.163", &[]);
+    let mut dc2c = three("i4", "127.0.0.164", &[("LEGATE_MASKED_FEATURES", "si")]);
+    for s in [&dc2, &_dc2b, &dc2c] {
+        s.agent.wait_ready();
+    }
     federated(&dc1, &dc2);
     // The primary's own servers all support them: it takes intentions.
     let (status, body) = dc1.agent.put(
@@ -103,7 +111,7 @@ fn intentions_stay_read_only_in_a_secondary_until_both_datacenters_support_them(
         r#"{"Action":"allow"}"#,
     );
     assert_eq!(status, 200, "{body}");
-    // The secondary has a server without them: read only, with Consul's text,
+    // One secondary server lacks them: read only, with Consul's text,
     // and the intentions kind is not replicated to it.
     let (status, body) = dc2.agent.put(
         "/v1/connect/intentions/exact?source=api&destination=db",
@@ -128,7 +136,7 @@ fn intentions_stay_read_only_in_a_secondary_until_both_datacenters_support_them(
     assert_eq!(status, 404);
 
     // Upgraded: the same server without the mask.
-    dc2.restart(&[]);
+    dc2c.restart(&[]);
     let replicated = eventually(Duration::from_secs(30), || {
         entry(&dc2, "service-intentions", "db")
     });

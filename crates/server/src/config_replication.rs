@@ -8,7 +8,8 @@
 //! round until nothing more applies.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use legate_state::{Command, CommandResult};
 use legate_types::config_entry::{self, ConfigEntry};
@@ -127,15 +128,52 @@ impl Server {
     }
 }
 
+/// The kinds the replicator's last round asked for: the primary's index
+/// only says the secondary is current for those.
+pub(crate) type KindsOfLastRound = Arc<Mutex<Vec<String>>>;
+
+/// How often a blocked round looks whether this datacenter now replicates
+/// other kinds (intentions once every server supports them).
+const KINDS_RECHECK: Duration = Duration::from_secs(1);
+
+/// Resolves once [`Server::replicated_kinds`] differs from `kinds`.
+async fn kinds_change(server: &Server, kinds: &[String]) {
+    loop {
+        tokio::time::sleep(KINDS_RECHECK).await;
+        if server.replicated_kinds() != kinds {
+            return;
+        }
+    }
+}
+
 /// One round: a blocking read of the primary's entries of the kinds this
 /// datacenter understands, then the difference applied at
-/// [`APPLY_RATE`]. Answers the primary's index.
-pub(crate) async fn round(server: Arc<Server>, last_index: u64) -> Result<u64, RpcError> {
+/// [`APPLY_RATE`]. Answers the primary's index. When the kinds change
+/// (before or during the read) the read starts over without blocking, so
+/// a kind newly understood arrives at once rather than at the primary's
+/// next change.
+pub(crate) async fn round(
+    server: Arc<Server>,
+    last_index: u64,
+    kinds_of_last_round: KindsOfLastRound,
+) -> Result<u64, RpcError> {
     let (remote, primary) = server.to_primary()?;
-    let kinds = server.replicated_kinds();
-    let fetched = remote
-        .config_list_all(&fetch_options(&primary, last_index), kinds.clone())
-        .await?;
+    let (kinds, fetched) = loop {
+        let kinds = server.replicated_kinds();
+        let same_kinds = *kinds_of_last_round
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            == kinds;
+        let index = if same_kinds { last_index } else { 0 };
+        let options = fetch_options(&primary, index);
+        let read = remote.config_list_all(&options, kinds.clone());
+        tokio::select! {
+            fetched = read => break (kinds, fetched?),
+            () = kinds_change(&server, &kinds) => {
+                *kinds_of_last_round.lock().unwrap_or_else(|e| e.into_inner()) = Vec::new();
+            }
+        }
+    };
     // The answer may hold kinds an older primary sends regardless.
     let wanted: Vec<ConfigEntry> = fetched
         .value
@@ -178,6 +216,9 @@ pub(crate) async fn round(server: Arc<Server>, last_index: u64) -> Result<u64, R
             "replication: config entries applied"
         );
     }
+    *kinds_of_last_round
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = kinds;
     Ok(fetched.meta.index)
 }
 

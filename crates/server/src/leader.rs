@@ -126,10 +126,11 @@ impl LeaderTasks {
         if server.is_secondary() {
             self.0
                 .push(tokio::spawn(crate::ca_secondary::run(server.clone())));
+            let kinds = config_replication::KindsOfLastRound::default();
             self.0.push(tokio::spawn(replication::run(
                 server.clone(),
                 "config-entries",
-                config_replication::round,
+                move |server, index| config_replication::round(server, index, kinds.clone()),
             )));
             self.0.push(tokio::spawn(replication::run(
                 server.clone(),

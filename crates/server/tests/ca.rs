@@ -447,7 +447,7 @@ async fn csr_rate_limit_refuses_the_excess_with_consuls_error_and_loses_nothing(
 }
 
 #[tokio::test]
-async fn the_primary_signs_intermediates_only_for_its_signing_identity() {
+async fn the_primary_signs_intermediates_only_for_its_signing_identity_within_its_csr_limit() {
     use legate_ca::intermediate::make_intermediate_csr;
     let server = start().await;
     let trust_domain = roots(&server).await.trust_domain;
@@ -474,6 +474,34 @@ async fn the_primary_signs_intermediates_only_for_its_signing_identity() {
         server.ca_sign_intermediate(&opts, "garbage".into()).await,
         Err(RpcError::BadRequest(_))
     ));
+    // Intermediates share the primary's CSR limit: a burst past it is
+    // refused with Consul's rate-limit error, and a later try succeeds.
+    set_config(&server, json!({"CSRMaxPerSecond": 1}), false)
+        .await
+        .unwrap();
+    let burst: Vec<_> = (0..8)
+        .map(|i| {
+            let (server, opts) = (server.clone(), opts.clone());
+            let (csr, _) =
+                make_intermediate_csr(&trust_domain, &format!("dc{}", i + 2), "ec", 256).unwrap();
+            tokio::spawn(async move { server.ca_sign_intermediate(&opts, csr).await })
+        })
+        .collect();
+    let mut refused = 0;
+    for outcome in burst {
+        match outcome.await.unwrap() {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e, RpcError::RateLimited);
+                assert_eq!(e.to_string(), RATE_LIMIT_ERROR);
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused >= 5, "{refused} of 8 refused");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (csr, _) = make_intermediate_csr(&trust_domain, "dc2", "ec", 256).unwrap();
+    assert!(server.ca_sign_intermediate(&opts, csr).await.is_ok());
     server.shutdown().await;
 
     // A secondary refuses with Consul's text.

@@ -417,6 +417,22 @@ impl DatacenterServer {
         env: &[(&str, &str)],
         extra: &[String],
     ) -> DatacenterServer {
+        let server = DatacenterServer::launch(name, ip, dc, join, env, extra);
+        server.agent.wait_ready();
+        server
+    }
+
+    /// [`DatacenterServer::start_with`] without waiting for a leader (one
+    /// server of several: `extra` then names `-bootstrap-expect=` and
+    /// `-retry-join=`).
+    pub fn launch(
+        name: &str,
+        ip: &str,
+        dc: &str,
+        join: Option<&str>,
+        env: &[(&str, &str)],
+        extra: &[String],
+    ) -> DatacenterServer {
         let data = tempfile::tempdir().unwrap();
         let mut flags = vec![
             format!("-node={name}"),
@@ -425,7 +441,7 @@ impl DatacenterServer {
             "-client=127.0.0.1".into(),
             format!("-data-dir={}", data.path().display()),
             "-server".into(),
-            "-bootstrap-expect=1".into(),
+            "-retry-interval=1s".into(),
             "-retry-interval-wan=1s".into(),
             "-hcl=primary_datacenter = \"dc1\"".into(),
             "-hcl=gossip_wan { probe_interval = \"200ms\" probe_timeout = \"100ms\" suspicion_mult = 4 }"
@@ -433,6 +449,9 @@ impl DatacenterServer {
         ];
         if let Some(join) = join {
             flags.push(format!("-retry-join-wan={join}"));
+        }
+        if !extra.iter().any(|f| f.starts_with("-bootstrap-expect=")) {
+            flags.push("-bootstrap-expect=1".into());
         }
         flags.extend(extra.iter().cloned());
         let agent = DatacenterServer::spawn(&flags, env);
@@ -443,6 +462,7 @@ impl DatacenterServer {
     pub fn restart(&mut self, env: &[(&str, &str)]) {
         self.agent.kill9();
         self.agent = DatacenterServer::spawn(&self.flags, env);
+        self.agent.wait_ready();
     }
 
     fn spawn(flags: &[String], env: &[(&str, &str)]) -> TestAgent {
@@ -451,8 +471,6 @@ impl DatacenterServer {
         if grpc {
             refs.push("-dns-port=-1");
         }
-        let agent = TestAgent::spawn_with_env(&refs, !grpc, env);
-        agent.wait_ready();
-        agent
+        TestAgent::spawn_with_env(&refs, !grpc, env)
     }
 }
