@@ -117,6 +117,34 @@ pub enum Command {
     /// Remove the federation state of a datacenter.
     #[serde(rename = "17")]
     FederationStateDelete(String),
+    /// Create or replace an ACL token (validated by the server; written
+    /// only once every server advertises `acl`).
+    #[serde(rename = "18")]
+    AclTokenSet(Box<legate_types::acl::AclToken>),
+    /// Delete an ACL token by AccessorID.
+    #[serde(rename = "19")]
+    AclTokenDelete(String),
+    /// Create or replace an ACL policy.
+    #[serde(rename = "20")]
+    AclPolicySet(Box<legate_types::acl::AclPolicy>),
+    /// Delete an ACL policy by ID.
+    #[serde(rename = "21")]
+    AclPolicyDelete(String),
+    /// Create or replace an ACL role.
+    #[serde(rename = "22")]
+    AclRoleSet(Box<legate_types::acl::AclRole>),
+    /// Delete an ACL role by ID.
+    #[serde(rename = "23")]
+    AclRoleDelete(String),
+    /// Bootstrap the ACL system with a management token: applied only if
+    /// never bootstrapped, or when `reset_index` is the bootstrap index.
+    #[serde(rename = "24")]
+    AclBootstrap {
+        /// The management token.
+        token: Box<legate_types::acl::AclToken>,
+        /// The reset index read from `acl-bootstrap-reset`, if any.
+        reset_index: Option<u64>,
+    },
 }
 
 impl Command {
@@ -141,6 +169,13 @@ impl Command {
             Command::CoordinateBatchUpdate(_) => 15,
             Command::FederationStateSet(_) => 16,
             Command::FederationStateDelete(_) => 17,
+            Command::AclTokenSet(_) => 18,
+            Command::AclTokenDelete(_) => 19,
+            Command::AclPolicySet(_) => 20,
+            Command::AclPolicyDelete(_) => 21,
+            Command::AclRoleSet(_) => 22,
+            Command::AclRoleDelete(_) => 23,
+            Command::AclBootstrap { .. } => 24,
         }
     }
 }
@@ -172,6 +207,13 @@ fn restore_archive(
             CommandResult::Done
         }
         Err(e) => CommandResult::Failed(e.to_string()),
+    }
+}
+
+fn done_or_failed(result: Result<(), String>) -> CommandResult {
+    match result {
+        Ok(()) => CommandResult::Done,
+        Err(e) => CommandResult::Failed(e),
     }
 }
 
@@ -247,6 +289,29 @@ pub(crate) fn apply(
         Command::FederationStateDelete(datacenter) => {
             tables.federation_state_delete(index, datacenter, changes);
             CommandResult::Done
+        }
+        Command::AclTokenSet(token) => done_or_failed(tables.acl_token_set(index, token, changes)),
+        Command::AclTokenDelete(accessor) => {
+            tables.acl_token_delete(index, accessor, changes);
+            CommandResult::Done
+        }
+        Command::AclPolicySet(policy) => {
+            done_or_failed(tables.acl_policy_set(index, policy, changes))
+        }
+        Command::AclPolicyDelete(id) => {
+            tables.acl_policy_delete(index, id, changes);
+            CommandResult::Done
+        }
+        Command::AclRoleSet(role) => done_or_failed(tables.acl_role_set(index, role, changes)),
+        Command::AclRoleDelete(id) => {
+            tables.acl_role_delete(index, id, changes);
+            CommandResult::Done
+        }
+        Command::AclBootstrap { token, reset_index } => {
+            match tables.acl_bootstrap(index, token, *reset_index, changes) {
+                Ok(applied) => CommandResult::Applied(applied),
+                Err(e) => CommandResult::Failed(e),
+            }
         }
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);

@@ -10,6 +10,7 @@
 //!
 //! Depends only on `legate-types` and `legate-filter`; never on Raft, RPC or HTTP.
 
+mod acl;
 pub mod archive;
 mod catalog;
 mod command;
@@ -73,6 +74,14 @@ pub struct Tables {
     pub(crate) coordinates: BTreeMap<String, legate_types::coordinate::Coordinate>,
     /// Federation states, by datacenter.
     pub(crate) federation_states: BTreeMap<String, legate_types::federation_state::FederationState>,
+    /// ACL tokens, by AccessorID.
+    pub(crate) acl_tokens: BTreeMap<String, legate_types::acl::AclToken>,
+    /// SecretID -> AccessorID (derived; rebuilt when a snapshot loads).
+    pub(crate) acl_token_secrets: HashMap<String, String>,
+    /// ACL policies, by ID.
+    pub(crate) acl_policies: BTreeMap<String, legate_types::acl::AclPolicy>,
+    /// ACL roles, by ID.
+    pub(crate) acl_roles: BTreeMap<String, legate_types::acl::AclRole>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as
@@ -100,6 +109,12 @@ pub struct SnapshotData {
     coordinates: Vec<(String, legate_types::coordinate::Coordinate)>,
     #[serde(default)]
     federation_states: Vec<legate_types::federation_state::FederationState>,
+    #[serde(default)]
+    acl_tokens: Vec<legate_types::acl::AclToken>,
+    #[serde(default)]
+    acl_policies: Vec<legate_types::acl::AclPolicy>,
+    #[serde(default)]
+    acl_roles: Vec<legate_types::acl::AclRole>,
     /// A restore being uploaded in pieces (Raft snapshots only: the
     /// stream writes it as pieces; JSON forms and archives never hold it).
     #[serde(skip)]
@@ -142,7 +157,10 @@ impl Tables {
             + self.kv_tombstones.len()
             + self.sessions.len()
             + self.config_entries.len()
-            + self.federation_states.len();
+            + self.federation_states.len()
+            + self.acl_tokens.len()
+            + self.acl_policies.len()
+            + self.acl_roles.len();
         kv + rows as u64 * ROW + self.restore_upload_bytes()
     }
 
@@ -235,6 +253,9 @@ impl Tables {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             federation_states: self.federation_states.values().cloned().collect(),
+            acl_tokens: self.acl_tokens.values().cloned().collect(),
+            acl_policies: self.acl_policies.values().cloned().collect(),
+            acl_roles: self.acl_roles.values().cloned().collect(),
             restore_upload: self.restore_upload.clone(),
         }
     }
@@ -277,6 +298,22 @@ impl Tables {
             .into_iter()
             .map(|s| (s.datacenter.clone(), s))
             .collect();
+        tables.acl_tokens = data
+            .acl_tokens
+            .into_iter()
+            .map(|t| (t.accessor_id.clone(), t))
+            .collect();
+        tables.acl_policies = data
+            .acl_policies
+            .into_iter()
+            .map(|p| (p.id.clone(), p))
+            .collect();
+        tables.acl_roles = data
+            .acl_roles
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
+            .collect();
+        tables.index_acl_secrets();
         tables
     }
 }
@@ -361,5 +398,7 @@ impl StateStore {
     }
 }
 
+#[cfg(test)]
+mod acl_tests;
 #[cfg(test)]
 mod tests;

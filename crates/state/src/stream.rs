@@ -66,6 +66,9 @@ mod kind {
     pub const RESTORE_UPLOAD: u8 = 14;
     pub const COORDINATE: u8 = 15;
     pub const FEDERATION_STATE: u8 = 16;
+    pub const ACL_TOKEN: u8 = 17;
+    pub const ACL_POLICY: u8 = 18;
+    pub const ACL_ROLE: u8 = 19;
 }
 
 /// Bytes that serialize as a byte string (raw in the binary encoding).
@@ -153,6 +156,10 @@ impl SnapshotData {
         w.all(kind::COORDINATE, &self.coordinates)?;
         // Likewise: states exist once every server advertises `fs`.
         w.all(kind::FEDERATION_STATE, &self.federation_states)?;
+        // Likewise: ACL rows exist once every server advertises `acl`.
+        w.all(kind::ACL_TOKEN, &self.acl_tokens)?;
+        w.all(kind::ACL_POLICY, &self.acl_policies)?;
+        w.all(kind::ACL_ROLE, &self.acl_roles)?;
         if let Some(upload) = self.restore_upload.as_ref().filter(|_| with_upload) {
             // In pieces, as it was logged: one record stays small.
             let mut offset = 0u64;
@@ -274,6 +281,9 @@ fn add_record(
         kind::SERVICE_INDEX => data.service_index.push(row(body, position)?),
         kind::COORDINATE => data.coordinates.push(row(body, position)?),
         kind::FEDERATION_STATE => data.federation_states.push(row(body, position)?),
+        kind::ACL_TOKEN => data.acl_tokens.push(row(body, position)?),
+        kind::ACL_POLICY => data.acl_policies.push(row(body, position)?),
+        kind::ACL_ROLE => data.acl_roles.push(row(body, position)?),
         kind::RESTORE_UPLOAD => {
             let (id, offset, piece): (String, u64, legate_types::rpc::SnapshotArchive) =
                 row(body, position)?;

@@ -35,11 +35,17 @@ pub enum Table {
     Coordinates,
     /// Federation states (one per datacenter).
     FederationStates,
+    /// ACL tokens.
+    AclTokens,
+    /// ACL policies.
+    AclPolicies,
+    /// ACL roles.
+    AclRoles,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 13] = [
         Table::Nodes,
         Table::Services,
         Table::Checks,
@@ -50,6 +56,9 @@ impl Table {
         Table::CaConfig,
         Table::Coordinates,
         Table::FederationStates,
+        Table::AclTokens,
+        Table::AclPolicies,
+        Table::AclRoles,
     ];
 
     /// The name used in index bookkeeping.
@@ -65,6 +74,9 @@ impl Table {
             Table::CaConfig => "connect-ca-config",
             Table::Coordinates => "coordinates",
             Table::FederationStates => "federation-states",
+            Table::AclTokens => "acl-tokens",
+            Table::AclPolicies => "acl-policies",
+            Table::AclRoles => "acl-roles",
         }
     }
 }

@@ -13,6 +13,12 @@ pub enum RpcError {
     /// The token lacks a permission (HTTP 403).
     #[error("Permission denied: {0}")]
     PermissionDenied(String),
+    /// The token's secret names no token (HTTP 403, as Consul).
+    #[error("ACL not found")]
+    AclNotFound,
+    /// ACLs are not enabled on this agent (HTTP 401 on `/v1/acl/*`).
+    #[error("ACL support disabled")]
+    AclDisabled,
     /// A value exceeded a size limit (HTTP 413).
     #[error("{0}")]
     TooLarge(String),

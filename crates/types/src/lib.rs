@@ -5,6 +5,7 @@
 //!
 //! This crate is a leaf: it must never depend on another Legate crate.
 
+pub mod acl;
 pub mod binary;
 pub mod catalog;
 pub mod config_entry;

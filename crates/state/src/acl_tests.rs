@@ -1,0 +1,174 @@
+//! The ACL tables: unique secrets and names, creation indexes kept, the
+//! bootstrap rule, and rows that survive snapshots.
+
+use legate_types::acl::{AclLink, AclPolicy, AclRole, AclToken};
+use serde_json::json;
+
+use crate::{Command, CommandResult, StateStore, Table};
+
+fn token(accessor: &str, secret: &str) -> AclToken {
+    AclToken {
+        accessor_id: accessor.into(),
+        secret_id: secret.into(),
+        description: "t".into(),
+        policies: vec![AclLink {
+            id: "p1".into(),
+            name: String::new(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn policy(id: &str, name: &str) -> AclPolicy {
+    AclPolicy {
+        id: id.into(),
+        name: name.into(),
+        rules: r#"key_prefix "" { policy = "read" }"#.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn acl_commands_keep_their_numbers() {
+    let samples = [
+        (Command::AclTokenSet(Box::new(token("a", "s"))), 18),
+        (Command::AclTokenDelete("a".into()), 19),
+        (Command::AclPolicySet(Box::new(policy("p", "n"))), 20),
+        (Command::AclPolicyDelete("p".into()), 21),
+        (Command::AclRoleSet(Box::default()), 22),
+        (Command::AclRoleDelete("r".into()), 23),
+        (
+            Command::AclBootstrap {
+                token: Box::new(token("a", "s")),
+                reset_index: Some(7),
+            },
+            24,
+        ),
+    ];
+    for (command, number) in samples {
+        assert_eq!(command.type_number(), number);
+        let encoded = serde_json::to_value(&command).unwrap();
+        assert_eq!(encoded["Type"], json!(number.to_string()), "{encoded}");
+        let decoded: Command = serde_json::from_value(encoded).unwrap();
+        assert_eq!(decoded, command);
+    }
+}
+
+#[test]
+fn tokens_are_found_by_secret_and_secrets_stay_unique() {
+    let store = StateStore::new();
+    assert_eq!(
+        store.apply(3, &Command::AclTokenSet(Box::new(token("a", "s1")))),
+        CommandResult::Done
+    );
+    assert_eq!(
+        store.apply(4, &Command::AclTokenSet(Box::new(token("b", "s1")))),
+        CommandResult::Failed("Invalid Token: SecretID is already in use".into())
+    );
+    {
+        let read = store.read();
+        assert_eq!(read.acl_token_by_secret("s1").unwrap().accessor_id, "a");
+        assert_eq!(read.acl_token("a").0, 3);
+    }
+    // An update keeps the creation index; a new secret replaces the old one.
+    let mut changed = token("a", "s2");
+    changed.description = "changed".into();
+    store.apply(5, &Command::AclTokenSet(Box::new(changed)));
+    {
+        let read = store.read();
+        let stored = read.acl_token("a").1.unwrap();
+        assert_eq!((stored.create_index, stored.modify_index), (3, 5));
+        assert!(read.acl_token_by_secret("s1").is_none());
+        assert_eq!(
+            read.acl_token_by_secret("s2").unwrap().description,
+            "changed"
+        );
+    }
+    store.apply(6, &Command::AclTokenDelete("a".into()));
+    assert!(store.read().acl_token_by_secret("s2").is_none());
+    assert_eq!(store.read().table_index(Table::AclTokens), 6);
+    // Deleting what is not there changes no index.
+    store.apply(7, &Command::AclTokenDelete("a".into()));
+    assert_eq!(store.read().table_index(Table::AclTokens), 6);
+}
+
+#[test]
+fn policy_and_role_names_are_unique_without_regard_to_case() {
+    let store = StateStore::new();
+    store.apply(1, &Command::AclPolicySet(Box::new(policy("p1", "web"))));
+    assert_eq!(
+        store.apply(2, &Command::AclPolicySet(Box::new(policy("p2", "WEB")))),
+        CommandResult::Failed("Invalid Policy: A Policy with Name \"WEB\" already exists".into())
+    );
+    // Renaming itself is fine.
+    store.apply(3, &Command::AclPolicySet(Box::new(policy("p1", "Web"))));
+    assert_eq!(
+        store.read().acl_policy_by_name("web").unwrap().create_index,
+        1
+    );
+    let role = |id: &str, name: &str| AclRole {
+        id: id.into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    store.apply(4, &Command::AclRoleSet(Box::new(role("r1", "ops"))));
+    assert!(matches!(
+        store.apply(5, &Command::AclRoleSet(Box::new(role("r2", "Ops")))),
+        CommandResult::Failed(m) if m.contains("A Role with Name")
+    ));
+    store.apply(6, &Command::AclRoleDelete("r1".into()));
+    assert!(store.read().acl_role_by_name("ops").is_none());
+}
+
+#[test]
+fn bootstrap_happens_once_unless_reset_with_its_index() {
+    let store = StateStore::new();
+    let bootstrap = |index: u64, accessor: &str, reset: Option<u64>| {
+        store.apply(
+            index,
+            &Command::AclBootstrap {
+                token: Box::new(token(accessor, &format!("secret-{accessor}"))),
+                reset_index: reset,
+            },
+        )
+    };
+    assert_eq!(store.read().acl_bootstrap_index(), 0);
+    assert_eq!(bootstrap(10, "a", None), CommandResult::Applied(true));
+    assert_eq!(store.read().acl_bootstrap_index(), 10);
+    assert_eq!(bootstrap(11, "b", None), CommandResult::Applied(false));
+    assert_eq!(bootstrap(12, "c", Some(9)), CommandResult::Applied(false));
+    assert!(store.read().acl_token("c").1.is_none());
+    assert_eq!(bootstrap(13, "d", Some(10)), CommandResult::Applied(true));
+    assert_eq!(store.read().acl_bootstrap_index(), 13);
+}
+
+#[test]
+fn acl_rows_and_the_bootstrap_index_survive_snapshots_and_restores() {
+    let store = StateStore::new();
+    store.apply(
+        2,
+        &Command::AclBootstrap {
+            token: Box::new(token("a", "s1")),
+            reset_index: None,
+        },
+    );
+    store.apply(3, &Command::AclPolicySet(Box::new(policy("p1", "web"))));
+    store.apply(
+        4,
+        &Command::AclRoleSet(Box::new(AclRole {
+            id: "r1".into(),
+            name: "ops".into(),
+            ..Default::default()
+        })),
+    );
+    let bytes = store.snapshot().unwrap();
+    let copy = StateStore::new();
+    copy.restore(&bytes).unwrap();
+    assert_eq!(copy.snapshot().unwrap(), bytes);
+    let read = copy.read();
+    assert_eq!(read.acl_token_by_secret("s1").unwrap().accessor_id, "a");
+    assert_eq!(read.acl_policy_by_name("web").unwrap().id, "p1");
+    assert_eq!(read.acl_role("r1").1.unwrap().name, "ops");
+    assert_eq!(read.acl_bootstrap_index(), 2);
+    assert!(read.has_acl_rows());
+}

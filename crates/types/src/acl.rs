@@ -1,0 +1,169 @@
+//! ACL wire shapes: tokens, policies and roles as Consul's `/v1/acl/*`
+//! shows them, with the links and identities a token or role carries.
+
+use serde::{Deserialize, Serialize};
+
+/// The AccessorID of the anonymous token.
+pub const ANONYMOUS_TOKEN_ID: &str = "00000000-0000-0000-0000-000000000002";
+/// The SecretID of the anonymous token.
+pub const ANONYMOUS_TOKEN_SECRET: &str = "anonymous";
+/// The ID of the builtin `global-management` policy.
+pub const GLOBAL_MANAGEMENT_POLICY_ID: &str = "00000000-0000-0000-0000-000000000001";
+/// Its name.
+pub const GLOBAL_MANAGEMENT_POLICY_NAME: &str = "global-management";
+/// The ID of the builtin `builtin/global-read-only` policy.
+pub const GLOBAL_READ_ONLY_POLICY_ID: &str = "00000000-0000-0000-0000-000000000002";
+/// Its name.
+pub const GLOBAL_READ_ONLY_POLICY_NAME: &str = "builtin/global-read-only";
+
+/// A link from a token or role to a policy or role, by ID (names are
+/// filled in at read time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclLink {
+    /// The linked object's ID.
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A service identity: write on the service (and its sidecar), read for
+/// discovery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServiceIdentity {
+    /// The service.
+    #[serde(default)]
+    pub service_name: String,
+    /// Where it applies (every datacenter when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<String>,
+}
+
+/// A node identity: write on one node of one datacenter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct NodeIdentity {
+    /// The node.
+    #[serde(default)]
+    pub node_name: String,
+    /// Its datacenter.
+    #[serde(default)]
+    pub datacenter: String,
+}
+
+/// An ACL token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclToken {
+    /// The public identifier.
+    #[serde(rename = "AccessorID", default)]
+    pub accessor_id: String,
+    /// The secret presented with requests.
+    #[serde(rename = "SecretID", default)]
+    pub secret_id: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Linked policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<AclLink>,
+    /// Linked roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<AclLink>,
+    /// Service identities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_identities: Vec<ServiceIdentity>,
+    /// Node identities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_identities: Vec<NodeIdentity>,
+    /// Valid only in the datacenter that made it.
+    #[serde(default)]
+    pub local: bool,
+    /// The auth method that made it (login tokens).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub auth_method: String,
+    /// When it stops being valid (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_time: Option<String>,
+    /// Input only: a lifetime from now (`"5m"` or nanoseconds).
+    #[serde(rename = "ExpirationTTL", default, skip_serializing)]
+    pub expiration_ttl: Option<serde_json::Value>,
+    /// When it was made (RFC 3339).
+    #[serde(default)]
+    pub create_time: String,
+    /// A digest of its contents (base64).
+    #[serde(default)]
+    pub hash: String,
+    /// Raft index of creation.
+    #[serde(default)]
+    pub create_index: u64,
+    /// Raft index of the last change.
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+/// An ACL policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclPolicy {
+    /// Its ID.
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    /// Its unique name.
+    #[serde(default)]
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// The rules (HCL or JSON text).
+    #[serde(default)]
+    pub rules: String,
+    /// Where it applies (every datacenter when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<String>,
+    /// A digest of its contents (base64).
+    #[serde(default)]
+    pub hash: String,
+    /// Raft index of creation.
+    #[serde(default)]
+    pub create_index: u64,
+    /// Raft index of the last change.
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+/// An ACL role: a named set of policies and identities tokens link to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclRole {
+    /// Its ID.
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    /// Its unique name.
+    #[serde(default)]
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Linked policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<AclLink>,
+    /// Service identities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_identities: Vec<ServiceIdentity>,
+    /// Node identities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_identities: Vec<NodeIdentity>,
+    /// A digest of its contents (base64).
+    #[serde(default)]
+    pub hash: String,
+    /// Raft index of creation.
+    #[serde(default)]
+    pub create_index: u64,
+    /// Raft index of the last change.
+    #[serde(default)]
+    pub modify_index: u64,
+}
