@@ -348,10 +348,13 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Serve the web UI.
     pub ui: bool,
-    /// ACLs (parsed now, enforced later).
+    /// ACLs enforced (`acl.enabled`).
     pub acl_enabled: bool,
     /// ACL default policy.
     pub acl_default_policy: String,
+    /// The initial management token's secret (`acl.tokens.initial_management`,
+    /// formerly `acl.tokens.master` and `acl_master_token`).
+    pub acl_initial_management: Option<String>,
     /// Connect enabled.
     pub connect_enabled: bool,
     /// The CA provider and its settings used when the CA is first set up
@@ -802,6 +805,12 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         acl_enabled: get_bool(&map, &["acl", "enabled"])?.unwrap_or(false),
         acl_default_policy: get_str(&map, &["acl", "default_policy"])?
             .unwrap_or_else(|| "allow".to_string()),
+        acl_initial_management: match get_str(&map, &["acl", "tokens", "initial_management"])? {
+            Some(secret) => Some(secret),
+            None => get_str(&map, &["acl", "tokens", "master"])?
+                .or(get_str(&map, &["acl_master_token"])?),
+        }
+        .filter(|s| !s.is_empty()),
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
         connect_ca: connect_ca(&map)?,
         config_entries_bootstrap,

@@ -589,6 +589,16 @@ async fn start_server(
         autopilot: config.autopilot.clone(),
         reap_settle: Duration::from_secs(15 * 60),
         session_ttl_min: config.limits.session_ttl_min,
+        acl: legate_server::AclSettings {
+            enabled: config.acl_enabled,
+            default_policy: if config.acl_default_policy == "deny" {
+                legate_acl::DefaultPolicy::Deny
+            } else {
+                legate_acl::DefaultPolicy::Allow
+            },
+            initial_management: config.acl_initial_management.clone(),
+            ..Default::default()
+        },
     })
     .await
     .map_err(|e| format!("Error starting the server: {e}"))?;

@@ -1,6 +1,7 @@
 //! Replication from the primary into a secondary, through the binary with
 //! each server on its own loopback address: a kind the secondary claims
-//! not to understand never reaches it while the rest does; intentions stay
+//! not to understand never reaches it while the rest does, and an entry
+//! it cannot validate without that kind is skipped and logged; intentions stay
 //! read only in a three-server secondary while one of its servers lacks
 //! them as config entries, then replicate as soon as that server is
 //! upgraded (the leader's blocked read starts over); and the federation
@@ -40,13 +41,17 @@ fn a_kind_the_secondary_does_not_understand_never_reaches_it() {
         "127.0.0.152",
         "dc2",
         Some("127.0.0.151"),
-        &[("LEGATE_MASKED_KINDS", "service-splitter")],
+        &[("LEGATE_MASKED_KINDS", "service-splitter,proxy-defaults")],
     );
     federated(&dc1, &dc2);
     for body in [
         r#"{"Kind":"service-defaults","Name":"web","Protocol":"http"}"#,
         r#"{"Kind":"service-splitter","Name":"web","Splits":[{"Weight":100}]}"#,
         r#"{"Kind":"service-resolver","Name":"web","ConnectTimeout":"7s"}"#,
+        // api is HTTP only by proxy-defaults, which dc2 does not take: its
+        // router fails dc2's validation.
+        r#"{"Kind":"proxy-defaults","Name":"global","Config":{"protocol":"http"}}"#,
+        r#"{"Kind":"service-router","Name":"api","Routes":[{"Match":{"HTTP":{"PathPrefix":"/v2"}},"Destination":{"Service":"api-v2"}}]}"#,
     ] {
         let (status, text) = dc1.agent.put("/v1/config", body);
         assert_eq!((status, text.as_str()), (200, "true"), "{body}");
@@ -65,6 +70,17 @@ fn a_kind_the_secondary_does_not_understand_never_reaches_it() {
         .agent
         .request("GET", "/v1/config/service-splitter/web?stale", None);
     assert_eq!(status, 404, "{}", dc2.agent.log_text());
+    // The entry dc2 cannot validate is skipped and said so; the rest applied.
+    let (status, _, _) = dc2
+        .agent
+        .request("GET", "/v1/config/service-router/api?stale", None);
+    assert_eq!(status, 404);
+    let log = dc2.agent.log_text();
+    assert!(
+        log.contains("skipping a config entry this datacenter cannot validate")
+            && log.contains("service-router/api"),
+        "{log}"
+    );
     // The primary still has it, and a later change of another kind still flows.
     assert!(entry(&dc1, "service-splitter", "web").is_some());
     let (status, _) = dc1.agent.put(

@@ -3,6 +3,7 @@
 //! [`legate_types::rpc::ServerRpc`] (everything else), and map every error
 //! through [`util::ApiError`]. They never touch a state store.
 
+mod acl;
 mod agent;
 mod catalog;
 mod config;
@@ -196,20 +197,71 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/internal/federation-state/", get(federation::missing))
         .route("/v1/internal/federation-state/{dc}", get(federation::get))
+        .route("/v1/acl/bootstrap", put(acl::bootstrap))
+        .route("/v1/acl/token", put(acl::token_create))
+        .route("/v1/acl/token/self", get(acl::token_self))
+        .route(
+            "/v1/acl/token/{id}",
+            get(acl::token_read)
+                .put(acl::token_update)
+                .delete(acl::token_delete),
+        )
+        .route("/v1/acl/token/{id}/clone", put(acl::token_clone))
+        .route("/v1/acl/tokens", get(acl::token_list))
+        .route("/v1/acl/policy", put(acl::policy_create))
+        .route(
+            "/v1/acl/policy/{id}",
+            get(acl::policy_read)
+                .put(acl::policy_update)
+                .delete(acl::policy_delete),
+        )
+        .route("/v1/acl/policy/name/{*name}", get(acl::policy_read_by_name))
+        .route("/v1/acl/policies", get(acl::policy_list))
+        .route("/v1/acl/role", put(acl::role_create))
+        .route(
+            "/v1/acl/role/{id}",
+            get(acl::role_read)
+                .put(acl::role_update)
+                .delete(acl::role_delete),
+        )
+        .route("/v1/acl/role/name/{*name}", get(acl::role_read_by_name))
+        .route("/v1/acl/roles", get(acl::role_list))
+        .route("/v1/internal/acl/authorize", post(acl::authorize))
+        .route("/v1/acl/create", any(|| async { acl::legacy("create") }))
+        .route("/v1/acl/update", any(|| async { acl::legacy("update") }))
+        .route(
+            "/v1/acl/destroy/{id}",
+            any(|| async { acl::legacy("destroy") }),
+        )
+        .route("/v1/acl/info/{id}", any(|| async { acl::legacy("info") }))
+        .route("/v1/acl/clone/{id}", any(|| async { acl::legacy("clone") }))
+        .route("/v1/acl/list", any(|| async { acl::legacy("list") }))
         .route("/v1/coordinate/datacenters", get(coordinates::datacenters))
         .route("/v1/coordinate/nodes", get(coordinates::nodes))
         .route("/v1/coordinate/node/{node}", get(coordinates::node))
         .route("/v1/coordinate/update", put(coordinates::update))
         .fallback(fallback)
-        .layer(axum::middleware::map_response(add_common_headers))
+        .layer(axum::middleware::map_response_with_state(
+            state.clone(),
+            add_common_headers,
+        ))
         .with_state(state)
 }
 
-async fn add_common_headers(mut response: Response) -> Response {
-    // Consul sends the default ACL policy on every response (1.9+).
+async fn add_common_headers(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    mut response: Response,
+) -> Response {
+    // Consul sends the configured default ACL policy on every response
+    // (1.9+), ACLs on or off.
+    let policy = if st.agent.config().acl_default_policy == "deny" {
+        "deny"
+    } else {
+        "allow"
+    };
     response.headers_mut().insert(
         "x-consul-default-acl-policy",
-        axum::http::HeaderValue::from_static("allow"),
+        axum::http::HeaderValue::from_static(policy),
     );
     response
 }

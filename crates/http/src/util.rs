@@ -220,20 +220,31 @@ fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The request's token: `X-Consul-Token`, then `Authorization: Bearer`, then `?token=`.
+/// The request's token in Consul's precedence: `?token=`, then
+/// `X-Consul-Token`, then `Authorization: Bearer` (scheme in any case).
 pub fn token(headers: &HeaderMap, params: &Params) -> String {
-    if let Some(t) = headers.get("x-consul-token").and_then(|v| v.to_str().ok()) {
+    if let Some(t) = params.get("token").filter(|t| !t.is_empty()) {
+        return t.to_string();
+    }
+    if let Some(t) = headers
+        .get("x-consul-token")
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| !t.is_empty())
+    {
         return t.to_string();
     }
     if let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
-        if let Some(t) = auth
-            .strip_prefix("Bearer ")
-            .or_else(|| auth.strip_prefix("bearer "))
+        let mut words = auth.split_whitespace();
+        if words
+            .next()
+            .is_some_and(|s| s.eq_ignore_ascii_case("bearer"))
         {
-            return t.trim().to_string();
+            if let Some(t) = words.next() {
+                return t.to_string();
+            }
         }
     }
-    params.get("token").unwrap_or("").to_string()
+    String::new()
 }
 
 /// Parses the read options every list/read endpoint accepts.

@@ -1,22 +1,35 @@
-//! Authorization: every endpoint asks the authorizer before it reads or
-//! writes. Until ACLs exist the authorizer allows everything; the ACL work
-//! replaces it without touching the endpoints.
+//! Authorization: every endpoint names what it touches and how, and asks
+//! [`crate::Server::authorize`] before it reads or writes. With ACLs off
+//! everything is allowed; with them on the request's token is resolved
+//! (see [`crate::acl`]) and its rules decide.
 
-use legate_types::RpcError;
-
-/// What kind of object a request touches.
+/// What a request touches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resource {
+    /// The ACL system.
+    Acl,
+    /// An agent, by node name.
+    Agent(String),
     /// A node by name.
     Node(String),
     /// A service by name.
     Service(String),
+    /// Intentions whose destination is this service.
+    Intention(String),
     /// A KV key.
     Key(String),
+    /// Every key under a prefix at once (`DELETE ?recurse`).
+    KeyPrefix(String),
     /// A session on a node.
     Session(String),
-    /// Operator-level state (Raft, status).
+    /// Operator-level state (Raft, autopilot, the CA configuration).
     Operator,
+    /// Mesh-wide configuration (falls back to operator).
+    Mesh,
+    /// The gossip keyring.
+    Keyring,
+    /// A prepared query, by name.
+    Query(String),
     /// User events by name.
     Event(String),
     /// The whole state at once (snapshot save and restore): Consul asks
@@ -24,31 +37,44 @@ pub enum Resource {
     Snapshot,
 }
 
-/// Read or write.
+impl Resource {
+    /// The rules' resource and the name a rule matches (empty for scalars).
+    pub(crate) fn rule_target(&self) -> (legate_acl::Resource, &str) {
+        use legate_acl::Resource as R;
+        match self {
+            Resource::Acl | Resource::Snapshot => (R::Acl, ""),
+            Resource::Agent(n) => (R::Agent, n),
+            Resource::Node(n) => (R::Node, n),
+            Resource::Service(n) => (R::Service, n),
+            Resource::Intention(n) => (R::Intention, n),
+            Resource::Key(n) | Resource::KeyPrefix(n) => (R::Key, n),
+            Resource::Session(n) => (R::Session, n),
+            Resource::Operator => (R::Operator, ""),
+            Resource::Mesh => (R::Mesh, ""),
+            Resource::Keyring => (R::Keyring, ""),
+            Resource::Query(n) => (R::Query, n),
+            Resource::Event(n) => (R::Event, n),
+        }
+    }
+}
+
+/// Read, list or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Read.
     Read,
+    /// List (recursive KV reads with `enable_key_list_policy`).
+    List,
     /// Write.
     Write,
 }
 
-/// Decides whether a token may access a resource.
-pub trait Authorizer: Send + Sync + 'static {
-    /// `Ok` when allowed; `PermissionDenied` naming the permission when not.
-    fn authorize(&self, token: &str, resource: &Resource, access: Access) -> Result<(), RpcError>;
-}
-
-/// The authorizer in force while ACLs are disabled.
-pub struct AllowAll;
-
-impl Authorizer for AllowAll {
-    fn authorize(
-        &self,
-        _token: &str,
-        _resource: &Resource,
-        _access: Access,
-    ) -> Result<(), RpcError> {
-        Ok(())
+impl Access {
+    pub(crate) fn to_acl(self) -> legate_acl::Access {
+        match self {
+            Access::Read => legate_acl::Access::Read,
+            Access::List => legate_acl::Access::List,
+            Access::Write => legate_acl::Access::Write,
+        }
     }
 }

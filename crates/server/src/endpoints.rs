@@ -25,15 +25,6 @@ fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
 }
 
 impl Server {
-    pub(crate) fn authorize(
-        &self,
-        token: &str,
-        resource: Resource,
-        access: Access,
-    ) -> Result<(), RpcError> {
-        self.authorizer.authorize(token, &resource, access)
-    }
-
     fn validate_register(&self, req: &mut RegisterRequest) -> Result<(), RpcError> {
         if req.node.is_empty() {
             return Err(RpcError::BadRequest("Must provide node".into()));
@@ -1006,6 +997,131 @@ impl ServerRpc for Server {
     ) -> Result<Queried<std::collections::BTreeMap<String, Vec<CheckServiceNode>>>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.federation_state_gateways(opts).await
+    }
+
+    async fn acl_bootstrap(&self, opts: &WriteOptions) -> Result<acl::AclToken, RpcError> {
+        self.acl_bootstrap_write(opts).await
+    }
+
+    async fn acl_token_set(
+        &self,
+        opts: &WriteOptions,
+        token: acl::AclToken,
+        create: bool,
+    ) -> Result<acl::AclToken, RpcError> {
+        self.acl_token_write(opts, token, create).await
+    }
+
+    async fn acl_token_get(
+        &self,
+        opts: &QueryOptions,
+        accessor_id: String,
+    ) -> Result<Queried<Option<acl::AclToken>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_token_read(opts, accessor_id).await
+    }
+
+    async fn acl_token_self(&self, opts: &QueryOptions) -> Result<acl::AclToken, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_token_of_request(opts)
+    }
+
+    async fn acl_token_list(
+        &self,
+        opts: &QueryOptions,
+        filter: acl::AclTokenFilter,
+    ) -> Result<Queried<Vec<acl::AclToken>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_token_all(opts, filter).await
+    }
+
+    async fn acl_token_delete(
+        &self,
+        opts: &WriteOptions,
+        accessor_id: String,
+    ) -> Result<(), RpcError> {
+        self.acl_token_remove(opts, accessor_id).await
+    }
+
+    async fn acl_token_clone(
+        &self,
+        opts: &WriteOptions,
+        accessor_id: String,
+        description: String,
+    ) -> Result<acl::AclToken, RpcError> {
+        self.acl_token_copy(opts, accessor_id, description).await
+    }
+
+    async fn acl_policy_set(
+        &self,
+        opts: &WriteOptions,
+        policy: acl::AclPolicy,
+        create: bool,
+    ) -> Result<acl::AclPolicy, RpcError> {
+        self.acl_policy_write(opts, policy, create).await
+    }
+
+    async fn acl_policy_get(
+        &self,
+        opts: &QueryOptions,
+        id_or_name: String,
+        by_name: bool,
+    ) -> Result<Queried<Option<acl::AclPolicy>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_policy_read(opts, id_or_name, by_name).await
+    }
+
+    async fn acl_policy_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<acl::AclPolicy>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_policy_all(opts).await
+    }
+
+    async fn acl_policy_delete(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError> {
+        self.acl_policy_remove(opts, id).await
+    }
+
+    async fn acl_role_set(
+        &self,
+        opts: &WriteOptions,
+        role: acl::AclRole,
+        create: bool,
+    ) -> Result<acl::AclRole, RpcError> {
+        self.acl_role_write(opts, role, create).await
+    }
+
+    async fn acl_role_get(
+        &self,
+        opts: &QueryOptions,
+        id_or_name: String,
+        by_name: bool,
+    ) -> Result<Queried<Option<acl::AclRole>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_role_read(opts, id_or_name, by_name).await
+    }
+
+    async fn acl_role_list(
+        &self,
+        opts: &QueryOptions,
+        policy: String,
+    ) -> Result<Queried<Vec<acl::AclRole>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_role_all(opts, policy).await
+    }
+
+    async fn acl_role_delete(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError> {
+        self.acl_role_remove(opts, id).await
+    }
+
+    async fn acl_authorize(
+        &self,
+        opts: &QueryOptions,
+        checks: Vec<acl::AclAuthorizationCheck>,
+    ) -> Result<Vec<acl::AclAuthorizationCheck>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_authorize_checks(opts, checks)
     }
 
     async fn intention_apply(

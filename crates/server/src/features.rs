@@ -25,6 +25,10 @@ pub const SECONDARY_INTERMEDIATES: &str = "ica";
 /// one Raft entry.
 pub const PIECEWISE_RESTORE: &str = "rp";
 
+/// Legate's ACL tables: FSM commands 18-24 and snapshot records 17-19
+/// (`ft_acl`).
+pub const ACL_TABLES: &str = "acl";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -36,6 +40,7 @@ pub const SUPPORTED: &[&str] = &[
     SECONDARY_INTERMEDIATES,
     PIECEWISE_RESTORE,
     COORDINATES,
+    ACL_TABLES,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -82,6 +87,7 @@ mod tests {
         assert_eq!(
             tags(&all),
             vec![
+                ("ft_acl".to_string(), "1".to_string()),
                 ("ft_co".to_string(), "1".to_string()),
                 ("ft_fs".to_string(), "1".to_string()),
                 ("ft_fst".to_string(), "1".to_string()),

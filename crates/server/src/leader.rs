@@ -57,6 +57,9 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             }
             // Re-checked every tick: an upgraded server enables features.
             enable_features(&server, !was_leader).await;
+            if let Err(e) = server.acl_initialize().await {
+                tracing::error!(error = %e, "leader: initialising ACLs failed");
+            }
             if let Err(e) = server.ca_initialize().await {
                 tracing::error!(error = %e, "leader: initialising the connect CA failed");
             }

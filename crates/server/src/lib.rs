@@ -5,6 +5,8 @@
 //! Depends on types, state, raft and filter; never on the agent or HTTP.
 //! The binary wires an agent to a server.
 
+mod acl;
+mod acl_endpoints;
 mod authorizer;
 pub mod autopilot;
 mod blocking;
@@ -30,7 +32,8 @@ use legate_raft::{RaftError, RaftNode, RaftOptions};
 use legate_state::{Command, CommandResult, StateStore};
 use legate_types::RpcError;
 
-pub use authorizer::{Access, AllowAll, Authorizer, Resource};
+pub use acl::{permission_denied, AclSettings, ResolvedToken};
+pub use authorizer::{Access, Resource};
 pub use ca::{prune_roots, CaSignCounts};
 pub use intentions::{
     intentions_of, sort_intentions, INTENTIONS_READ_ONLY, INTENTION_FORMAT_CONFIG_ENTRY,
@@ -102,6 +105,8 @@ pub struct ServerConfig {
     /// when not the CA configuration's `IntermediateCertTTL` (tests
     /// shorten it below what the configuration may say).
     pub intermediate_cert_ttl: Option<Duration>,
+    /// ACL enforcement (`acl {}`).
+    pub acl: AclSettings,
 }
 
 impl ServerConfig {
@@ -139,6 +144,7 @@ impl ServerConfig {
             masked_kinds: Vec::new(),
             federation_state_prune_interval: FEDERATION_STATE_PRUNE_INTERVAL,
             intermediate_cert_ttl: None,
+            acl: AclSettings::default(),
         }
     }
 }
@@ -165,7 +171,7 @@ pub struct Server {
     config: ServerConfig,
     raft: RaftNode,
     store: Arc<StateStore>,
-    authorizer: Arc<dyn Authorizer>,
+    acl_cache: acl::AclCache,
     session_timers: SessionTimers,
     ca: ca::CaManager,
     /// Gossip membership the leader reconciles into the catalog.
@@ -213,7 +219,7 @@ impl Server {
             config,
             raft,
             store,
-            authorizer: Arc::new(AllowAll),
+            acl_cache: Default::default(),
             session_timers: SessionTimers::default(),
             members: std::sync::Mutex::new(Vec::new()),
             autopilot: Default::default(),

@@ -167,3 +167,34 @@ pub struct AclRole {
     #[serde(default)]
     pub modify_index: u64,
 }
+
+/// The filters of `GET /v1/acl/tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct AclTokenFilter {
+    /// Only tokens linking this policy ID.
+    pub policy: String,
+    /// Only tokens linking this role ID.
+    pub role: String,
+    /// Only tokens made by this auth method.
+    pub auth_method: String,
+    /// Only tokens with a service identity for this service.
+    pub service_name: String,
+}
+
+/// One question of `POST /v1/internal/acl/authorize`, answered in `Allow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclAuthorizationCheck {
+    /// The resource word (`key`, `service`, `operator`, ...).
+    #[serde(default)]
+    pub resource: String,
+    /// The name within it (empty for scalar resources).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub segment: String,
+    /// `read`, `list` or `write`.
+    #[serde(default)]
+    pub access: String,
+    /// The answer (absent in questions).
+    #[serde(default)]
+    pub allow: bool,
+}

@@ -562,6 +562,93 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
     ) -> Result<Queried<std::collections::BTreeMap<String, Vec<crate::CheckServiceNode>>>, RpcError>;
 
+    /// Bootstraps the ACL system (`ACL.BootstrapTokens`; the primary's):
+    /// the first management token.
+    async fn acl_bootstrap(&self, opts: &WriteOptions) -> Result<crate::acl::AclToken, RpcError>;
+    /// Creates (`create`) or updates a token (`ACL.TokenSet`).
+    async fn acl_token_set(
+        &self,
+        opts: &WriteOptions,
+        token: crate::acl::AclToken,
+        create: bool,
+    ) -> Result<crate::acl::AclToken, RpcError>;
+    /// A token by AccessorID (blocking; the secret redacted without `acl:write`).
+    async fn acl_token_get(
+        &self,
+        opts: &QueryOptions,
+        accessor_id: String,
+    ) -> Result<Queried<Option<crate::acl::AclToken>>, RpcError>;
+    /// The token whose secret the request carries.
+    async fn acl_token_self(&self, opts: &QueryOptions) -> Result<crate::acl::AclToken, RpcError>;
+    /// Tokens, by AccessorID (blocking).
+    async fn acl_token_list(
+        &self,
+        opts: &QueryOptions,
+        filter: crate::acl::AclTokenFilter,
+    ) -> Result<Queried<Vec<crate::acl::AclToken>>, RpcError>;
+    /// Deletes a token.
+    async fn acl_token_delete(
+        &self,
+        opts: &WriteOptions,
+        accessor_id: String,
+    ) -> Result<(), RpcError>;
+    /// Copies a token under new IDs (`description` empty: the original's).
+    async fn acl_token_clone(
+        &self,
+        opts: &WriteOptions,
+        accessor_id: String,
+        description: String,
+    ) -> Result<crate::acl::AclToken, RpcError>;
+    /// Creates (`create`) or updates a policy (`ACL.PolicySet`; the primary's).
+    async fn acl_policy_set(
+        &self,
+        opts: &WriteOptions,
+        policy: crate::acl::AclPolicy,
+        create: bool,
+    ) -> Result<crate::acl::AclPolicy, RpcError>;
+    /// A policy by ID, or by name with `by_name` (blocking).
+    async fn acl_policy_get(
+        &self,
+        opts: &QueryOptions,
+        id_or_name: String,
+        by_name: bool,
+    ) -> Result<Queried<Option<crate::acl::AclPolicy>>, RpcError>;
+    /// Every policy (blocking).
+    async fn acl_policy_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<crate::acl::AclPolicy>>, RpcError>;
+    /// Deletes a policy.
+    async fn acl_policy_delete(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError>;
+    /// Creates (`create`) or updates a role (`ACL.RoleSet`; the primary's).
+    async fn acl_role_set(
+        &self,
+        opts: &WriteOptions,
+        role: crate::acl::AclRole,
+        create: bool,
+    ) -> Result<crate::acl::AclRole, RpcError>;
+    /// A role by ID, or by name with `by_name` (blocking).
+    async fn acl_role_get(
+        &self,
+        opts: &QueryOptions,
+        id_or_name: String,
+        by_name: bool,
+    ) -> Result<Queried<Option<crate::acl::AclRole>>, RpcError>;
+    /// Roles, only those linking `policy` when it is set (blocking).
+    async fn acl_role_list(
+        &self,
+        opts: &QueryOptions,
+        policy: String,
+    ) -> Result<Queried<Vec<crate::acl::AclRole>>, RpcError>;
+    /// Deletes a role.
+    async fn acl_role_delete(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError>;
+    /// Answers what the request's token may do (`/v1/internal/acl/authorize`).
+    async fn acl_authorize(
+        &self,
+        opts: &QueryOptions,
+        checks: Vec<crate::acl::AclAuthorizationCheck>,
+    ) -> Result<Vec<crate::acl::AclAuthorizationCheck>, RpcError>;
+
     /// Writes through the intentions API (legacy or by name); returns the
     /// legacy id for creates and updates.
     async fn intention_apply(

@@ -277,7 +277,26 @@ pub fn http_request_with_headers(
     (status, headers, String::from_utf8_lossy(&body).to_string())
 }
 
-fn try_http_request_full(
+/// A request with extra headers and a body; status, headers and body.
+pub fn http_request_full(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Response {
+    let (status, headers, body) = try_http_request_full(
+        port,
+        method,
+        path,
+        headers,
+        body.map(|b| b.as_bytes().to_vec()),
+    )
+    .expect("connect to the agent");
+    (status, headers, String::from_utf8_lossy(&body).to_string())
+}
+
+pub fn try_http_request_full(
     port: u16,
     method: &str,
     path: &str,

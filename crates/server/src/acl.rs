@@ -1,0 +1,453 @@
+//! Token resolution on a server: a SecretID becomes an authorizer — the
+//! token's policies, its roles' policies and the synthetic policies of its
+//! identities, merged over the default policy — read from this server's
+//! state store. Resolved tokens are cached, bounded, and dropped whenever
+//! any ACL table changes (so a deleted token is refused by the next
+//! request), and policies' parsed rules are kept by (ID, ModifyIndex).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use legate_acl::identities::{node_identity_rules, service_identity_rules};
+use legate_acl::{Authorizer, DefaultPolicy, PolicyAuthorizer, Rules};
+use legate_state::{Table, Tables};
+use legate_types::acl::{AclToken, ANONYMOUS_TOKEN_ID, ANONYMOUS_TOKEN_SECRET};
+use legate_types::RpcError;
+
+use crate::{Access, Resource, Server};
+
+/// The ACL settings of a server (`acl {}` in the agent config).
+#[derive(Debug, Clone)]
+pub struct AclSettings {
+    /// Whether ACLs are enforced.
+    pub enabled: bool,
+    /// What requests no rule decides get.
+    pub default_policy: DefaultPolicy,
+    /// The secret of the management token the primary's leader makes when
+    /// no token has it (`tokens.initial_management`).
+    pub initial_management: Option<String>,
+    /// How many resolved tokens a server keeps.
+    pub token_cache_capacity: usize,
+}
+
+impl Default for AclSettings {
+    fn default() -> Self {
+        AclSettings {
+            enabled: false,
+            default_policy: DefaultPolicy::Allow,
+            initial_management: None,
+            token_cache_capacity: 10 * 1024,
+        }
+    }
+}
+
+/// A token resolved for one request.
+#[derive(Debug)]
+pub struct ResolvedToken {
+    /// Its AccessorID (the anonymous token's for tokenless requests).
+    pub accessor_id: String,
+    /// What it may do.
+    pub authorizer: Authorizer,
+}
+
+/// Resolved tokens and parsed policies, valid for one state of the ACL tables.
+#[derive(Default)]
+pub(crate) struct AclCache {
+    inner: Mutex<CacheState>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    /// The ACL tables' index the entries were resolved at.
+    at: u64,
+    tokens: HashMap<String, Arc<ResolvedToken>>,
+    /// Parsed rules by (policy ID, ModifyIndex).
+    rules: HashMap<(String, u64), Arc<Rules>>,
+}
+
+/// The index of the ACL tables together.
+fn acl_index(tables: &Tables) -> u64 {
+    tables.max_index(&[Table::AclTokens, Table::AclPolicies, Table::AclRoles])
+}
+
+/// Whether an RFC 3339 expiration time has passed.
+pub(crate) fn expired(token: &AclToken) -> bool {
+    let Some(at) = &token.expiration_time else {
+        return false;
+    };
+    match humantime::parse_rfc3339_weak(at) {
+        Ok(when) => when <= std::time::SystemTime::now(),
+        Err(_) => false,
+    }
+}
+
+impl Server {
+    /// Resolves a request's secret (empty: the anonymous token).
+    pub(crate) fn resolve_token(&self, secret: &str) -> Result<Arc<ResolvedToken>, RpcError> {
+        let secret = if secret.is_empty() {
+            ANONYMOUS_TOKEN_SECRET
+        } else {
+            secret
+        };
+        let tables = self.store.read();
+        let index = acl_index(&tables);
+        {
+            let mut cache = self
+                .acl_cache
+                .inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if cache.at != index {
+                cache.at = index;
+                cache.tokens.clear();
+            }
+            if let Some(hit) = cache.tokens.get(secret) {
+                if hit.accessor_id == ANONYMOUS_TOKEN_ID || !self.token_expired(&tables, secret) {
+                    return Ok(hit.clone());
+                }
+            }
+        }
+        let token = tables
+            .acl_token_by_secret(secret)
+            .filter(|t| !expired(t))
+            .ok_or(RpcError::AclNotFound)?;
+        let rules = self.token_rules(&tables, token);
+        let resolved = Arc::new(ResolvedToken {
+            accessor_id: token.accessor_id.clone(),
+            authorizer: Authorizer::new(
+                PolicyAuthorizer::new(rules.iter().map(|r| &**r)),
+                self.config.acl.default_policy,
+            ),
+        });
+        drop(tables);
+        let mut cache = self
+            .acl_cache
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cache.at == index {
+            if cache.tokens.len() >= self.config.acl.token_cache_capacity {
+                cache.tokens.clear();
+            }
+            cache.tokens.insert(secret.to_string(), resolved.clone());
+        }
+        Ok(resolved)
+    }
+
+    fn token_expired(&self, tables: &Tables, secret: &str) -> bool {
+        tables.acl_token_by_secret(secret).is_none_or(expired)
+    }
+
+    /// Every rule set a token carries in this datacenter: its policies,
+    /// its roles' policies, and its (and its roles') identities.
+    fn token_rules(&self, tables: &Tables, token: &AclToken) -> Vec<Arc<Rules>> {
+        let dc = &self.config.datacenter;
+        let mut out = Vec::new();
+        let mut policy_ids: Vec<&str> = token.policies.iter().map(|l| l.id.as_str()).collect();
+        let mut services = token.service_identities.clone();
+        let mut nodes = token.node_identities.clone();
+        for link in &token.roles {
+            if let Some(role) = tables.acl_role(&link.id).1 {
+                policy_ids.extend(role.policies.iter().map(|l| l.id.as_str()));
+                services.extend(role.service_identities.iter().cloned());
+                nodes.extend(role.node_identities.iter().cloned());
+            }
+        }
+        for id in policy_ids {
+            let Some(policy) = tables.acl_policy(id).1 else {
+                continue; // deleted policies stop contributing
+            };
+            if !policy.datacenters.is_empty() && !policy.datacenters.contains(dc) {
+                continue;
+            }
+            if let Some(rules) = self.parsed_rules(&policy.id, policy.modify_index, &policy.rules) {
+                out.push(rules);
+            }
+        }
+        for identity in services {
+            if identity.datacenters.is_empty() || identity.datacenters.contains(dc) {
+                let text = service_identity_rules(&identity.service_name);
+                if let Ok(rules) = legate_acl::parse(&text) {
+                    out.push(Arc::new(rules));
+                }
+            }
+        }
+        for identity in nodes {
+            if &identity.datacenter == dc {
+                let text = node_identity_rules(&identity.node_name);
+                if let Ok(rules) = legate_acl::parse(&text) {
+                    out.push(Arc::new(rules));
+                }
+            }
+        }
+        out
+    }
+
+    /// A policy's rules, parsed once per version (stored rules were
+    /// validated when written; an unparsable one contributes nothing).
+    fn parsed_rules(&self, id: &str, modify_index: u64, text: &str) -> Option<Arc<Rules>> {
+        let key = (id.to_string(), modify_index);
+        if let Some(hit) = self
+            .acl_cache
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rules
+            .get(&key)
+        {
+            return Some(hit.clone());
+        }
+        let parsed = match legate_acl::parse(text) {
+            Ok(rules) => Arc::new(rules),
+            Err(e) => {
+                tracing::warn!(policy = id, error = %e, "acl: a stored policy's rules do not parse; ignoring it");
+                return None;
+            }
+        };
+        let mut cache = self
+            .acl_cache
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cache.rules.len() >= 4096 {
+            cache.rules.clear();
+        }
+        cache.rules.insert(key, parsed.clone());
+        Some(parsed)
+    }
+
+    /// `Ok` when `token` may have `access` to `resource` (always with
+    /// ACLs off); Consul's permission error naming what it lacks if not.
+    pub(crate) fn authorize(
+        &self,
+        token: &str,
+        resource: Resource,
+        access: Access,
+    ) -> Result<(), RpcError> {
+        if !self.config.acl.enabled {
+            return Ok(());
+        }
+        let resolved = self.resolve_token(token)?;
+        let authorizer = &resolved.authorizer;
+        let (rule_resource, name) = resource.rule_target();
+        let allowed = match &resource {
+            Resource::Snapshot => authorizer.snapshot_allowed(),
+            Resource::KeyPrefix(prefix) if access == Access::Write => {
+                authorizer.key_write_prefix_allowed(prefix)
+            }
+            _ => authorizer.allowed(rule_resource, name, access.to_acl()),
+        };
+        if allowed {
+            Ok(())
+        } else {
+            let shown = if let Resource::Snapshot = resource {
+                legate_acl::Access::Write
+            } else {
+                access.to_acl()
+            };
+            Err(permission_denied(
+                &resolved.accessor_id,
+                rule_resource,
+                shown,
+                name,
+            ))
+        }
+    }
+}
+
+/// Consul's permission error: `token with AccessorID '…' lacks permission
+/// 'key:read' on "app/x"` (the anonymous token said so, with a hint).
+pub fn permission_denied(
+    accessor_id: &str,
+    resource: legate_acl::Resource,
+    access: legate_acl::Access,
+    name: &str,
+) -> RpcError {
+    let anonymous = accessor_id == ANONYMOUS_TOKEN_ID;
+    let mut message = if anonymous {
+        "anonymous token".to_string()
+    } else {
+        format!("token with AccessorID '{accessor_id}'")
+    };
+    message.push_str(&format!(
+        " lacks permission '{}:{}'",
+        resource.as_str(),
+        access.as_str()
+    ));
+    if !name.is_empty() {
+        message.push_str(&format!(" on {name:?}"));
+    }
+    if anonymous {
+        message.push_str(
+            ". The anonymous token is used implicitly when a request does not specify a token.",
+        );
+    }
+    RpcError::PermissionDenied(message)
+}
+
+/// The rules of the builtin `global-management` policy (Consul's text).
+pub const GLOBAL_MANAGEMENT_RULES: &str = r#"
+acl = "write"
+agent_prefix "" {
+	policy = "write"
+}
+event_prefix "" {
+	policy = "write"
+}
+key_prefix "" {
+	policy = "write"
+}
+keyring = "write"
+node_prefix "" {
+	policy = "write"
+}
+operator = "write"
+mesh = "write"
+peering = "write"
+query_prefix "" {
+	policy = "write"
+}
+service_prefix "" {
+	policy = "write"
+	intentions = "write"
+}
+session_prefix "" {
+	policy = "write"
+}
+"#;
+
+impl Server {
+    /// Whether ACL rows may be written: every server advertises `acl`, or
+    /// some already exist.
+    pub(crate) fn acl_tables_enabled(&self) -> bool {
+        self.store.read().has_acl_rows()
+            || crate::features::cluster_supports(
+                &self.server_features(),
+                crate::features::ACL_TABLES,
+            )
+    }
+
+    /// The primary leader's ACL set-up on taking office (Consul's
+    /// `initializeACLs`): the builtin policy, the anonymous token, and
+    /// the initial management token when configured and absent.
+    pub(crate) async fn acl_initialize(&self) -> Result<(), RpcError> {
+        use legate_state::Command;
+        use legate_types::acl::{AclLink, AclPolicy};
+        use legate_types::acl::{GLOBAL_MANAGEMENT_POLICY_ID, GLOBAL_MANAGEMENT_POLICY_NAME};
+        if !self.config.acl.enabled || self.is_secondary() || !self.acl_tables_enabled() {
+            return Ok(());
+        }
+        let (policy, anonymous, management_missing) = {
+            let tables = self.store.read();
+            let policy = tables.acl_policy(GLOBAL_MANAGEMENT_POLICY_ID).1.cloned();
+            let anonymous = tables.acl_token(ANONYMOUS_TOKEN_ID).1.is_some();
+            let management_missing = self
+                .config
+                .acl
+                .initial_management
+                .as_deref()
+                .is_some_and(|secret| tables.acl_token_by_secret(secret).is_none());
+            (policy, anonymous, management_missing)
+        };
+        if policy
+            .as_ref()
+            .is_none_or(|p| p.rules != GLOBAL_MANAGEMENT_RULES)
+        {
+            // Rules are restored; a user's rename and description are kept.
+            let mut builtin = policy.unwrap_or_else(|| AclPolicy {
+                id: GLOBAL_MANAGEMENT_POLICY_ID.into(),
+                name: GLOBAL_MANAGEMENT_POLICY_NAME.into(),
+                description: "Builtin Policy that grants unlimited access".into(),
+                ..Default::default()
+            });
+            builtin.rules = GLOBAL_MANAGEMENT_RULES.into();
+            builtin.datacenters.clear();
+            builtin.hash = policy_hash(&builtin);
+            self.write(Command::AclPolicySet(Box::new(builtin))).await?;
+            tracing::info!("acl: created the global-management policy");
+        }
+        if !anonymous {
+            let mut token = AclToken {
+                accessor_id: ANONYMOUS_TOKEN_ID.into(),
+                secret_id: ANONYMOUS_TOKEN_SECRET.into(),
+                description: "Anonymous Token".into(),
+                create_time: legate_types::federation_state::now_rfc3339(),
+                ..Default::default()
+            };
+            token.hash = token_hash(&token);
+            self.write(Command::AclTokenSet(Box::new(token))).await?;
+            tracing::info!("acl: created the anonymous token");
+        }
+        if management_missing {
+            let secret = self
+                .config
+                .acl
+                .initial_management
+                .clone()
+                .unwrap_or_default();
+            if uuid::Uuid::parse_str(&secret).is_err() {
+                tracing::warn!("Configuring a non-UUID management token is deprecated");
+            }
+            let mut token = AclToken {
+                accessor_id: uuid::Uuid::new_v4().to_string(),
+                secret_id: secret,
+                description: "Initial Management Token".into(),
+                policies: vec![AclLink {
+                    id: GLOBAL_MANAGEMENT_POLICY_ID.into(),
+                    name: String::new(),
+                }],
+                create_time: legate_types::federation_state::now_rfc3339(),
+                ..Default::default()
+            };
+            token.hash = token_hash(&token);
+            // Through the bootstrap path when never bootstrapped, so a later
+            // `acl bootstrap` is refused as Consul refuses it.
+            let never_bootstrapped = self.store.read().acl_bootstrap_index() == 0;
+            let command = if never_bootstrapped {
+                Command::AclBootstrap {
+                    token: Box::new(token.clone()),
+                    reset_index: None,
+                }
+            } else {
+                Command::AclTokenSet(Box::new(token))
+            };
+            self.write(command).await?;
+            tracing::info!("acl: created the initial management token");
+        }
+        Ok(())
+    }
+}
+
+/// A token's `Hash`: a digest of what it grants (base64 of 32 bytes).
+pub(crate) fn token_hash(token: &AclToken) -> String {
+    let mut text = format!("{}\n{}\n", token.description, token.local);
+    for link in token.policies.iter().chain(&token.roles) {
+        text.push_str(&link.id);
+        text.push('\n');
+    }
+    for s in &token.service_identities {
+        text.push_str(&format!("{}:{}\n", s.service_name, s.datacenters.join(",")));
+    }
+    for n in &token.node_identities {
+        text.push_str(&format!("{}@{}\n", n.node_name, n.datacenter));
+    }
+    digest(&text)
+}
+
+/// A policy's `Hash`.
+pub(crate) fn policy_hash(policy: &legate_types::acl::AclPolicy) -> String {
+    digest(&format!(
+        "{}\n{}\n{}\n{}",
+        policy.name,
+        policy.description,
+        policy.rules,
+        policy.datacenters.join(",")
+    ))
+}
+
+/// Base64 of a 32-byte digest of `text`.
+fn digest(text: &str) -> String {
+    use base64::Engine;
+    let sum = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(sum.as_ref())
+}
