@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use common::certs::{certs, openssl_verify, openssl_x509};
 use common::datacenters::{Networks, Server, ServerSpec};
+use common::eventually;
 use common::mesh::{echo_at, echo_server_at, Proxy};
-use common::{eventually, free_port};
 use serde_json::Value;
 
 const SERVERS: usize = 3;
@@ -135,9 +135,9 @@ fn a_cut_off_secondary_serves_replicated_chains_and_issues_leaves() {
     // Sidecars registered and started in dc2 only now: web2 -> db, with
     // a v1 and a v2 instance whose applications run on the host.
     let host = networks.host(1);
-    let (v1_port, v2_port) = (free_port(), free_port());
-    let v1 = echo_server_at("0.0.0.0", v1_port);
-    let v2 = echo_server_at("0.0.0.0", v2_port);
+    // On the host's address on dc2's bridge: ports the system picks there.
+    let (v1, v1_port) = echo_server_at(&host);
+    let (v2, v2_port) = echo_server_at(&host);
     let agent = &dc2[0];
     let upstream = 19191;
     register(

@@ -42,13 +42,19 @@ pub fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> P
 
 /// An echo server on 127.0.0.1 counting the bytes it ever received.
 pub fn echo_server(port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
-    echo_server_at("127.0.0.1", port)
+    serve_echo(TcpListener::bind(("127.0.0.1", port)).unwrap())
 }
 
-/// An echo server on `address` counting the bytes it ever received.
-pub fn echo_server_at(address: &str, port: u16) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+/// An echo server on a port of `address` the system picks; its counter
+/// and port.
+pub fn echo_server_at(address: &str) -> (std::sync::Arc<std::sync::atomic::AtomicU64>, u16) {
+    let listener = TcpListener::bind((address, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (serve_echo(listener), port)
+}
+
+fn serve_echo(listener: TcpListener) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
     let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let listener = TcpListener::bind((address, port)).unwrap();
     let counter = received.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
