@@ -24,10 +24,14 @@ pub struct ConfigError(pub String);
 /// Every top-level key Consul documents. Keys outside this list are refused.
 const KNOWN_KEYS: &[&str] = &[
     "acl",
+    "acl_agent_master_token",
+    "acl_agent_token",
     "acl_datacenter",
     "acl_default_policy",
     "acl_down_policy",
+    "acl_enable_key_list_policy",
     "acl_master_token",
+    "acl_replication_token",
     "acl_token",
     "acl_ttl",
     "addresses",
@@ -167,6 +171,16 @@ const KNOWN_KEYS: &[&str] = &[
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
 const IMPLEMENTED_KEYS: &[&str] = &[
     "acl",
+    "acl_agent_master_token",
+    "acl_agent_token",
+    "acl_datacenter",
+    "acl_default_policy",
+    "acl_down_policy",
+    "acl_enable_key_list_policy",
+    "acl_master_token",
+    "acl_replication_token",
+    "acl_token",
+    "acl_ttl",
     "alt_domain",
     "dns_config",
     "encrypt",
@@ -348,13 +362,8 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Serve the web UI.
     pub ui: bool,
-    /// ACLs enforced (`acl.enabled`).
-    pub acl_enabled: bool,
-    /// ACL default policy.
-    pub acl_default_policy: String,
-    /// The initial management token's secret (`acl.tokens.initial_management`,
-    /// formerly `acl.tokens.master` and `acl_master_token`).
-    pub acl_initial_management: Option<String>,
+    /// ACLs (`acl {}` and the older top-level keys).
+    pub acl: crate::acl_config::AclConfig,
     /// Connect enabled.
     pub connect_enabled: bool,
     /// The CA provider and its settings used when the CA is first set up
@@ -596,7 +605,10 @@ pub(crate) fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<Str
     }
 }
 
-fn get_str(map: &Map<String, Value>, path: &[&str]) -> Result<Option<String>, ConfigError> {
+pub(crate) fn get_str(
+    map: &Map<String, Value>,
+    path: &[&str],
+) -> Result<Option<String>, ConfigError> {
     match get(map, path) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -607,7 +619,10 @@ fn get_str(map: &Map<String, Value>, path: &[&str]) -> Result<Option<String>, Co
     }
 }
 
-fn get_bool(map: &Map<String, Value>, path: &[&str]) -> Result<Option<bool>, ConfigError> {
+pub(crate) fn get_bool(
+    map: &Map<String, Value>,
+    path: &[&str],
+) -> Result<Option<bool>, ConfigError> {
     match get(map, path) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -775,6 +790,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         bootstrap: get_bool(&map, &["bootstrap"])?.unwrap_or(false),
         bootstrap_expect: bootstrap_expect as u32,
         primary_datacenter: get_str(&map, &["primary_datacenter"])?
+            .or(crate::acl_config::primary_from_acl_datacenter(&map)?)
             .unwrap_or_else(|| datacenter.clone()),
         datacenter,
         node_name,
@@ -802,15 +818,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         ui: get_bool(&map, &["ui"])?
             .or(get_bool(&map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
-        acl_enabled: get_bool(&map, &["acl", "enabled"])?.unwrap_or(false),
-        acl_default_policy: get_str(&map, &["acl", "default_policy"])?
-            .unwrap_or_else(|| "allow".to_string()),
-        acl_initial_management: match get_str(&map, &["acl", "tokens", "initial_management"])? {
-            Some(secret) => Some(secret),
-            None => get_str(&map, &["acl", "tokens", "master"])?
-                .or(get_str(&map, &["acl_master_token"])?),
-        }
-        .filter(|s| !s.is_empty()),
+        acl: crate::acl_config::parse(&map, &mut warnings)?,
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
         connect_ca: connect_ca(&map)?,
         config_entries_bootstrap,

@@ -6,6 +6,7 @@
 //!
 //! Depends on types and hcl; never on the server, state store or HTTP.
 
+pub mod acl_config;
 mod authorize;
 mod changes_rpc;
 pub mod checks;
@@ -227,7 +228,7 @@ impl Agent {
     /// What intentions decide when none matches: allow unless ACLs are on
     /// with a `deny` default policy.
     pub fn default_intention_allow(&self) -> bool {
-        !(self.config.acl_enabled && self.config.acl_default_policy == "deny")
+        !(self.config.acl.enabled && self.config.acl.default_policy == "deny")
     }
 
     /// The leaf certificate manager (`/v1/agent/connect/ca/leaf/:service`).

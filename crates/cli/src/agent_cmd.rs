@@ -584,19 +584,19 @@ async fn start_server(
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,
         config_entries_bootstrap: bootstrap_entries(config)?,
         connect_ca: config.connect_ca.clone(),
-        default_intention_allow: !(config.acl_enabled && config.acl_default_policy == "deny"),
+        default_intention_allow: !(config.acl.enabled && config.acl.default_policy == "deny"),
         masked_features: crate::cluster::masked_features(),
         autopilot: config.autopilot.clone(),
         reap_settle: Duration::from_secs(15 * 60),
         session_ttl_min: config.limits.session_ttl_min,
         acl: legate_server::AclSettings {
-            enabled: config.acl_enabled,
-            default_policy: if config.acl_default_policy == "deny" {
+            enabled: config.acl.enabled,
+            default_policy: if config.acl.default_policy == "deny" {
                 legate_acl::DefaultPolicy::Deny
             } else {
                 legate_acl::DefaultPolicy::Allow
             },
-            initial_management: config.acl_initial_management.clone(),
+            initial_management: config.acl.tokens.initial_management.clone(),
             ..Default::default()
         },
     })

@@ -136,7 +136,7 @@ fn decode<T: DeserializeOwned + Default>(
 
 /// ACLs must be on at this agent.
 fn enabled(st: &AppState) -> Result<(), ApiError> {
-    if st.agent.config().acl_enabled {
+    if st.agent.config().acl.enabled {
         Ok(())
     } else {
         Err(ApiError {

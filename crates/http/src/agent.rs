@@ -82,7 +82,7 @@ pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
             "GRPCTLSPort": config.ports.grpc_tls.map(i64::from).unwrap_or(-1),
             "ServerPort": config.ports.server.map(i64::from).unwrap_or(-1),
             "ConnectEnabled": config.connect_enabled,
-            "ACLsEnabled": config.acl_enabled,
+            "ACLsEnabled": config.acl.enabled,
             "SessionTTLMin": legate_types::duration::format_go_duration(config.limits.session_ttl_min),
         },
         // This agent's LAN coordinate (null until gossip measured one).

@@ -254,7 +254,7 @@ async fn add_common_headers(
 ) -> Response {
     // Consul sends the configured default ACL policy on every response
     // (1.9+), ACLs on or off.
-    let policy = if st.agent.config().acl_default_policy == "deny" {
+    let policy = if st.agent.config().acl.default_policy == "deny" {
         "deny"
     } else {
         "allow"
