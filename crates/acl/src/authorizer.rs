@@ -240,3 +240,34 @@ impl Authorizer {
         self.default != DefaultPolicy::Deny
     }
 }
+
+/// Consul's permission-denied text after `Permission denied: `: `token with
+/// AccessorID '…' lacks permission 'key:read' on "app/x"`, or the anonymous
+/// token's form with Consul's hint; no ` on …` for scalar resources.
+pub fn denial(
+    accessor_id: &str,
+    anonymous: bool,
+    resource: crate::Resource,
+    access: Access,
+    name: &str,
+) -> String {
+    let mut message = if anonymous {
+        "anonymous token".to_string()
+    } else {
+        format!("token with AccessorID '{accessor_id}'")
+    };
+    message.push_str(&format!(
+        " lacks permission '{}:{}'",
+        resource.as_str(),
+        access.as_str()
+    ));
+    if !name.is_empty() {
+        message.push_str(&format!(" on {name:?}"));
+    }
+    if anonymous {
+        message.push_str(
+            ". The anonymous token is used implicitly when a request does not specify a token.",
+        );
+    }
+    message
+}

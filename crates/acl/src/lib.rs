@@ -10,5 +10,5 @@ pub mod authorizer;
 pub mod identities;
 pub mod rules;
 
-pub use authorizer::{Access, Authorizer, Decision, DefaultPolicy, PolicyAuthorizer};
+pub use authorizer::{denial, Access, Authorizer, Decision, DefaultPolicy, PolicyAuthorizer};
 pub use rules::{parse, Level, Resource, Rule, Rules};

@@ -62,6 +62,11 @@ struct LeafState {
 struct LeafEntry {
     state: watch::Sender<LeafState>,
     last_used: Mutex<Instant>,
+    /// The token of the latest request that named one: the servers check
+    /// it when they sign (the entry is still one per service).
+    token: Mutex<String>,
+    /// Wakes the entry's task to sign now (a new token after a refusal).
+    retry_now: tokio::sync::Notify,
 }
 
 /// The manager; one per agent.
@@ -152,10 +157,22 @@ impl LeafManager {
         min_index: u64,
         wait: Duration,
     ) -> Result<IssuedCert, RpcError> {
+        self.get_with_token(service, "", min_index, wait).await
+    }
+
+    /// [`LeafManager::get`] for a request carrying `token`, which signs
+    /// this service's certificates from now on (when not empty).
+    pub async fn get_with_token(
+        self: &Arc<Self>,
+        service: &str,
+        token: &str,
+        min_index: u64,
+        wait: Duration,
+    ) -> Result<IssuedCert, RpcError> {
         if service.is_empty() {
             return Err(RpcError::BadRequest("missing service name".into()));
         }
-        let entry = self.entry(service);
+        let entry = self.entry(service, token);
         *entry.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         let mut rx = entry.state.subscribe();
         let ready = |s: &LeafState| match &s.cert {
@@ -178,14 +195,28 @@ impl LeafManager {
         }
     }
 
-    fn entry(self: &Arc<Self>, service: &str) -> Arc<LeafEntry> {
+    fn entry(self: &Arc<Self>, service: &str, token: &str) -> Arc<LeafEntry> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = entries.get(service) {
+            let changed = !token.is_empty() && {
+                let mut held = entry.token.lock().unwrap_or_else(|e| e.into_inner());
+                let changed = *held != token;
+                *held = token.to_string();
+                changed
+            };
+            // A refusal under another token is not this request's answer:
+            // sign again at once with this one.
+            if changed && entry.state.borrow().error.is_some() {
+                entry.state.send_modify(|s| s.error = None);
+                entry.retry_now.notify_one();
+            }
             return entry.clone();
         }
         let entry = Arc::new(LeafEntry {
             state: watch::channel(LeafState::default()).0,
             last_used: Mutex::new(Instant::now()),
+            token: Mutex::new(token.to_string()),
+            retry_now: tokio::sync::Notify::new(),
         });
         entries.insert(service.to_string(), entry.clone());
         tokio::spawn(keep_fresh(self.clone(), service.to_string(), entry.clone()));
@@ -205,14 +236,14 @@ impl LeafManager {
         names
     }
 
-    async fn sign(&self, service: &str) -> Result<IssuedCert, RpcError> {
+    async fn sign(&self, service: &str, token: String) -> Result<IssuedCert, RpcError> {
         let roots = self.roots().await?;
         let id = SpiffeId::service(&roots.trust_domain, &self.datacenter, service);
         let (csr, key) =
             legate_ca::builtin::make_csr(&id).map_err(|e| RpcError::Internal(e.to_string()))?;
         let opts = WriteOptions {
             datacenter: self.datacenter.clone(),
-            ..Default::default()
+            token,
         };
         let mut cert = self
             .rpc
@@ -292,7 +323,7 @@ async fn keep_fresh(manager: Arc<LeafManager>, service: String, entry: Arc<LeafE
     let mut failures = 0u32;
     loop {
         let result = tokio::select! {
-            r = manager.sign(&service) => r,
+            r = manager.sign(&service, entry.token.lock().unwrap_or_else(|e| e.into_inner()).clone()) => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         let next = match result {
@@ -343,9 +374,11 @@ async fn keep_fresh(manager: Arc<LeafManager>, service: String, entry: Arc<LeafE
         let signed_with = active_root_id(&mut roots);
         // Wait for renewal time, or a root rotation (then a random point
         // within the rotation window), whichever comes first.
+        let failed = entry.state.borrow().cert.is_none();
         let rotated = tokio::select! {
             _ = tokio::time::sleep(delay) => false,
             changed = wait_for_rotation(&mut roots, signed_with.clone()) => changed,
+            _ = entry.retry_now.notified(), if failed => false,
             _ = stop.wait_for(|s| *s) => return,
         };
         if rotated {

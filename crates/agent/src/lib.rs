@@ -6,6 +6,7 @@
 //!
 //! Depends on types and hcl; never on the server, state store or HTTP.
 
+pub mod acl;
 pub mod acl_config;
 mod authorize;
 mod changes_rpc;
@@ -75,6 +76,7 @@ pub struct Agent {
     config_loader: Mutex<Option<ConfigLoader>>,
     leaf_certs: Arc<leaf::LeafManager>,
     intentions: Arc<intention_cache::IntentionCache>,
+    acl: Arc<acl::AclResolver>,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
@@ -93,7 +95,14 @@ impl Agent {
             leaf::LeafManager::start(rpc.clone(), config.datacenter.clone(), Default::default());
         let intentions =
             intention_cache::IntentionCache::new(rpc.clone(), config.datacenter.clone());
+        let acl = acl::AclResolver::new(
+            rpc.clone(),
+            config.datacenter.clone(),
+            config.node_name.clone(),
+            config.acl.clone(),
+        );
         let agent = Arc::new(Agent {
+            acl,
             proxycfg: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
@@ -129,6 +138,7 @@ impl Agent {
         let _ = agent.proxycfg.set(manager);
         sync::spawn(agent.clone());
         coordinate_sync::spawn(agent.clone());
+        agent.spawn_acl_follower();
         spawn_reaper(agent.clone());
         Ok(agent)
     }
@@ -158,6 +168,36 @@ impl Agent {
             }
         }
         Ok(())
+    }
+
+    /// The agent's token resolver.
+    pub fn acl(&self) -> &Arc<acl::AclResolver> {
+        &self.acl
+    }
+
+    /// Follows ACL changes at the servers until the agent shuts down.
+    fn spawn_acl_follower(self: &Arc<Self>) {
+        if !self.config.acl.enabled {
+            return;
+        }
+        let follower = tokio::spawn(self.acl.clone().follow_changes());
+        let mut shutdown = self.shutdown.subscribe();
+        tokio::spawn(async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+            follower.abort();
+        });
+    }
+
+    /// `Ok` when `token` may have `access` to `resource` `name` (always
+    /// with ACLs off here); Consul's permission error when not.
+    pub async fn check_acl(
+        &self,
+        token: &str,
+        resource: legate_acl::Resource,
+        name: &str,
+        access: legate_acl::Access,
+    ) -> Result<(), legate_types::RpcError> {
+        self.acl.authorize(token, resource, name, access).await
     }
 
     /// The agent's configuration.

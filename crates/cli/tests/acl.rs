@@ -432,3 +432,128 @@ fn bootstrap_once_then_only_with_the_reset_index() {
     assert_eq!(status, 200, "{body}");
     assert!(!dir.path().join("acl-bootstrap-reset").exists());
 }
+
+#[test]
+fn the_agent_endpoints_check_the_request_token() {
+    let acl = Acl::start();
+    let web = acl.json(
+        "PUT",
+        "/v1/acl/token",
+        ROOT,
+        Some(r#"{"Description":"web","ServiceIdentities":[{"ServiceName":"web"}]}"#),
+    );
+    let web_secret = web["SecretID"].as_str().unwrap().to_string();
+    let web_accessor = web["AccessorID"].as_str().unwrap().to_string();
+    // The agent itself: anonymous may not read it.
+    let (status, _, body) = acl.call("GET", "/v1/agent/self", None, None);
+    assert_eq!(status, 403);
+    assert!(
+        body.starts_with("Permission denied: anonymous token lacks permission 'agent:read' on "),
+        "{body}"
+    );
+    assert_eq!(acl.call("GET", "/v1/agent/self", Some(ROOT), None).0, 200);
+    // Registrations need write on the service (and its sidecar).
+    let (status, _, body) = acl.call(
+        "PUT",
+        "/v1/agent/service/register",
+        Some(&web_secret),
+        Some(r#"{"Name":"web","Port":8080,"Connect":{"SidecarService":{}}}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = acl.call(
+        "PUT",
+        "/v1/agent/service/register",
+        Some(&web_secret),
+        Some(r#"{"Name":"db","Port":5432}"#),
+    );
+    assert_eq!(status, 403);
+    assert_eq!(
+        body,
+        format!("Permission denied: token with AccessorID '{web_accessor}' lacks permission 'service:write' on \"db\"")
+    );
+    // Leaf certificates: only for the token's own service, signed with it.
+    let (status, _, body) = acl.call(
+        "GET",
+        "/v1/agent/connect/ca/leaf/web",
+        Some(&web_secret),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let leaf: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(leaf["Service"], "web");
+    let (status, _, _) = acl.call(
+        "GET",
+        "/v1/agent/connect/ca/leaf/db",
+        Some(&web_secret),
+        None,
+    );
+    assert_eq!(status, 403);
+    // Lists are filtered, and say so: a token without service rules sees
+    // no services; web's identity reads them all.
+    let keys_only = acl.json(
+        "PUT",
+        "/v1/acl/policy",
+        ROOT,
+        Some(r#"{"Name":"keys","Rules":"key_prefix \"\" { policy = \"read\" }"}"#),
+    );
+    let reader = acl.json(
+        "PUT",
+        "/v1/acl/token",
+        ROOT,
+        Some(&format!(
+            r#"{{"Policies":[{{"ID":"{}"}}]}}"#,
+            keys_only["ID"].as_str().unwrap()
+        )),
+    );
+    let reader_secret = reader["SecretID"].as_str().unwrap().to_string();
+    let (status, headers, body) = acl.call("GET", "/v1/agent/services", Some(&reader_secret), None);
+    assert_eq!((status, body.as_str()), (200, "{}"));
+    assert!(headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("x-consul-results-filtered-by-acls") && v == "true"));
+    let services: Value = serde_json::from_str(
+        &acl.call("GET", "/v1/agent/services", Some(&web_secret), None)
+            .2,
+    )
+    .unwrap();
+    assert!(
+        services.get("web").is_some() && services.get("web-sidecar-proxy").is_some(),
+        "{services}"
+    );
+    let (_, headers, body) = acl.call("GET", "/v1/agent/members", Some(&reader_secret), None);
+    assert_eq!(body, "[]");
+    assert!(headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("x-consul-results-filtered-by-acls")));
+    // Deregistering needs write too; maintenance of the node needs node:write.
+    let (status, _, _) = acl.call(
+        "PUT",
+        "/v1/agent/service/deregister/web",
+        Some(&reader_secret),
+        None,
+    );
+    assert_eq!(status, 403);
+    let (status, _, _) = acl.call(
+        "PUT",
+        "/v1/agent/maintenance?enable=true",
+        Some(&web_secret),
+        None,
+    );
+    assert_eq!(status, 403);
+    let (status, _, _) = acl.call(
+        "PUT",
+        "/v1/agent/service/deregister/web",
+        Some(&web_secret),
+        None,
+    );
+    assert_eq!(status, 200);
+    // force-leave needs operator:write.
+    let (status, _, body) = acl.call(
+        "PUT",
+        "/v1/agent/force-leave/nobody",
+        Some(&web_secret),
+        None,
+    );
+    assert_eq!(status, 403);
+    assert!(body.contains("lacks permission 'operator:write'"), "{body}");
+}

@@ -14,8 +14,12 @@ use legate_types::{CheckDefinition, HealthCheck, HealthStatus, NodeService, Serv
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::agent_acl::{
+    check, check_agent, check_for_check, check_service_registration, mark_filtered, may_read,
+};
 use crate::util::{decode_body, json, ApiError, ApiResult, Params};
 use crate::{AppState, Req};
+use legate_acl::{Access, Resource};
 
 /// An agent service as `/v1/agent/services` shows it: no Raft indexes, plus
 /// the datacenter.
@@ -52,6 +56,7 @@ fn filtered<T: serde::Serialize>(
 }
 
 pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
+    check_agent(&st, &req, Access::Read).await?;
     let agent = &st.agent;
     let config = agent.config();
     let address = config.advertise().to_string();
@@ -153,11 +158,33 @@ pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
     } else {
         match st.agent.membership() {
             Some(membership) => membership,
-            None => return Ok(json(&req.params, &vec![member(&st)])),
+            None => {
+                // Without gossip (-dev) the only member is this agent.
+                let token = crate::agent_acl::token(&req);
+                let node = st.agent.config().node_name.clone();
+                let visible = may_read(&st, &token, Resource::Node, &node).await;
+                let rows = if visible {
+                    vec![member(&st)]
+                } else {
+                    Vec::new()
+                };
+                return Ok(mark_filtered(json(&req.params, &rows), !visible));
+            }
         }
     };
-    let rows: Vec<Value> = membership
-        .members()
+    let token = crate::agent_acl::token(&req);
+    let all = membership.members();
+    let total = all.len();
+    let mut visible = Vec::with_capacity(total);
+    for m in all {
+        // WAN members are `<node>.<dc>`: the rule names the node.
+        let node = m.name.split('.').next().unwrap_or(&m.name).to_string();
+        if may_read(&st, &token, Resource::Node, &node).await {
+            visible.push(m);
+        }
+    }
+    let filtered = visible.len() < total;
+    let rows: Vec<Value> = visible
         .into_iter()
         .map(|m| {
             json!({
@@ -168,24 +195,30 @@ pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
             })
         })
         .collect();
-    Ok(json(&req.params, &rows))
+    Ok(mark_filtered(json(&req.params, &rows), filtered))
 }
 
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     let dc = st.agent.config().datacenter.clone();
-    let rows: BTreeMap<String, Value> = st
-        .agent
-        .services()
-        .iter()
-        .map(|(id, s)| (id.clone(), agent_service_json(s, &dc)))
-        .collect();
-    Ok(json(
-        &req.params,
-        &filtered(
-            rows,
-            req.params.get("filter"),
-            legate_filter::rows::node_service(),
-        )?,
+    let token = crate::agent_acl::token(&req);
+    let all = st.agent.services();
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    for (id, s) in all.iter() {
+        if may_read(&st, &token, Resource::Service, &s.service).await {
+            rows.insert(id.clone(), agent_service_json(s, &dc));
+        }
+    }
+    let acl_filtered = rows.len() < all.len();
+    Ok(mark_filtered(
+        json(
+            &req.params,
+            &filtered(
+                rows,
+                req.params.get("filter"),
+                legate_filter::rows::node_service(),
+            )?,
+        ),
+        acl_filtered,
     ))
 }
 
@@ -200,6 +233,9 @@ pub async fn service(State(st): State<AppState>, Path(id): Path<String>, req: Re
     };
     let deadline = tokio::time::Instant::now() + wait;
     let mut changes = st.agent.local_changes();
+    if let Some(service) = st.agent.service(&id) {
+        check(&st, &req, Resource::Service, &service.service, Access::Read).await?;
+    }
     loop {
         changes.borrow_and_update();
         let Some(service) = st.agent.service(&id) else {
@@ -224,13 +260,28 @@ pub async fn service(State(st): State<AppState>, Path(id): Path<String>, req: Re
 
 pub async fn service_register(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let def: ServiceDefinition = decode_body(&body)?;
+    check_service_registration(&st, &req, &def).await?;
     let token = crate::util::token(&req.headers, &req.params);
     st.agent
         .register_service(def, &token, req.params.flag("replace-existing-checks"))?;
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn service_deregister(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult {
+pub async fn service_deregister(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    req: Req,
+) -> ApiResult {
+    if let Some(service) = st.agent.service(&id) {
+        check(
+            &st,
+            &req,
+            Resource::Service,
+            &service.service,
+            Access::Write,
+        )
+        .await?;
+    }
     st.agent.deregister_service(&id)?;
     Ok(StatusCode::OK.into_response())
 }
@@ -248,6 +299,16 @@ pub async fn service_maintenance(
     req: Req,
 ) -> ApiResult {
     let enable = enable_param(&req.params)?;
+    if let Some(service) = st.agent.service(&id) {
+        check(
+            &st,
+            &req,
+            Resource::Service,
+            &service.service,
+            Access::Write,
+        )
+        .await?;
+    }
     st.agent
         .service_maintenance(&id, enable, req.params.get("reason").unwrap_or(""))?;
     Ok(StatusCode::OK.into_response())
@@ -255,20 +316,39 @@ pub async fn service_maintenance(
 
 pub async fn node_maintenance(State(st): State<AppState>, req: Req) -> ApiResult {
     let enable = enable_param(&req.params)?;
+    let node = st.agent.config().node_name.clone();
+    check(&st, &req, Resource::Node, &node, Access::Write).await?;
     st.agent
         .node_maintenance(enable, req.params.get("reason").unwrap_or(""))?;
     Ok(StatusCode::OK.into_response())
 }
 
 pub async fn checks(State(st): State<AppState>, req: Req) -> ApiResult {
-    let rows: BTreeMap<String, HealthCheck> = st.agent.checks();
-    Ok(json(
-        &req.params,
-        &filtered(
-            rows,
-            req.params.get("filter"),
-            legate_filter::rows::health_check(),
-        )?,
+    let token = crate::agent_acl::token(&req);
+    let all: BTreeMap<String, HealthCheck> = st.agent.checks();
+    let total = all.len();
+    let mut rows = BTreeMap::new();
+    for (id, c) in all {
+        let allowed = if c.service_id.is_empty() {
+            may_read(&st, &token, Resource::Node, &c.node).await
+        } else {
+            may_read(&st, &token, Resource::Service, &c.service_name).await
+        };
+        if allowed {
+            rows.insert(id, c);
+        }
+    }
+    let acl_filtered = rows.len() < total;
+    Ok(mark_filtered(
+        json(
+            &req.params,
+            &filtered(
+                rows,
+                req.params.get("filter"),
+                legate_filter::rows::health_check(),
+            )?,
+        ),
+        acl_filtered,
     ))
 }
 
@@ -277,17 +357,28 @@ pub async fn check_register(State(st): State<AppState>, req: Req, body: Bytes) -
     if def.name.is_empty() {
         return Err(ApiError::bad_request("Missing check name"));
     }
+    check_for_check(&st, &req, &def.service_id).await?;
     let token = crate::util::token(&req.headers, &req.params);
     st.agent.register_check(def, &token)?;
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn check_deregister(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult {
+pub async fn check_deregister(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    req: Req,
+) -> ApiResult {
+    if let Some(c) = st.agent.checks().get(&id) {
+        check_for_check(&st, &req, &c.service_id).await?;
+    }
     st.agent.deregister_check(&id)?;
     Ok(StatusCode::OK.into_response())
 }
 
 async fn ttl_update(st: &AppState, id: &str, status: HealthStatus, req: Req) -> ApiResult {
+    if let Some(c) = st.agent.checks().get(id) {
+        check_for_check(st, &req, &c.service_id).await?;
+    }
     let note = req.params.get("note").unwrap_or("");
     st.agent.update_ttl_check(id, status, note)?;
     Ok(StatusCode::OK.into_response())
@@ -419,12 +510,14 @@ pub async fn health_by_name(
     Ok(health_response(&req.params, worst, &Value::Array(bodies)))
 }
 
-pub async fn reload(State(st): State<AppState>) -> ApiResult {
+pub async fn reload(State(st): State<AppState>, req: Req) -> ApiResult {
+    check_agent(&st, &req, Access::Write).await?;
     st.agent.reload()?;
     Ok(StatusCode::OK.into_response())
 }
 
-pub async fn leave(State(st): State<AppState>) -> ApiResult {
+pub async fn leave(State(st): State<AppState>, req: Req) -> ApiResult {
+    check_agent(&st, &req, Access::Write).await?;
     st.agent.request_shutdown();
     Ok(StatusCode::OK.into_response())
 }
@@ -511,6 +604,7 @@ pub async fn force_leave(
     Path(node): Path<String>,
     req: Req,
 ) -> ApiResult {
+    check(&st, &req, Resource::Operator, "", Access::Write).await?;
     // Consul reads `?prune` and `?wan` by their presence.
     let prune = req.params.get("prune").is_some();
     let wan = req.params.get("wan").is_some();
@@ -550,6 +644,7 @@ async fn join_wan(st: &AppState, address: String) -> ApiResult {
 
 /// `PUT /v1/agent/join/:address`: contacts a member at `address`.
 pub async fn join(State(st): State<AppState>, Path(address): Path<String>, req: Req) -> ApiResult {
+    check_agent(&st, &req, Access::Write).await?;
     if wants_wan(&req) {
         return join_wan(&st, address).await;
     }

@@ -70,6 +70,14 @@ pub async fn set_configuration(State(st): State<AppState>, req: Req, body: Bytes
 /// `GET /v1/agent/connect/ca/leaf/:service`: blocks with `?index` until a
 /// newer certificate than that index exists.
 pub async fn leaf(State(st): State<AppState>, Path(service): Path<String>, req: Req) -> ApiResult {
+    crate::agent_acl::check(
+        &st,
+        &req,
+        legate_acl::Resource::Service,
+        &service,
+        legate_acl::Access::Write,
+    )
+    .await?;
     let opts = req.query_options()?;
     let wait = if opts.min_index > 0 {
         opts.effective_wait()
@@ -80,7 +88,7 @@ pub async fn leaf(State(st): State<AppState>, Path(service): Path<String>, req: 
     let cert = st
         .agent
         .leaf_certs()
-        .get(&service, opts.min_index, wait)
+        .get_with_token(&service, &opts.token, opts.min_index, wait)
         .await?;
     let meta = QueryMeta {
         index: cert.raft.modify_index,

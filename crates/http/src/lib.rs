@@ -5,6 +5,7 @@
 
 mod acl;
 mod agent;
+mod agent_acl;
 mod catalog;
 mod config;
 mod connect;
@@ -43,6 +44,8 @@ pub struct Req {
     pub peer: Option<std::net::SocketAddr>,
     /// This agent's node name (what `?near=_agent` means).
     pub agent_node: String,
+    /// The token a request without one uses (`acl.tokens.default`).
+    pub default_token: String,
 }
 
 /// The client address of a request, set by the connection that read it.
@@ -298,6 +301,14 @@ impl axum::extract::FromRequestParts<AppState> for Req {
             headers: parts.headers.clone(),
             peer: parts.extensions.get::<PeerAddr>().map(|p| p.0),
             agent_node: state.agent.config().node_name.clone(),
+            default_token: state
+                .agent
+                .config()
+                .acl
+                .tokens
+                .default
+                .clone()
+                .unwrap_or_default(),
         })
     }
 }
@@ -318,14 +329,27 @@ impl Req {
         Ok(util::json_meta(&self.params, &result.meta, &result.value))
     }
 
+    /// This request's token: its own, else the agent's default token.
+    pub(crate) fn token(&self) -> String {
+        let own = util::token(&self.headers, &self.params);
+        if own.is_empty() {
+            self.default_token.clone()
+        } else {
+            own
+        }
+    }
+
     /// This request's write options.
     pub(crate) fn write_options(&self) -> legate_types::WriteOptions {
-        util::write_options(&self.headers, &self.params)
+        let mut opts = util::write_options(&self.headers, &self.params);
+        opts.token = self.token();
+        opts
     }
 
     /// This request's read options.
     pub(crate) fn query_options(&self) -> Result<legate_types::QueryOptions, util::ApiError> {
         let mut opts = util::query_options(&self.headers, &self.params)?;
+        opts.token = self.token();
         // `?near=`: `_agent` is this agent's node; `_ip` the node at the
         // client's address (X-Forwarded-For first, as Consul reads it).
         opts.near = match self.params.get("near") {

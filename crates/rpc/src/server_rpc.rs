@@ -627,6 +627,7 @@ server_rpc_calls! {
     acl_role_get(opts: &QueryOptions; id_or_name: String, by_name: bool) -> Queried<Option<legate_types::acl::AclRole>>;
     acl_role_list(opts: &QueryOptions; policy: String) -> Queried<Vec<legate_types::acl::AclRole>>;
     acl_role_delete(opts: &WriteOptions; id: String) -> ();
+    acl_resolve(opts: &QueryOptions;) -> legate_types::acl::AclIdentity;
     acl_authorize(opts: &QueryOptions; checks: Vec<legate_types::acl::AclAuthorizationCheck>) -> Vec<legate_types::acl::AclAuthorizationCheck>;
     intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;
     intention_list(opts: &QueryOptions;) -> Queried<Vec<Intention>>;

@@ -141,6 +141,23 @@ impl Server {
     /// Every rule set a token carries in this datacenter: its policies,
     /// its roles' policies, and its (and its roles') identities.
     fn token_rules(&self, tables: &Tables, token: &AclToken) -> Vec<Arc<Rules>> {
+        self.token_rule_texts(tables, token)
+            .into_iter()
+            .filter_map(|(version, text)| match version {
+                Some((id, modify_index)) => self.parsed_rules(&id, modify_index, &text),
+                None => legate_acl::parse(&text).ok().map(Arc::new),
+            })
+            .collect()
+    }
+
+    /// The rules texts a token carries here, each with its policy's (ID,
+    /// ModifyIndex) when it is a stored policy (identities' synthetic
+    /// policies have none).
+    fn token_rule_texts(
+        &self,
+        tables: &Tables,
+        token: &AclToken,
+    ) -> Vec<(Option<(String, u64)>, String)> {
         let dc = &self.config.datacenter;
         let mut out = Vec::new();
         let mut policy_ids: Vec<&str> = token.policies.iter().map(|l| l.id.as_str()).collect();
@@ -160,27 +177,50 @@ impl Server {
             if !policy.datacenters.is_empty() && !policy.datacenters.contains(dc) {
                 continue;
             }
-            if let Some(rules) = self.parsed_rules(&policy.id, policy.modify_index, &policy.rules) {
-                out.push(rules);
-            }
+            out.push((
+                Some((policy.id.clone(), policy.modify_index)),
+                policy.rules.clone(),
+            ));
         }
         for identity in services {
             if identity.datacenters.is_empty() || identity.datacenters.contains(dc) {
-                let text = service_identity_rules(&identity.service_name);
-                if let Ok(rules) = legate_acl::parse(&text) {
-                    out.push(Arc::new(rules));
-                }
+                out.push((None, service_identity_rules(&identity.service_name)));
             }
         }
         for identity in nodes {
             if &identity.datacenter == dc {
-                let text = node_identity_rules(&identity.node_name);
-                if let Ok(rules) = legate_acl::parse(&text) {
-                    out.push(Arc::new(rules));
-                }
+                out.push((None, node_identity_rules(&identity.node_name)));
             }
         }
         out
+    }
+
+    /// `ACL.ResolveToken` for agents: the request's token and its rules.
+    pub(crate) fn acl_identity(
+        &self,
+        opts: &legate_types::QueryOptions,
+    ) -> Result<legate_types::acl::AclIdentity, RpcError> {
+        if !self.config.acl.enabled {
+            return Err(RpcError::AclDisabled);
+        }
+        let secret = if opts.token.is_empty() {
+            ANONYMOUS_TOKEN_SECRET
+        } else {
+            &opts.token
+        };
+        let tables = self.store.read();
+        let token = tables
+            .acl_token_by_secret(secret)
+            .filter(|t| !expired(t))
+            .ok_or(RpcError::AclNotFound)?;
+        Ok(legate_types::acl::AclIdentity {
+            accessor_id: token.accessor_id.clone(),
+            rules: self
+                .token_rule_texts(&tables, token)
+                .into_iter()
+                .map(|(_, text)| text)
+                .collect(),
+        })
     }
 
     /// A policy's rules, parsed once per version (stored rules were
@@ -255,34 +295,20 @@ impl Server {
     }
 }
 
-/// Consul's permission error: `token with AccessorID '…' lacks permission
-/// 'key:read' on "app/x"` (the anonymous token said so, with a hint).
+/// Consul's permission error (see [`legate_acl::denial`]).
 pub fn permission_denied(
     accessor_id: &str,
     resource: legate_acl::Resource,
     access: legate_acl::Access,
     name: &str,
 ) -> RpcError {
-    let anonymous = accessor_id == ANONYMOUS_TOKEN_ID;
-    let mut message = if anonymous {
-        "anonymous token".to_string()
-    } else {
-        format!("token with AccessorID '{accessor_id}'")
-    };
-    message.push_str(&format!(
-        " lacks permission '{}:{}'",
-        resource.as_str(),
-        access.as_str()
-    ));
-    if !name.is_empty() {
-        message.push_str(&format!(" on {name:?}"));
-    }
-    if anonymous {
-        message.push_str(
-            ". The anonymous token is used implicitly when a request does not specify a token.",
-        );
-    }
-    RpcError::PermissionDenied(message)
+    RpcError::PermissionDenied(legate_acl::denial(
+        accessor_id,
+        accessor_id == ANONYMOUS_TOKEN_ID,
+        resource,
+        access,
+        name,
+    ))
 }
 
 /// The rules of the builtin `global-management` policy (Consul's text).

@@ -215,6 +215,7 @@ impl Server {
             })
             .collect();
         let config_entries = watched.iter().any(|(w, _)| *w == Watched::ConfigEntries);
+        let acl = watched.iter().any(|(w, _)| *w == Watched::Acl);
         let services = watched
             .iter()
             .any(|(w, _)| matches!(w, Watched::Service(_)));
@@ -228,6 +229,9 @@ impl Server {
                 };
                 if config_entries {
                     set.extend(w.tables(&[Table::ConfigEntries]));
+                }
+                if acl {
+                    set.extend(w.tables(&[Table::AclTokens, Table::AclPolicies, Table::AclRoles]));
                 }
                 set
             },
@@ -257,6 +261,11 @@ fn changed_positions(tables: &Tables, watched: &[(Watched, u64)]) -> (u64, Vec<u
             ),
             Watched::ConfigEntries => {
                 let index = tables.table_index(Table::ConfigEntries);
+                (index > *since, index)
+            }
+            Watched::Acl => {
+                let index =
+                    tables.max_index(&[Table::AclTokens, Table::AclPolicies, Table::AclRoles]);
                 (index > *since, index)
             }
         };

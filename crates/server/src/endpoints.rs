@@ -1115,6 +1115,11 @@ impl ServerRpc for Server {
         self.acl_role_remove(opts, id).await
     }
 
+    async fn acl_resolve(&self, opts: &QueryOptions) -> Result<acl::AclIdentity, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_identity(opts)
+    }
+
     async fn acl_authorize(
         &self,
         opts: &QueryOptions,

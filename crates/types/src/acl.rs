@@ -198,3 +198,12 @@ pub struct AclAuthorizationCheck {
     #[serde(default)]
     pub allow: bool,
 }
+
+/// A token resolved for an agent, which builds its authorizer from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct AclIdentity {
+    /// The token's AccessorID.
+    pub accessor_id: String,
+    /// The rules of every policy the token carries in this datacenter.
+    pub rules: Vec<String>,
+}

@@ -26,6 +26,9 @@ pub enum Watched {
     Service(String),
     /// The config entries (what every compiled discovery chain depends on).
     ConfigEntries,
+    /// The ACL tables (tokens, policies, roles): what an agent's resolved
+    /// tokens depend on.
+    Acl,
 }
 
 /// How a server's answer to a call it cannot decode begins (a 400): an
@@ -642,6 +645,9 @@ pub trait ServerRpc: Send + Sync + 'static {
     ) -> Result<Queried<Vec<crate::acl::AclRole>>, RpcError>;
     /// Deletes a role.
     async fn acl_role_delete(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError>;
+    /// The request's token resolved for an agent: its AccessorID and the
+    /// rules of every policy it carries here (identities' included).
+    async fn acl_resolve(&self, opts: &QueryOptions) -> Result<crate::acl::AclIdentity, RpcError>;
     /// Answers what the request's token may do (`/v1/internal/acl/authorize`).
     async fn acl_authorize(
         &self,

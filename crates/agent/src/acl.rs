@@ -1,0 +1,305 @@
+//! Token resolution on an agent (Consul's client-side ACL resolver): a
+//! secret becomes an authorizer built here from the rules the servers
+//! send (`acl_resolve`). Resolved tokens are cached, bounded, for
+//! `acl.token_ttl`, and the whole cache is dropped whenever the servers
+//! report a change to any ACL table (one batched watch), so a deleted
+//! token is refused long before its TTL. When the servers cannot be
+//! reached, `acl.down_policy` decides.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use legate_acl::{Access, Authorizer, DefaultPolicy, PolicyAuthorizer, Resource};
+use legate_types::acl::ANONYMOUS_TOKEN_ID;
+use legate_types::rpc::{ServerRpc, Watched};
+use legate_types::{Consistency, QueryOptions, RpcError};
+
+use crate::acl_config::AclConfig;
+
+/// How many resolved tokens an agent keeps (Consul's client keeps 1,024).
+pub const TOKEN_CACHE_CAPACITY: usize = 1024;
+/// How long an agent stops enforcing after the servers said ACLs are off.
+const DISABLED_RECHECK: Duration = Duration::from_secs(30);
+
+/// A resolved token.
+#[derive(Debug)]
+pub struct ResolvedToken {
+    /// Its AccessorID.
+    pub accessor_id: String,
+    /// What it may do.
+    pub authorizer: Authorizer,
+}
+
+struct Cached {
+    token: Arc<ResolvedToken>,
+    fetched: Instant,
+}
+
+/// The agent's token resolver.
+pub struct AclResolver {
+    rpc: Arc<dyn ServerRpc>,
+    datacenter: String,
+    node_name: String,
+    config: AclConfig,
+    cache: Mutex<HashMap<String, Cached>>,
+    /// Until when the servers' "ACLs disabled" answer holds.
+    disabled_until: Mutex<Option<Instant>>,
+}
+
+impl AclResolver {
+    /// A resolver over `rpc` for this agent.
+    pub fn new(
+        rpc: Arc<dyn ServerRpc>,
+        datacenter: String,
+        node_name: String,
+        config: AclConfig,
+    ) -> Arc<AclResolver> {
+        Arc::new(AclResolver {
+            rpc,
+            datacenter,
+            node_name,
+            config,
+            cache: Mutex::new(HashMap::new()),
+            disabled_until: Mutex::new(None),
+        })
+    }
+
+    fn default_policy(&self) -> DefaultPolicy {
+        if self.config.default_policy == "deny" {
+            DefaultPolicy::Deny
+        } else {
+            DefaultPolicy::Allow
+        }
+    }
+
+    fn static_token(&self, default: DefaultPolicy) -> Arc<ResolvedToken> {
+        Arc::new(ResolvedToken {
+            accessor_id: String::new(),
+            authorizer: Authorizer::new(PolicyAuthorizer::default(), default),
+        })
+    }
+
+    /// The secret a request without one uses: `acl.tokens.default`, else
+    /// the anonymous token's.
+    pub fn effective_secret<'a>(&'a self, secret: &'a str) -> &'a str {
+        if !secret.is_empty() {
+            return secret;
+        }
+        self.config
+            .tokens
+            .default
+            .as_deref()
+            .unwrap_or(legate_types::acl::ANONYMOUS_TOKEN_SECRET)
+    }
+
+    /// Resolves a request's secret (`None` when ACLs are off here).
+    pub async fn resolve(
+        self: &Arc<Self>,
+        secret: &str,
+    ) -> Result<Option<Arc<ResolvedToken>>, RpcError> {
+        if !self.config.enabled {
+            return Ok(None);
+        }
+        if self
+            .disabled_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|until| Instant::now() < until)
+        {
+            return Ok(None);
+        }
+        let secret = self.effective_secret(secret).to_string();
+        if let Some(recovery) = &self.config.tokens.agent_recovery {
+            if &secret == recovery {
+                return Ok(Some(self.recovery_token()));
+            }
+        }
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&secret)
+            .map(|c| (c.token.clone(), c.fetched.elapsed() < self.config.token_ttl));
+        match cached {
+            Some((token, true)) => return Ok(Some(token)),
+            Some((token, false)) if self.config.down_policy == "async-cache" => {
+                // The stale entry now; a fresh one for the next request.
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let _ = me.fetch(&*me.rpc, &secret).await;
+                });
+                return Ok(Some(token));
+            }
+            _ => {}
+        }
+        match self.fetch(&*self.rpc, &secret).await {
+            Ok(token) => Ok(Some(token)),
+            Err(RpcError::AclNotFound) => Err(RpcError::AclNotFound),
+            Err(RpcError::AclDisabled) => {
+                *self
+                    .disabled_until
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + DISABLED_RECHECK);
+                Ok(None)
+            }
+            Err(e) => self.when_down(cached.map(|(token, _)| token), e).map(Some),
+        }
+    }
+
+    /// What `down_policy` answers when the servers cannot resolve a token.
+    fn when_down(
+        &self,
+        stale: Option<Arc<ResolvedToken>>,
+        error: RpcError,
+    ) -> Result<Arc<ResolvedToken>, RpcError> {
+        tracing::warn!(error = %error, policy = %self.config.down_policy, "acl: resolving a token failed; applying down_policy");
+        match self.config.down_policy.as_str() {
+            "allow" => Ok(self.static_token(DefaultPolicy::Allow)),
+            "deny" => Ok(self.static_token(DefaultPolicy::Deny)),
+            // extend-cache, async-cache: the last known answer, else the default.
+            _ => Ok(stale.unwrap_or_else(|| self.static_token(self.default_policy()))),
+        }
+    }
+
+    async fn fetch(
+        &self,
+        rpc: &dyn ServerRpc,
+        secret: &str,
+    ) -> Result<Arc<ResolvedToken>, RpcError> {
+        let opts = QueryOptions {
+            datacenter: self.datacenter.clone(),
+            consistency: Consistency::Stale,
+            token: secret.to_string(),
+            ..Default::default()
+        };
+        let identity = match rpc.acl_resolve(&opts).await {
+            Ok(identity) => identity,
+            Err(RpcError::AclNotFound) => {
+                self.cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(secret);
+                return Err(RpcError::AclNotFound);
+            }
+            Err(e) => return Err(e),
+        };
+        let rules: Vec<legate_acl::Rules> = identity
+            .rules
+            .iter()
+            .filter_map(|text| legate_acl::parse(text).ok())
+            .collect();
+        let token = Arc::new(ResolvedToken {
+            accessor_id: identity.accessor_id,
+            authorizer: Authorizer::new(PolicyAuthorizer::new(&rules), self.default_policy()),
+        });
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= TOKEN_CACHE_CAPACITY {
+            cache.retain(|_, c| c.fetched.elapsed() < self.config.token_ttl);
+            if cache.len() >= TOKEN_CACHE_CAPACITY {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            secret.to_string(),
+            Cached {
+                token: token.clone(),
+                fetched: Instant::now(),
+            },
+        );
+        Ok(token)
+    }
+
+    /// The agent recovery token: write on this agent, read on every node,
+    /// nothing else; resolved here without the servers.
+    fn recovery_token(&self) -> Arc<ResolvedToken> {
+        let rules = format!(
+            "agent {:?} {{ policy = \"write\" }}\nnode_prefix \"\" {{ policy = \"read\" }}",
+            self.node_name
+        );
+        let parsed = legate_acl::parse(&rules).unwrap_or_default();
+        Arc::new(ResolvedToken {
+            accessor_id: format!("agent-recovery:{}", self.node_name),
+            authorizer: Authorizer::new(PolicyAuthorizer::new([&parsed]), DefaultPolicy::Deny),
+        })
+    }
+
+    /// Forgets every resolved token.
+    pub fn invalidate(&self) {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// `Ok` when `secret` may have `access` to `resource` `name`; Consul's
+    /// permission error when not.
+    pub async fn authorize(
+        self: &Arc<Self>,
+        secret: &str,
+        resource: Resource,
+        name: &str,
+        access: Access,
+    ) -> Result<(), RpcError> {
+        let Some(token) = self.resolve(secret).await? else {
+            return Ok(());
+        };
+        if token.authorizer.allowed(resource, name, access) {
+            return Ok(());
+        }
+        let accessor = if token.accessor_id.is_empty() {
+            ANONYMOUS_TOKEN_ID
+        } else {
+            &token.accessor_id
+        };
+        Err(RpcError::PermissionDenied(legate_acl::denial(
+            accessor,
+            accessor == ANONYMOUS_TOKEN_ID,
+            resource,
+            access,
+            name,
+        )))
+    }
+
+    /// Follows the servers' ACL tables and drops the cache whenever they
+    /// change (until the agent stops: abort the task).
+    pub async fn follow_changes(self: Arc<Self>) {
+        if !self.config.enabled {
+            return;
+        }
+        let mut since = 0u64;
+        let mut failures = 0u32;
+        loop {
+            let opts = QueryOptions {
+                datacenter: self.datacenter.clone(),
+                consistency: Consistency::Stale,
+                min_index: since.max(1),
+                max_wait: Some(Duration::from_secs(300)),
+                token: self
+                    .config
+                    .tokens
+                    .agent
+                    .clone()
+                    .or_else(|| self.config.tokens.default.clone())
+                    .unwrap_or_default(),
+                ..Default::default()
+            };
+            match self
+                .rpc
+                .changes_since(&opts, vec![(Watched::Acl, since)])
+                .await
+            {
+                Ok(answer) => {
+                    failures = 0;
+                    if !answer.value.is_empty() && since != 0 {
+                        self.invalidate();
+                    }
+                    since = answer.meta.index;
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::debug!(error = %e, "acl: following ACL changes failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(failures.min(6))))
+                        .await;
+                }
+            }
+        }
+    }
+}
