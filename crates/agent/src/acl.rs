@@ -16,6 +16,7 @@ use legate_types::rpc::{ServerRpc, Watched};
 use legate_types::{Consistency, QueryOptions, RpcError};
 
 use crate::acl_config::AclConfig;
+use crate::acl_tokens::TokenStore;
 
 /// How many resolved tokens an agent keeps (Consul's client keeps 1,024).
 pub const TOKEN_CACHE_CAPACITY: usize = 1024;
@@ -42,6 +43,7 @@ pub struct AclResolver {
     datacenter: String,
     node_name: String,
     config: AclConfig,
+    tokens: Arc<TokenStore>,
     cache: Mutex<HashMap<String, Cached>>,
     /// Until when the servers' "ACLs disabled" answer holds.
     disabled_until: Mutex<Option<Instant>>,
@@ -54,12 +56,14 @@ impl AclResolver {
         datacenter: String,
         node_name: String,
         config: AclConfig,
+        tokens: Arc<TokenStore>,
     ) -> Arc<AclResolver> {
         Arc::new(AclResolver {
             rpc,
             datacenter,
             node_name,
             config,
+            tokens,
             cache: Mutex::new(HashMap::new()),
             disabled_until: Mutex::new(None),
         })
@@ -82,15 +86,13 @@ impl AclResolver {
 
     /// The secret a request without one uses: `acl.tokens.default`, else
     /// the anonymous token's.
-    pub fn effective_secret<'a>(&'a self, secret: &'a str) -> &'a str {
+    pub fn effective_secret(&self, secret: &str) -> String {
         if !secret.is_empty() {
-            return secret;
+            return secret.to_string();
         }
-        self.config
-            .tokens
-            .default
-            .as_deref()
-            .unwrap_or(legate_types::acl::ANONYMOUS_TOKEN_SECRET)
+        self.tokens
+            .default_token()
+            .unwrap_or_else(|| legate_types::acl::ANONYMOUS_TOKEN_SECRET.to_string())
     }
 
     /// Resolves a request's secret (`None` when ACLs are off here).
@@ -109,9 +111,9 @@ impl AclResolver {
         {
             return Ok(None);
         }
-        let secret = self.effective_secret(secret).to_string();
-        if let Some(recovery) = &self.config.tokens.agent_recovery {
-            if &secret == recovery {
+        let secret = self.effective_secret(secret);
+        if let Some(recovery) = self.tokens.get().agent_recovery {
+            if secret == recovery {
                 return Ok(Some(self.recovery_token()));
             }
         }
@@ -272,13 +274,7 @@ impl AclResolver {
                 consistency: Consistency::Stale,
                 min_index: since.max(1),
                 max_wait: Some(Duration::from_secs(300)),
-                token: self
-                    .config
-                    .tokens
-                    .agent
-                    .clone()
-                    .or_else(|| self.config.tokens.default.clone())
-                    .unwrap_or_default(),
+                token: self.tokens.agent_token(),
                 ..Default::default()
             };
             match self

@@ -52,7 +52,13 @@ pub(crate) fn spawn(agent: Arc<Agent>) {
             };
             if let Err(e) = agent
                 .rpc()
-                .coordinate_update(&WriteOptions::default(), entry)
+                .coordinate_update(
+                    &WriteOptions {
+                        token: agent.tokens().agent_token(),
+                        ..Default::default()
+                    },
+                    entry,
+                )
                 .await
             {
                 tracing::debug!(error = %e, "sending this agent's coordinate failed");

@@ -62,9 +62,10 @@ struct LeafState {
 struct LeafEntry {
     state: watch::Sender<LeafState>,
     last_used: Mutex<Instant>,
-    /// The token of the latest request that named one: the servers check
-    /// it when they sign (the entry is still one per service).
-    token: Mutex<String>,
+    /// The token of the latest request that named one, and how many times
+    /// it changed: the servers check it when they sign (the entry is still
+    /// one per service).
+    token: Mutex<(String, u64)>,
     /// Wakes the entry's task to sign now (a new token after a refusal).
     retry_now: tokio::sync::Notify,
 }
@@ -200,8 +201,10 @@ impl LeafManager {
         if let Some(entry) = entries.get(service) {
             let changed = !token.is_empty() && {
                 let mut held = entry.token.lock().unwrap_or_else(|e| e.into_inner());
-                let changed = *held != token;
-                *held = token.to_string();
+                let changed = held.0 != token;
+                if changed {
+                    *held = (token.to_string(), held.1 + 1);
+                }
                 changed
             };
             // A refusal under another token is not this request's answer:
@@ -215,7 +218,7 @@ impl LeafManager {
         let entry = Arc::new(LeafEntry {
             state: watch::channel(LeafState::default()).0,
             last_used: Mutex::new(Instant::now()),
-            token: Mutex::new(token.to_string()),
+            token: Mutex::new((token.to_string(), 0)),
             retry_now: tokio::sync::Notify::new(),
         });
         entries.insert(service.to_string(), entry.clone());
@@ -322,10 +325,21 @@ async fn keep_fresh(manager: Arc<LeafManager>, service: String, entry: Arc<LeafE
     let mut window_start: Option<tokio::time::Instant> = None;
     let mut failures = 0u32;
     loop {
+        let (token, generation) = entry
+            .token
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let result = tokio::select! {
-            r = manager.sign(&service, entry.token.lock().unwrap_or_else(|e| e.into_inner()).clone()) => r,
+            r = manager.sign(&service, token) => r,
             _ = stop.wait_for(|s| *s) => return,
         };
+        // A refusal of a token replaced meanwhile is nobody's answer: try
+        // again at once with the new one.
+        let replaced = entry.token.lock().unwrap_or_else(|e| e.into_inner()).1 != generation;
+        if replaced && result.is_err() {
+            continue;
+        }
         let next = match result {
             Ok(mut cert) => {
                 window_start = None;

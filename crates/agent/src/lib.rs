@@ -8,6 +8,7 @@
 
 pub mod acl;
 pub mod acl_config;
+pub mod acl_tokens;
 mod authorize;
 mod changes_rpc;
 pub mod checks;
@@ -77,6 +78,7 @@ pub struct Agent {
     leaf_certs: Arc<leaf::LeafManager>,
     intentions: Arc<intention_cache::IntentionCache>,
     acl: Arc<acl::AclResolver>,
+    tokens: Arc<acl_tokens::TokenStore>,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
@@ -95,14 +97,26 @@ impl Agent {
             leaf::LeafManager::start(rpc.clone(), config.datacenter.clone(), Default::default());
         let intentions =
             intention_cache::IntentionCache::new(rpc.clone(), config.datacenter.clone());
+        let mut token_warnings = Vec::new();
+        let tokens = Arc::new(acl_tokens::TokenStore::new(
+            &config.acl.tokens,
+            config.acl.enable_token_persistence,
+            config.data_dir.as_deref(),
+            &mut token_warnings,
+        ));
+        for warning in token_warnings {
+            tracing::warn!("{warning}");
+        }
         let acl = acl::AclResolver::new(
             rpc.clone(),
             config.datacenter.clone(),
             config.node_name.clone(),
             config.acl.clone(),
+            tokens.clone(),
         );
         let agent = Arc::new(Agent {
             acl,
+            tokens,
             proxycfg: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
@@ -173,6 +187,28 @@ impl Agent {
     /// The agent's token resolver.
     pub fn acl(&self) -> &Arc<acl::AclResolver> {
         &self.acl
+    }
+
+    /// The tokens this agent holds.
+    pub fn tokens(&self) -> &Arc<acl_tokens::TokenStore> {
+        &self.tokens
+    }
+
+    /// `PUT /v1/agent/token/<kind>`: sets one of the agent's tokens; a new
+    /// `default` or `agent` token resyncs everything with it.
+    pub fn set_token(&self, kind: &str, token: String) -> Result<(), AgentError> {
+        let kind = self.tokens.set(kind, token).map_err(|e| {
+            if e.starts_with("Token ") {
+                AgentError::NotFound(e)
+            } else {
+                AgentError::Internal(e)
+            }
+        })?;
+        if matches!(kind, "default" | "agent") {
+            self.lock_local().mark_all_out_of_sync();
+            self.sync_now.notify_one();
+        }
+        Ok(())
     }
 
     /// Follows ACL changes at the servers until the agent shuts down.

@@ -162,14 +162,23 @@ impl Agent {
                         .filter(|c| c.check.service_id == s.service.id)
                         .map(|c| c.check.clone())
                         .collect();
-                    (s.service.clone(), s.token.clone(), checks)
+                    (
+                        s.service.clone(),
+                        self.tokens.registration_token(&s.token, s.from_config),
+                        checks,
+                    )
                 })
                 .collect();
             let checks: Vec<_> = local
                 .checks
                 .values()
                 .filter(|c| !c.in_sync)
-                .map(|c| (c.check.clone(), c.token.clone()))
+                .map(|c| {
+                    (
+                        c.check.clone(),
+                        self.tokens.registration_token(&c.token, c.from_config),
+                    )
+                })
                 .collect();
             (
                 local.deleted_services.iter().cloned().collect::<Vec<_>>(),
@@ -179,15 +188,18 @@ impl Agent {
                 local.node_in_sync,
             )
         };
+        // Node updates and deregistrations go with the agent token.
+        let agent_opts = WriteOptions {
+            token: self.tokens.agent_token(),
+            ..Default::default()
+        };
         for id in deleted_services {
             let req = DeregisterRequest {
                 node: node.clone(),
                 service_id: id.clone(),
                 ..Default::default()
             };
-            self.rpc
-                .catalog_deregister(&WriteOptions::default(), req)
-                .await?;
+            self.rpc.catalog_deregister(&agent_opts, req).await?;
             self.lock_local().deleted_services.remove(&id);
         }
         for id in deleted_checks {
@@ -196,14 +208,12 @@ impl Agent {
                 check_id: id.clone(),
                 ..Default::default()
             };
-            self.rpc
-                .catalog_deregister(&WriteOptions::default(), req)
-                .await?;
+            self.rpc.catalog_deregister(&agent_opts, req).await?;
             self.lock_local().deleted_checks.remove(&id);
         }
         if !node_in_sync {
             self.rpc
-                .catalog_register(&WriteOptions::default(), self.node_registration())
+                .catalog_register(&agent_opts, self.node_registration())
                 .await?;
             self.lock_local().node_in_sync = true;
         }

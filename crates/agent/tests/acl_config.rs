@@ -102,3 +102,52 @@ fn bad_acl_settings_are_refused_naming_the_key() {
     let err = config(r#"acl { enabled = "sometimes" }"#).unwrap_err();
     assert!(err.contains("acl.enabled"), "{err}");
 }
+
+#[test]
+fn agent_tokens_set_at_run_time_persist_and_win_over_the_config() {
+    use legate_agent::acl_config::AclTokens;
+    use legate_agent::acl_tokens::TokenStore;
+    let dir = tempfile::tempdir().unwrap();
+    let configured = AclTokens {
+        default: Some("from-config".into()),
+        ..Default::default()
+    };
+    let mut warnings = Vec::new();
+    let store = TokenStore::new(&configured, true, Some(dir.path()), &mut warnings);
+    assert_eq!(store.default_token().as_deref(), Some("from-config"));
+    store.set("acl_token", "set-by-api".into()).unwrap();
+    store.set("agent", "agent-secret".into()).unwrap();
+    assert_eq!(
+        store.set("nonsense", "x".into()).unwrap_err(),
+        "Token \"nonsense\" is unknown"
+    );
+    let file = dir.path().join("acl-tokens.json");
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(saved["default"], "set-by-api");
+    assert_eq!(saved["agent"], "agent-secret");
+    // The next start: the persisted token wins, with Consul's warning.
+    let again = TokenStore::new(&configured, true, Some(dir.path()), &mut warnings);
+    assert_eq!(again.default_token().as_deref(), Some("set-by-api"));
+    assert_eq!(again.agent_token(), "agent-secret");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("\"default\" token present in both")),
+        "{warnings:?}"
+    );
+    // Without persistence nothing is read or written.
+    let off = TokenStore::new(&configured, false, Some(dir.path()), &mut Vec::new());
+    assert_eq!(off.default_token().as_deref(), Some("from-config"));
+    // Registrations sync with their own token, then the file token for
+    // config-file services, then the default.
+    let tokens = AclTokens {
+        default: Some("d".into()),
+        config_file_service_registration: Some("f".into()),
+        ..Default::default()
+    };
+    let store = TokenStore::new(&tokens, false, None, &mut Vec::new());
+    assert_eq!(store.registration_token("own", true), "own");
+    assert_eq!(store.registration_token("", true), "f");
+    assert_eq!(store.registration_token("", false), "d");
+    assert_eq!(store.agent_token(), "d");
+}

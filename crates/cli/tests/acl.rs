@@ -547,6 +547,42 @@ fn the_agent_endpoints_check_the_request_token() {
         None,
     );
     assert_eq!(status, 200);
+    // The agent's tokens: set at run time (agent:write), unknown kinds 404;
+    // a default token serves tokenless requests.
+    let (status, _, body) = acl.call(
+        "PUT",
+        "/v1/agent/token/nonsense",
+        Some(ROOT),
+        Some(r#"{"Token":"x"}"#),
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (404, "Token \"nonsense\" is unknown")
+    );
+    let (status, _, _) = acl.call(
+        "PUT",
+        "/v1/agent/token/default",
+        Some(&web_secret),
+        Some(r#"{"Token":"x"}"#),
+    );
+    assert_eq!(status, 403);
+    assert_eq!(acl.call("GET", "/v1/kv/anything", None, None).0, 403);
+    let body = format!(r#"{{"Token":"{reader_secret}"}}"#);
+    let (status, _, _) = acl.call("PUT", "/v1/agent/token/default", Some(ROOT), Some(&body));
+    assert_eq!(status, 200);
+    assert_eq!(
+        acl.call("GET", "/v1/kv/anything", None, None).0,
+        404,
+        "read with the default token"
+    );
+    let (status, _, _) = acl.call(
+        "PUT",
+        "/v1/agent/token/acl_token",
+        Some(ROOT),
+        Some(r#"{"Token":""}"#),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(acl.call("GET", "/v1/kv/anything", None, None).0, 403);
     // force-leave needs operator:write.
     let (status, _, body) = acl.call(
         "PUT",

@@ -518,3 +518,37 @@ pub fn legacy(name: &'static str) -> Response {
     )
         .into_response()
 }
+
+/// `PUT /v1/agent/token/:kind` `{"Token": "..."}`: sets one of the
+/// agent's tokens (`""` clears it); needs `agent:write` on this agent.
+pub async fn set_agent_token(
+    State(st): State<AppState>,
+    Path(kind): Path<String>,
+    req: Req,
+    body: Bytes,
+) -> ApiResult {
+    enabled(&st)?;
+    crate::agent_acl::check_agent(&st, &req, legate_acl::Access::Write).await?;
+    #[derive(serde::Deserialize, Default)]
+    struct Body {
+        #[serde(rename = "Token", default)]
+        token: String,
+    }
+    let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?
+    };
+    let Value::Object(map) = value else {
+        return Err(ApiError::bad_request(
+            "Request decode failed: expected an object",
+        ));
+    };
+    let body: Body = serde_json::from_value(canonical(map, &["Token"], "Request")?)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    st.agent.set_token(&kind, body.token)?;
+    // A token change may grant or take away what the cache answered.
+    st.agent.acl().invalidate();
+    Ok(StatusCode::OK.into_response())
+}

@@ -230,6 +230,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/acl/role/name/{*name}", get(acl::role_read_by_name))
         .route("/v1/acl/roles", get(acl::role_list))
         .route("/v1/internal/acl/authorize", post(acl::authorize))
+        .route("/v1/agent/token/{kind}", put(acl::set_agent_token))
         .route("/v1/acl/create", any(|| async { acl::legacy("create") }))
         .route("/v1/acl/update", any(|| async { acl::legacy("update") }))
         .route(
@@ -301,14 +302,7 @@ impl axum::extract::FromRequestParts<AppState> for Req {
             headers: parts.headers.clone(),
             peer: parts.extensions.get::<PeerAddr>().map(|p| p.0),
             agent_node: state.agent.config().node_name.clone(),
-            default_token: state
-                .agent
-                .config()
-                .acl
-                .tokens
-                .default
-                .clone()
-                .unwrap_or_default(),
+            default_token: state.agent.tokens().default_token().unwrap_or_default(),
         })
     }
 }
