@@ -199,19 +199,18 @@ impl LeafManager {
     fn entry(self: &Arc<Self>, service: &str, token: &str) -> Arc<LeafEntry> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = entries.get(service) {
-            let changed = !token.is_empty() && {
+            if !token.is_empty() {
+                // Under the token lock, so a refusal of the old token is
+                // never published after this: it is not this request's
+                // answer, and the entry signs again at once with this one.
                 let mut held = entry.token.lock().unwrap_or_else(|e| e.into_inner());
-                let changed = held.0 != token;
-                if changed {
+                if held.0 != token {
                     *held = (token.to_string(), held.1 + 1);
+                    if entry.state.borrow().error.is_some() {
+                        entry.state.send_modify(|s| s.error = None);
+                    }
+                    entry.retry_now.notify_one();
                 }
-                changed
-            };
-            // A refusal under another token is not this request's answer:
-            // sign again at once with this one.
-            if changed && entry.state.borrow().error.is_some() {
-                entry.state.send_modify(|s| s.error = None);
-                entry.retry_now.notify_one();
             }
             return entry.clone();
         }
@@ -336,10 +335,22 @@ async fn keep_fresh(manager: Arc<LeafManager>, service: String, entry: Arc<LeafE
         };
         // A refusal of a token replaced meanwhile is nobody's answer: try
         // again at once with the new one.
-        let replaced = entry.token.lock().unwrap_or_else(|e| e.into_inner()).1 != generation;
-        if replaced && result.is_err() {
+        let current = || entry.token.lock().unwrap_or_else(|e| e.into_inner()).1 == generation;
+        if result.is_err() && !current() {
             continue;
         }
+        // A refusal is published under the token lock, and only while the
+        // token is still the one refused, so a replacement cannot slip in.
+        let publish_error = |error: RpcError, always: bool| {
+            let held = entry.token.lock().unwrap_or_else(|e| e.into_inner());
+            if held.1 == generation {
+                entry.state.send_modify(|s| {
+                    if always || s.cert.is_none() {
+                        s.error = Some(error);
+                    }
+                });
+            }
+        };
         let next = match result {
             Ok(mut cert) => {
                 window_start = None;
@@ -367,20 +378,14 @@ async fn keep_fresh(manager: Arc<LeafManager>, service: String, entry: Arc<LeafE
                     None => now,
                 };
                 window_start = Some(start);
-                entry
-                    .state
-                    .send_modify(|s| s.error = Some(RpcError::RateLimited));
+                publish_error(RpcError::RateLimited, true);
                 let at = start + jitter(settings.rate_limit_window);
                 Some(at.saturating_duration_since(now))
             }
             Err(e) => {
                 failures += 1;
                 tracing::warn!(service = %service, error = %e, "leaf certificate request failed");
-                entry.state.send_modify(|s| {
-                    if s.cert.is_none() {
-                        s.error = Some(e.clone());
-                    }
-                });
+                publish_error(e, false);
                 Some(Duration::from_secs(2u64.pow(failures.min(5))))
             }
         };

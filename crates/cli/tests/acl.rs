@@ -124,6 +124,40 @@ fn tokens_policies_and_roles_decide_every_request() {
     );
     assert_eq!(status, 200);
 
+    // Lists are filtered to what the token may read, and say so.
+    let (status, _, _) = acl.call("PUT", "/v1/kv/other/secret", Some(ROOT), Some("s"));
+    assert_eq!(status, 200);
+    let filtered = |headers: &[(String, String)]| {
+        headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("x-consul-results-filtered-by-acls") && v == "true"
+        })
+    };
+    let (status, headers, body) = acl.call("GET", "/v1/kv/?recurse", Some(&secret), None);
+    assert_eq!(status, 200, "{body}");
+    let keys: Vec<String> = serde_json::from_str::<Vec<Value>>(&body)
+        .unwrap()
+        .iter()
+        .map(|e| e["Key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["app/x"]);
+    assert!(filtered(&headers));
+    let (status, _, _) = acl.call("GET", "/v1/kv/other/?recurse", Some(&secret), None);
+    assert_eq!(status, 404, "everything filtered is not found");
+    let (_, headers, body) = acl.call("GET", "/v1/kv/?keys", Some(&secret), None);
+    assert_eq!(body, r#"["app/x"]"#);
+    assert!(filtered(&headers));
+    let (_, headers, body) = acl.call("GET", "/v1/catalog/nodes", Some(&secret), None);
+    assert_eq!(body, "[]");
+    assert!(filtered(&headers));
+    let (_, headers, body) = acl.call("GET", "/v1/catalog/nodes", Some(ROOT), None);
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&body).unwrap().len(), 1);
+    assert!(!filtered(&headers));
+    let (_, _, body) = acl.call("GET", "/v1/health/service/consul", Some(&secret), None);
+    assert_eq!(body, "[]");
+    // A recursive delete needs write on everything under the prefix.
+    let (status, _, _) = acl.call("DELETE", "/v1/kv/app/?recurse", Some(&secret), None);
+    assert_eq!(status, 403, "app/locked is read only");
+
     // Reads: self, by accessor (secret hidden without acl:write), lists.
     let own = acl.json("GET", "/v1/acl/token/self", &secret, None);
     assert_eq!(own["AccessorID"], accessor.as_str());

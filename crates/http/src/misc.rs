@@ -304,6 +304,7 @@ pub async fn event_list(State(st): State<AppState>, req: Req) -> ApiResult {
                 known_leader: true,
                 last_contact: Duration::ZERO,
                 consistency: legate_types::Consistency::Default,
+                results_filtered_by_acls: false,
             };
             return Ok(json_meta(&req.params, &meta, &events));
         }

@@ -357,6 +357,12 @@ pub fn with_meta(mut response: Response, meta: &QueryMeta) -> Response {
         "x-consul-effective-consistency",
         HeaderValue::from_static(meta.consistency.header_value()),
     );
+    if meta.results_filtered_by_acls {
+        headers.insert(
+            "x-consul-results-filtered-by-acls",
+            HeaderValue::from_static("true"),
+        );
+    }
     response
 }
 

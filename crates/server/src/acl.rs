@@ -477,3 +477,40 @@ fn digest(text: &str) -> String {
     let sum = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(sum.as_ref())
 }
+
+impl Server {
+    /// The request's resolved token, `None` with ACLs off.
+    pub(crate) fn request_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<Arc<ResolvedToken>>, RpcError> {
+        if self.config.acl.enabled {
+            self.resolve_token(token).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Keeps the rows the request's token may read: each row names what
+    /// it needs (`read` on every target); marks the answer when any went.
+    pub(crate) fn filter_by_acl<T>(
+        &self,
+        token: &str,
+        mut queried: legate_types::Queried<Vec<T>>,
+        targets: impl Fn(&T) -> Vec<(legate_acl::Resource, String)>,
+    ) -> Result<legate_types::Queried<Vec<T>>, RpcError> {
+        let Some(resolved) = self.request_token(token)? else {
+            return Ok(queried);
+        };
+        let before = queried.value.len();
+        queried.value.retain(|row| {
+            targets(row).iter().all(|(resource, name)| {
+                resolved
+                    .authorizer
+                    .allowed(*resource, name, legate_acl::Access::Read)
+            })
+        });
+        queried.meta.results_filtered_by_acls = queried.value.len() < before;
+        Ok(queried)
+    }
+}

@@ -128,6 +128,7 @@ impl Server {
             known_leader: self.raft.leader_address().is_some(),
             last_contact: self.raft.last_contact(),
             consistency,
+            results_filtered_by_acls: false,
         }
     }
 }

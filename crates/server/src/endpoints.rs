@@ -18,6 +18,15 @@ use crate::{Access, Resource, Server};
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 
+/// What reading a health check needs: its node, and its service if any.
+fn check_targets(check: &HealthCheck) -> Vec<(legate_acl::Resource, String)> {
+    let mut targets = vec![(legate_acl::Resource::Node, check.node.clone())];
+    if !check.service_name.is_empty() {
+        targets.push((legate_acl::Resource::Service, check.service_name.clone()));
+    }
+    targets
+}
+
 fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
     wanted
         .iter()
@@ -337,13 +346,16 @@ impl ServerRpc for Server {
     }
 
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {
-        self.authorize(&opts.token, Resource::Node(String::new()), Access::Read)?;
-        self.filtered_list(opts, legate_filter::rows::node(), &[Table::Nodes], |t| {
-            let (index, mut nodes) = t.nodes();
-            crate::coordinates::sort_near(t, opts, &mut nodes, |n| &n.node);
-            (index, nodes)
+        let nodes = self
+            .filtered_list(opts, legate_filter::rows::node(), &[Table::Nodes], |t| {
+                let (index, mut nodes) = t.nodes();
+                crate::coordinates::sort_near(t, opts, &mut nodes, |n| &n.node);
+                (index, nodes)
+            })
+            .await?;
+        self.filter_by_acl(&opts.token, nodes, |n| {
+            vec![(legate_acl::Resource::Node, n.node.clone())]
         })
-        .await
     }
 
     async fn catalog_services(
@@ -372,6 +384,19 @@ impl ServerRpc for Server {
             },
         )
         .await
+        .and_then(|services| {
+            let names = Queried {
+                meta: services.meta,
+                value: services.value.into_iter().collect::<Vec<_>>(),
+            };
+            let kept = self.filter_by_acl(&opts.token, names, |(name, _)| {
+                vec![(legate_acl::Resource::Service, name.clone())]
+            })?;
+            Ok(Queried {
+                meta: kept.meta,
+                value: kept.value.into_iter().collect(),
+            })
+        })
     }
 
     async fn catalog_service_nodes(
@@ -380,25 +405,27 @@ impl ServerRpc for Server {
         query: ServiceQuery,
     ) -> Result<Queried<Vec<ServiceNode>>, RpcError> {
         let filter = parse_filter(&opts.filter, legate_filter::rows::service_node())?;
-        self.authorize(
-            &opts.token,
-            Resource::Service(query.service.clone()),
-            Access::Read,
-        )?;
-        self.blocking_query(
-            opts,
-            |w| w.service(&query.service),
-            |t| {
-                let (index, rows) = t.service_nodes(&query.service, query.connect);
-                let mut rows: Vec<ServiceNode> = rows
-                    .into_iter()
-                    .filter(|r| has_all_tags(&r.service_tags, &query.tags))
-                    .collect();
-                crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node);
-                Ok((index, apply_filter(rows, &filter)))
-            },
-        )
-        .await
+        let rows = self
+            .blocking_query(
+                opts,
+                |w| w.service(&query.service),
+                |t| {
+                    let (index, rows) = t.service_nodes(&query.service, query.connect);
+                    let mut rows: Vec<ServiceNode> = rows
+                        .into_iter()
+                        .filter(|r| has_all_tags(&r.service_tags, &query.tags))
+                        .collect();
+                    crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node);
+                    Ok((index, apply_filter(rows, &filter)))
+                },
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, rows, |r| {
+            vec![
+                (legate_acl::Resource::Service, r.service_name.clone()),
+                (legate_acl::Resource::Node, r.node.clone()),
+            ]
+        })
     }
 
     async fn catalog_node_services(
@@ -460,13 +487,15 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         state: Option<HealthStatus>,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        self.filtered_list(
-            opts,
-            legate_filter::rows::health_check(),
-            &[Table::Checks],
-            |t| t.checks_in_state(state),
-        )
-        .await
+        let checks = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::health_check(),
+                &[Table::Checks],
+                |t| t.checks_in_state(state),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, checks, check_targets)
     }
 
     async fn health_service_nodes(
@@ -475,29 +504,31 @@ impl ServerRpc for Server {
         query: ServiceQuery,
     ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
         let filter = parse_filter(&opts.filter, legate_filter::rows::check_service_node())?;
-        self.authorize(
-            &opts.token,
-            Resource::Service(query.service.clone()),
-            Access::Read,
-        )?;
-        self.blocking_query(
-            opts,
-            |w| w.service(&query.service),
-            |t| {
-                let (index, rows) = t.check_service_nodes(&query.service, query.connect);
-                let mut rows: Vec<CheckServiceNode> = rows
-                    .into_iter()
-                    .filter(|r| has_all_tags(&r.service.tags, &query.tags))
-                    .filter(|r| {
-                        !query.passing_only
-                            || r.checks.iter().all(|c| c.status == HealthStatus::Passing)
-                    })
-                    .collect();
-                crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node.node);
-                Ok((index, apply_filter(rows, &filter)))
-            },
-        )
-        .await
+        let rows = self
+            .blocking_query(
+                opts,
+                |w| w.service(&query.service),
+                |t| {
+                    let (index, rows) = t.check_service_nodes(&query.service, query.connect);
+                    let mut rows: Vec<CheckServiceNode> = rows
+                        .into_iter()
+                        .filter(|r| has_all_tags(&r.service.tags, &query.tags))
+                        .filter(|r| {
+                            !query.passing_only
+                                || r.checks.iter().all(|c| c.status == HealthStatus::Passing)
+                        })
+                        .collect();
+                    crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node.node);
+                    Ok((index, apply_filter(rows, &filter)))
+                },
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, rows, |r| {
+            vec![
+                (legate_acl::Resource::Service, r.service.service.clone()),
+                (legate_acl::Resource::Node, r.node.node.clone()),
+            ]
+        })
     }
 
     async fn kv_get(
@@ -516,16 +547,19 @@ impl ServerRpc for Server {
         prefix: String,
     ) -> Result<Queried<Vec<KvEntry>>, RpcError> {
         let filter = parse_filter(&opts.filter, legate_filter::rows::any())?;
-        self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.kv_prefix(&prefix),
-            |t| {
-                let (index, entries) = t.kv_list(&prefix);
-                Ok((index, apply_filter(entries, &filter)))
-            },
-        )
-        .await
+        let entries = self
+            .blocking_query(
+                opts,
+                |w| w.kv_prefix(&prefix),
+                |t| {
+                    let (index, entries) = t.kv_list(&prefix);
+                    Ok((index, apply_filter(entries, &filter)))
+                },
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, entries, |e| {
+            vec![(legate_acl::Resource::Key, e.key.clone())]
+        })
     }
 
     async fn kv_keys(
@@ -534,13 +568,16 @@ impl ServerRpc for Server {
         prefix: String,
         separator: String,
     ) -> Result<Queried<Vec<String>>, RpcError> {
-        self.authorize(&opts.token, Resource::Key(prefix.clone()), Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.kv_prefix(&prefix),
-            |t| Ok(t.kv_keys(&prefix, &separator)),
-        )
-        .await
+        let keys = self
+            .blocking_query(
+                opts,
+                |w| w.kv_prefix(&prefix),
+                |t| Ok(t.kv_keys(&prefix, &separator)),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, keys, |k| {
+            vec![(legate_acl::Resource::Key, k.clone())]
+        })
     }
 
     async fn kv_apply(&self, opts: &WriteOptions, op: KvOp) -> Result<bool, RpcError> {
@@ -555,7 +592,12 @@ impl ServerRpc for Server {
                 KV_MAX_VALUE_SIZE
             )));
         }
-        self.authorize(&opts.token, Resource::Key(op.key.clone()), Access::Write)?;
+        let target = if op.verb == KvVerb::DeleteTree {
+            Resource::KeyPrefix(op.key.clone())
+        } else {
+            Resource::Key(op.key.clone())
+        };
+        self.authorize(&opts.token, target, Access::Write)?;
         match self.write(Command::Kv(op)).await? {
             (_, CommandResult::Applied(applied)) => Ok(applied),
             (_, other) => Err(RpcError::Internal(format!(

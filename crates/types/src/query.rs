@@ -89,6 +89,10 @@ pub struct QueryMeta {
     pub last_contact: Duration,
     /// The consistency the read was served with.
     pub consistency: Consistency,
+    /// Some rows were left out because the token may not read them
+    /// (`X-Consul-Results-Filtered-By-ACLs`).
+    #[serde(default)]
+    pub results_filtered_by_acls: bool,
 }
 
 /// A read result with its metadata.
