@@ -13,6 +13,10 @@ pub struct HttpFlags {
     /// ACL token (env CONSUL_HTTP_TOKEN).
     #[arg(long)]
     pub token: Option<String>,
+    /// A file holding the ACL token (env CONSUL_HTTP_TOKEN_FILE); wins over
+    /// -token, as in Consul.
+    #[arg(long = "token-file")]
+    pub token_file: Option<String>,
     /// Datacenter to query.
     #[arg(long)]
     pub datacenter: Option<String>,
@@ -53,6 +57,32 @@ pub struct Client {
     http: reqwest::Client,
 }
 
+/// The token a command sends, in Consul's precedence: the token file
+/// (`-token-file`, else `CONSUL_HTTP_TOKEN_FILE`), then `-token`, then
+/// `CONSUL_HTTP_TOKEN`. A file that cannot be read ends the command,
+/// naming the file.
+fn token_of(flags: &HttpFlags) -> Option<String> {
+    let file = flags
+        .token_file
+        .clone()
+        .or_else(|| std::env::var("CONSUL_HTTP_TOKEN_FILE").ok())
+        .filter(|f| !f.is_empty());
+    if let Some(path) = file {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => return Some(text.trim().to_string()).filter(|t| !t.is_empty()),
+            Err(e) => {
+                eprintln!("Error loading token file {path}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    flags
+        .token
+        .clone()
+        .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
+        .filter(|t| !t.is_empty())
+}
+
 impl Client {
     /// Builds a client from flags and the environment.
     pub fn new(flags: &HttpFlags) -> Client {
@@ -67,11 +97,7 @@ impl Client {
         } else {
             format!("http://{}", address.trim_end_matches('/'))
         };
-        let token = flags
-            .token
-            .clone()
-            .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
-            .filter(|t| !t.is_empty());
+        let token = token_of(flags);
         Client {
             base,
             token,

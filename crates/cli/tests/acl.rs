@@ -158,6 +158,41 @@ fn tokens_policies_and_roles_decide_every_request() {
     let (status, _, _) = acl.call("DELETE", "/v1/kv/app/?recurse", Some(&secret), None);
     assert_eq!(status, 403, "app/locked is read only");
 
+    // The CLI sends the token from -token-file (which wins over -token),
+    // and names a token file it cannot read.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.token");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    let file_arg = file.display().to_string();
+    let out = acl.agent.cli(&[
+        "kv",
+        "put",
+        "-token-file",
+        &file_arg,
+        "-token",
+        "wrong",
+        "app/cli",
+        "v",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = acl
+        .agent
+        .cli(&["kv", "put", "-token", &secret, "secret/cli", "v"]);
+    assert!(!out.status.success());
+    let out = acl
+        .agent
+        .cli(&["kv", "get", "-token-file", "/nonexistent/token", "app/cli"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Error loading token file /nonexistent/token"),
+        "{stderr}"
+    );
+
     // Reads: self, by accessor (secret hidden without acl:write), lists.
     let own = acl.json("GET", "/v1/acl/token/self", &secret, None);
     assert_eq!(own["AccessorID"], accessor.as_str());
