@@ -859,22 +859,24 @@ fn role_with_names(tables: &Tables, mut role: AclRole) -> AclRole {
     role
 }
 
-/// Links by ID or name, checked, stored by ID only, without duplicates.
-fn normalize_policy_links(tables: &Tables, links: &[AclLink]) -> Result<Vec<AclLink>, RpcError> {
+/// Links by ID or name, checked, stored by ID only, without duplicates;
+/// `by_name` and `by_id` find the linked object's ID, `kind` names it in
+/// Consul's error.
+fn normalize_links(
+    links: &[AclLink],
+    kind: &str,
+    by_name: impl Fn(&str) -> Option<String>,
+    by_id: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<AclLink>, RpcError> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for link in links {
         let id = if link.id.is_empty() {
-            tables
-                .acl_policy_by_name(&link.name)
-                .map(|p| p.id.clone())
-                .ok_or_else(|| failed(format!("No such ACL policy with name {:?}", link.name)))?
+            by_name(&link.name)
+                .ok_or_else(|| failed(format!("No such ACL {kind} with name {:?}", link.name)))?
         } else {
-            tables
-                .acl_policy(&link.id)
-                .1
-                .map(|p| p.id.clone())
-                .ok_or_else(|| failed(format!("No such ACL policy with ID {:?}", link.id)))?
+            by_id(&link.id)
+                .ok_or_else(|| failed(format!("No such ACL {kind} with ID {:?}", link.id)))?
         };
         if seen.insert(id.clone()) {
             out.push(AclLink {
@@ -886,30 +888,22 @@ fn normalize_policy_links(tables: &Tables, links: &[AclLink]) -> Result<Vec<AclL
     Ok(out)
 }
 
+fn normalize_policy_links(tables: &Tables, links: &[AclLink]) -> Result<Vec<AclLink>, RpcError> {
+    normalize_links(
+        links,
+        "policy",
+        |name| tables.acl_policy_by_name(name).map(|p| p.id.clone()),
+        |id| tables.acl_policy(id).1.map(|p| p.id.clone()),
+    )
+}
+
 fn normalize_role_links(tables: &Tables, links: &[AclLink]) -> Result<Vec<AclLink>, RpcError> {
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for link in links {
-        let id = if link.id.is_empty() {
-            tables
-                .acl_role_by_name(&link.name)
-                .map(|r| r.id.clone())
-                .ok_or_else(|| failed(format!("No such ACL role with name {:?}", link.name)))?
-        } else {
-            tables
-                .acl_role(&link.id)
-                .1
-                .map(|r| r.id.clone())
-                .ok_or_else(|| failed(format!("No such ACL role with ID {:?}", link.id)))?
-        };
-        if seen.insert(id.clone()) {
-            out.push(AclLink {
-                id,
-                name: String::new(),
-            });
-        }
-    }
-    Ok(out)
+    normalize_links(
+        links,
+        "role",
+        |name| tables.acl_role_by_name(name).map(|r| r.id.clone()),
+        |id| tables.acl_role(id).1.map(|r| r.id.clone()),
+    )
 }
 
 /// Consul's checks of service and node identities on a token or role.
