@@ -51,6 +51,9 @@ enum Command {
     /// Creates, reads, checks and deletes intentions.
     #[command(subcommand)]
     Intention(commands::intention::IntentionCommand),
+    /// ACL bootstrap, tokens, policies and the agent's tokens.
+    #[command(subcommand)]
+    Acl(commands::acl::AclCommand),
     /// Reads and writes the KV store.
     #[command(subcommand)]
     Kv(commands::kv::KvCommand),
@@ -146,6 +149,7 @@ fn main() -> ExitCode {
             Command::Config(cmd) => commands::config::run(cmd).await,
             Command::Connect(cmd) => commands::connect::run(cmd).await,
             Command::Intention(cmd) => commands::intention::run(cmd).await,
+            Command::Acl(cmd) => commands::acl::run(cmd).await,
             Command::Tls(cmd) => commands::tls::run(cmd),
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,

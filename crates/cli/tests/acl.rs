@@ -662,3 +662,107 @@ fn the_agent_endpoints_check_the_request_token() {
     assert_eq!(status, 403);
     assert!(body.contains("lacks permission 'operator:write'"), "{body}");
 }
+
+#[test]
+fn the_acl_cli_makes_reads_and_deletes_tokens_and_policies() {
+    let acl = Acl::start();
+    let cli = |args: &[&str]| {
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend(["-token", ROOT]);
+        let out = acl.agent.cli(&full);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("web.hcl");
+    std::fs::write(&rules, "service \"web\" { policy = \"write\" }\n").unwrap();
+    let rules_arg = format!("@{}", rules.display());
+    let (code, out, err) = cli(&[
+        "acl", "policy", "create", "-name", "web", "-rules", &rules_arg,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Name:         web\n"), "{out}");
+    assert!(
+        out.contains("Rules:\nservice \"web\" { policy = \"write\" }"),
+        "{out}"
+    );
+    let (code, out, err) = cli(&[
+        "acl",
+        "token",
+        "create",
+        "-description",
+        "web",
+        "-policy-name",
+        "web",
+        "-format",
+        "json",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let token: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(token["Policies"][0]["Name"], "web");
+    let accessor = token["AccessorID"].as_str().unwrap().to_string();
+    let (_, out, _) = cli(&["acl", "token", "read", "-id", &accessor]);
+    assert!(
+        out.starts_with(&format!("AccessorID:       {accessor}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("Description:      web\nLocal:            false\n"),
+        "{out}"
+    );
+    assert!(out.contains(&format!(
+        "Policies:\n   {} - web\n",
+        token["Policies"][0]["ID"].as_str().unwrap()
+    )));
+    let (_, out, _) = cli(&[
+        "acl",
+        "token",
+        "create",
+        "-service-identity",
+        "db:dc1,dc2",
+        "-node-identity",
+        "n1:dc1",
+    ]);
+    assert!(
+        out.contains("Service Identities:\n   db (Datacenters: dc1, dc2)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Node Identities:\n   n1 (Datacenter: dc1)\n"),
+        "{out}"
+    );
+    let (code, _, err) = cli(&["acl", "token", "create", "-description", "nothing"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("Cannot create a token without specifying -policy-name"),
+        "{err}"
+    );
+    let (_, out, _) = cli(&["acl", "token", "list"]);
+    assert!(out.contains("Description:      Anonymous Token"), "{out}");
+    let (code, out, _) = cli(&["acl", "token", "delete", "-id", &accessor]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            Some(0),
+            format!("Token {accessor:?} deleted successfully").as_str()
+        )
+    );
+    let (_, out, _) = cli(&["acl", "policy", "list"]);
+    assert!(
+        out.contains("global-management:\n   ID:           00000000-0000-0000-0000-000000000001\n"),
+        "{out}"
+    );
+    let (code, out, _) = cli(&["acl", "policy", "delete", "-name", "web"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("deleted successfully"), "{out}");
+    let (code, out, err) = cli(&["acl", "set-agent-token", "default", "anonymous"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "ACL token \"default\" set successfully");
+    let (code, _, err) = cli(&["acl", "bootstrap"]);
+    assert_eq!(code, Some(1));
+    assert!(err.starts_with("Failed ACL bootstrapping: "), "{err}");
+    assert!(err.contains("ACL bootstrap no longer allowed"), "{err}");
+}

@@ -1,5 +1,6 @@
 //! The HTTP-client commands.
 
+pub mod acl;
 pub mod catalog;
 pub mod config;
 pub mod connect;
