@@ -28,7 +28,7 @@ pub enum AclCommand {
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {
     /// Creates a token.
-    Create(TokenCreateArgs),
+    Create(Box<TokenCreateArgs>),
     /// Reads a token by -id, or the request's own with -self.
     Read(TokenReadArgs),
     /// Lists tokens.
