@@ -154,6 +154,33 @@ fn tokens_policies_and_roles_decide_every_request() {
     assert!(!filtered(&headers));
     let (_, _, body) = acl.call("GET", "/v1/health/service/consul", Some(&secret), None);
     assert_eq!(body, "[]");
+    // Intentions and sessions too: readable by their rules only.
+    let (status, _, body) = acl.call(
+        "PUT",
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        Some(ROOT),
+        Some(r#"{"Action":"allow"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = acl.call("PUT", "/v1/session/create", Some(ROOT), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    let (_, _, body) = acl.call("GET", "/v1/connect/intentions", Some(ROOT), None);
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&body).unwrap().len(), 1);
+    let (_, headers, body) = acl.call("GET", "/v1/connect/intentions", Some(&secret), None);
+    assert_eq!(body, "[]");
+    assert!(filtered(&headers));
+    let (status, _, _) = acl.call(
+        "GET",
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        Some(&secret),
+        None,
+    );
+    assert_eq!(status, 403);
+    let (_, _, body) = acl.call("GET", "/v1/session/list", Some(ROOT), None);
+    assert_eq!(serde_json::from_str::<Vec<Value>>(&body).unwrap().len(), 1);
+    let (_, headers, body) = acl.call("GET", "/v1/session/list", Some(&secret), None);
+    assert_eq!(body, "[]");
+    assert!(filtered(&headers));
     // A recursive delete needs write on everything under the prefix.
     let (status, _, _) = acl.call("DELETE", "/v1/kv/app/?recurse", Some(&secret), None);
     assert_eq!(status, 403, "app/locked is read only");

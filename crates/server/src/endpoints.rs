@@ -18,6 +18,11 @@ use crate::{Access, Resource, Server};
 use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, IssuedCert};
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 
+/// What reading a session needs: `session:read` on its node.
+fn session_target(session: &Session) -> Vec<(legate_acl::Resource, String)> {
+    vec![(legate_acl::Resource::Session, session.node.clone())]
+}
+
 /// What reading a health check needs: its node, and its service if any.
 fn check_targets(check: &HealthCheck) -> Vec<(legate_acl::Resource, String)> {
     let mut targets = vec![(legate_acl::Resource::Node, check.node.clone())];
@@ -748,25 +753,29 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         id: String,
     ) -> Result<Queried<Vec<Session>>, RpcError> {
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Sessions]),
-            |t| {
-                let (index, session) = t.session(&id);
-                Ok((index, session.into_iter().collect()))
-            },
-        )
-        .await
+        let sessions = self
+            .blocking_query(
+                opts,
+                |w| w.tables(&[Table::Sessions]),
+                |t| {
+                    let (index, session) = t.session(&id);
+                    Ok((index, session.into_iter().collect()))
+                },
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, sessions, session_target)
     }
 
     async fn session_list(&self, opts: &QueryOptions) -> Result<Queried<Vec<Session>>, RpcError> {
-        self.filtered_list(
-            opts,
-            legate_filter::rows::session(),
-            &[Table::Sessions],
-            |t| t.sessions(),
-        )
-        .await
+        let sessions = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::session(),
+                &[Table::Sessions],
+                |t| t.sessions(),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, sessions, session_target)
     }
 
     async fn session_node(
@@ -774,13 +783,15 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<Session>>, RpcError> {
-        self.filtered_list(
-            opts,
-            legate_filter::rows::session(),
-            &[Table::Sessions],
-            |t| t.node_sessions(&node),
-        )
-        .await
+        let sessions = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::session(),
+                &[Table::Sessions],
+                |t| t.node_sessions(&node),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, sessions, session_target)
     }
 
     async fn config_apply(

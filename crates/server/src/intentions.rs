@@ -540,13 +540,19 @@ impl Server {
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<Vec<Intention>>, RpcError> {
-        self.filtered_list(
-            opts,
-            legate_filter::rows::intention(),
-            &[Table::ConfigEntries],
-            all_intentions,
-        )
-        .await
+        let list = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::intention(),
+                &[Table::ConfigEntries],
+                all_intentions,
+            )
+            .await?;
+        // Each intention is readable with `intentions = "read"` on its
+        // destination.
+        self.filter_by_acl(&opts.token, list, |i| {
+            vec![(legate_acl::Resource::Intention, i.destination_name.clone())]
+        })
     }
 
     /// A blocking read over every intention (in Consul's order).
@@ -572,16 +578,25 @@ impl Server {
         opts: &QueryOptions,
         lookup: IntentionLookup,
     ) -> Result<Queried<Option<Intention>>, RpcError> {
-        self.intentions_query(opts, |list| {
-            list.into_iter().find(|i| match &lookup {
-                IntentionLookup::Id(id) => !id.is_empty() && &i.id == id,
-                IntentionLookup::Exact {
-                    source,
-                    destination,
-                } => &i.source_name == source && &i.destination_name == destination,
+        let found = self
+            .intentions_query(opts, |list| {
+                list.into_iter().find(|i| match &lookup {
+                    IntentionLookup::Id(id) => !id.is_empty() && &i.id == id,
+                    IntentionLookup::Exact {
+                        source,
+                        destination,
+                    } => &i.source_name == source && &i.destination_name == destination,
+                })
             })
-        })
-        .await
+            .await?;
+        if let Some(intention) = &found.value {
+            self.authorize(
+                &opts.token,
+                Resource::Intention(intention.destination_name.clone()),
+                Access::Read,
+            )?;
+        }
+        Ok(found)
     }
 
     /// `GET /v1/connect/intentions/match`: per name, the intentions that
