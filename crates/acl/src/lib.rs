@@ -7,6 +7,7 @@
 //! enforcement live above it.
 
 pub mod authorizer;
+pub mod doors;
 pub mod identities;
 pub mod rules;
 

@@ -459,6 +459,9 @@ pub async fn health_by_id(
     Path(id): Path<String>,
     req: Req,
 ) -> ApiResult {
+    if let Some(service) = st.agent.service(&id) {
+        check(&st, &req, Resource::Service, &service.service, Access::Read).await?;
+    }
     match service_health_body(&st, &id) {
         Some((status, body)) => Ok(health_response(&req.params, status, &body)),
         None => {
@@ -481,6 +484,7 @@ pub async fn health_by_name(
     Path(name): Path<String>,
     req: Req,
 ) -> ApiResult {
+    check(&st, &req, Resource::Service, &name, Access::Read).await?;
     let ids: Vec<String> = st
         .agent
         .services()
@@ -533,6 +537,12 @@ pub async fn keyring(
     body: Bytes,
 ) -> ApiResult {
     use legate_agent::membership::KeyringOp;
+    let access = if method == axum::http::Method::GET {
+        Access::Read
+    } else {
+        Access::Write
+    };
+    check(&st, &req, Resource::Keyring, "", access).await?;
     let disabled = || ApiError::bad_request("Gossip encryption is not enabled on this agent");
     let membership = st.agent.membership().ok_or_else(disabled)?;
     let op = match method.as_str() {

@@ -239,6 +239,14 @@ pub async fn authorize(State(st): State<AppState>, req: Req, body: Bytes) -> Api
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let request: AuthorizeRequest = serde_json::from_value(canonicalize_keys(value))
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    crate::agent_acl::check(
+        &st,
+        &req,
+        legate_acl::Resource::Service,
+        &request.target,
+        legate_acl::Access::Write,
+    )
+    .await?;
     let response = st.agent.authorize(&request).await?;
     Ok(json(&req.params, &response))
 }

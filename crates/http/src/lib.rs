@@ -21,9 +21,10 @@ pub mod util;
 
 use std::sync::Arc;
 
+use axum::handler::Handler;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post, put};
+use axum::routing::{any, delete, get, post, put, MethodRouter};
 use axum::Router;
 use legate_agent::Agent;
 
@@ -52,198 +53,207 @@ pub struct Req {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PeerAddr(pub std::net::SocketAddr);
 
+/// A router being built, with the list of what it routes.
+#[derive(Default)]
+struct Routes {
+    router: Router<AppState>,
+    listed: Vec<(&'static str, &'static str)>,
+}
+
+impl Routes {
+    fn add(
+        mut self,
+        method: &'static str,
+        path: &'static str,
+        route: MethodRouter<AppState>,
+    ) -> Routes {
+        self.router = self.router.route(path, route);
+        self.listed.push((method, path));
+        self
+    }
+
+    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
+        self.add("GET", path, get(handler))
+    }
+
+    fn put<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
+        self.add("PUT", path, put(handler))
+    }
+
+    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
+        self.add("POST", path, post(handler))
+    }
+
+    fn delete<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
+        self.add("DELETE", path, delete(handler))
+    }
+
+    /// A route whose handler answers every method (and refuses the ones
+    /// it does not know with Consul's text).
+    fn any<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
+        self.add("ANY", path, any(handler))
+    }
+}
+
+/// The `/v1` routes, each registered with its method so that the list can
+/// be walked (see [`route_list`]).
+fn routes() -> Routes {
+    Routes::default()
+        .get("/v1/agent/self", agent::self_info)
+        .get("/v1/agent/members", agent::members)
+        .get("/v1/agent/services", agent::services)
+        .put("/v1/agent/service/register", agent::service_register)
+        .put(
+            "/v1/agent/service/deregister/{id}",
+            agent::service_deregister,
+        )
+        .put(
+            "/v1/agent/service/maintenance/{id}",
+            agent::service_maintenance,
+        )
+        .get("/v1/agent/service/{id}", agent::service)
+        .put("/v1/agent/maintenance", agent::node_maintenance)
+        .get("/v1/agent/checks", agent::checks)
+        .put("/v1/agent/check/register", agent::check_register)
+        .put("/v1/agent/check/deregister/{id}", agent::check_deregister)
+        .put("/v1/agent/check/pass/{id}", agent::check_pass)
+        .put("/v1/agent/check/warn/{id}", agent::check_warn)
+        .put("/v1/agent/check/fail/{id}", agent::check_fail)
+        .put("/v1/agent/check/update/{id}", agent::check_update)
+        .get("/v1/agent/health/service/id/{id}", agent::health_by_id)
+        .get(
+            "/v1/agent/health/service/name/{name}",
+            agent::health_by_name,
+        )
+        .get("/v1/agent/connect/ca/roots", connect::agent_roots)
+        .get("/v1/agent/connect/ca/leaf/{service}", connect::leaf)
+        .post("/v1/agent/connect/authorize", intentions::authorize)
+        .put("/v1/agent/connect/authorize", intentions::authorize)
+        .get("/v1/connect/intentions", intentions::list)
+        .post("/v1/connect/intentions", intentions::create)
+        .get("/v1/connect/intentions/exact", intentions::get_exact)
+        .put("/v1/connect/intentions/exact", intentions::put_exact)
+        .delete("/v1/connect/intentions/exact", intentions::delete_exact)
+        .get("/v1/connect/intentions/match", intentions::matches)
+        .get("/v1/connect/intentions/check", intentions::check)
+        .get("/v1/connect/intentions/{id}", intentions::get_by_id)
+        .put("/v1/connect/intentions/{id}", intentions::update_by_id)
+        .delete("/v1/connect/intentions/{id}", intentions::delete_by_id)
+        .get("/v1/connect/ca/roots", connect::roots)
+        .get("/v1/connect/ca/configuration", connect::get_configuration)
+        .put("/v1/connect/ca/configuration", connect::set_configuration)
+        .get("/v1/agent/metrics", metrics::agent_metrics)
+        .put("/v1/agent/reload", agent::reload)
+        .put("/v1/agent/leave", agent::leave)
+        .put("/v1/agent/force-leave/{node}", agent::force_leave)
+        .put("/v1/agent/join/{address}", agent::join)
+        .put("/v1/catalog/register", catalog::register)
+        .put("/v1/catalog/deregister", catalog::deregister)
+        .get("/v1/catalog/datacenters", catalog::datacenters)
+        .get("/v1/catalog/nodes", catalog::nodes)
+        .get("/v1/catalog/services", catalog::services)
+        .get("/v1/catalog/service/{service}", catalog::service_nodes)
+        .get("/v1/catalog/connect/{service}", catalog::connect_nodes)
+        .get("/v1/catalog/node/{node}", catalog::node)
+        .get(
+            "/v1/catalog/node-services/{node}",
+            catalog::node_service_list,
+        )
+        .get("/v1/health/node/{node}", catalog::health_node)
+        .get("/v1/health/checks/{service}", catalog::health_checks)
+        .get("/v1/health/state/{state}", catalog::health_state)
+        .get("/v1/health/service/{service}", catalog::health_service)
+        .get("/v1/health/connect/{service}", catalog::health_connect)
+        .put("/v1/config", config::apply)
+        .get("/v1/config/{kind}", config::list)
+        .get("/v1/config/{kind}/{name}", config::get)
+        .delete("/v1/config/{kind}/{name}", config::delete)
+        .get("/v1/discovery-chain/{service}", config::chain_get)
+        .post("/v1/discovery-chain/{service}", config::chain_post)
+        .any("/v1/kv/", kv::kv_root)
+        .any("/v1/kv/{*key}", kv::kv)
+        .put("/v1/txn", kv::txn)
+        .put("/v1/session/create", misc::session_create)
+        .put("/v1/session/destroy/{id}", misc::session_destroy)
+        .put("/v1/session/renew/{id}", misc::session_renew)
+        .get("/v1/session/info/{id}", misc::session_info)
+        .get("/v1/session/node/{node}", misc::session_node)
+        .get("/v1/session/list", misc::session_list)
+        .get("/v1/status/leader", misc::status_leader)
+        .get("/v1/status/peers", misc::status_peers)
+        .get("/v1/operator/raft/configuration", misc::raft_configuration)
+        .get("/v1/operator/autopilot/health", misc::autopilot_health)
+        .get(
+            "/v1/operator/autopilot/configuration",
+            misc::autopilot_config,
+        )
+        .get("/v1/operator/keyring", agent::keyring)
+        .post("/v1/operator/keyring", agent::keyring)
+        .put("/v1/operator/keyring", agent::keyring)
+        .delete("/v1/operator/keyring", agent::keyring)
+        .delete("/v1/operator/raft/peer", misc::raft_remove_peer)
+        .get("/v1/snapshot", misc::snapshot_save)
+        .add(
+            "PUT",
+            "/v1/snapshot",
+            put(misc::snapshot_restore).layer(axum::extract::DefaultBodyLimit::max(
+                legate_types::rpc::SnapshotArchive::MAX_RESTORE_BYTES + 1,
+            )),
+        )
+        .put("/v1/event/fire/{name}", misc::event_fire)
+        .get("/v1/event/list", misc::event_list)
+        .get("/v1/internal/federation-states", federation::list)
+        .get(
+            "/v1/internal/federation-states/mesh-gateways",
+            federation::mesh_gateways,
+        )
+        .get("/v1/internal/federation-state/", federation::missing)
+        .get("/v1/internal/federation-state/{dc}", federation::get)
+        .put("/v1/acl/bootstrap", acl::bootstrap)
+        .put("/v1/acl/token", acl::token_create)
+        .get("/v1/acl/token/self", acl::token_self)
+        .get("/v1/acl/token/{id}", acl::token_read)
+        .put("/v1/acl/token/{id}", acl::token_update)
+        .delete("/v1/acl/token/{id}", acl::token_delete)
+        .put("/v1/acl/token/{id}/clone", acl::token_clone)
+        .get("/v1/acl/tokens", acl::token_list)
+        .put("/v1/acl/policy", acl::policy_create)
+        .get("/v1/acl/policy/{id}", acl::policy_read)
+        .put("/v1/acl/policy/{id}", acl::policy_update)
+        .delete("/v1/acl/policy/{id}", acl::policy_delete)
+        .get("/v1/acl/policy/name/{*name}", acl::policy_read_by_name)
+        .get("/v1/acl/policies", acl::policy_list)
+        .put("/v1/acl/role", acl::role_create)
+        .get("/v1/acl/role/{id}", acl::role_read)
+        .put("/v1/acl/role/{id}", acl::role_update)
+        .delete("/v1/acl/role/{id}", acl::role_delete)
+        .get("/v1/acl/role/name/{*name}", acl::role_read_by_name)
+        .get("/v1/acl/roles", acl::role_list)
+        .post("/v1/internal/acl/authorize", acl::authorize)
+        .put("/v1/agent/token/{kind}", acl::set_agent_token)
+        .any("/v1/acl/create", || async { acl::legacy("create") })
+        .any("/v1/acl/update", || async { acl::legacy("update") })
+        .any("/v1/acl/destroy/{id}", || async { acl::legacy("destroy") })
+        .any("/v1/acl/info/{id}", || async { acl::legacy("info") })
+        .any("/v1/acl/clone/{id}", || async { acl::legacy("clone") })
+        .any("/v1/acl/list", || async { acl::legacy("list") })
+        .get("/v1/coordinate/datacenters", coordinates::datacenters)
+        .get("/v1/coordinate/nodes", coordinates::nodes)
+        .get("/v1/coordinate/node/{node}", coordinates::node)
+        .put("/v1/coordinate/update", coordinates::update)
+}
+
+/// Every registered route as `(method, path)`, `ANY` for a route that
+/// answers every method itself: what the permission table
+/// ([`legate_acl::doors::HTTP`]) must cover.
+pub fn route_list() -> Vec<(&'static str, &'static str)> {
+    routes().listed
+}
+
 /// Builds the `/v1` router.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        // agent
-        .route("/v1/agent/self", get(agent::self_info))
-        .route("/v1/agent/members", get(agent::members))
-        .route("/v1/agent/services", get(agent::services))
-        .route("/v1/agent/service/register", put(agent::service_register))
-        .route(
-            "/v1/agent/service/deregister/{id}",
-            put(agent::service_deregister),
-        )
-        .route(
-            "/v1/agent/service/maintenance/{id}",
-            put(agent::service_maintenance),
-        )
-        .route("/v1/agent/service/{id}", get(agent::service))
-        .route("/v1/agent/maintenance", put(agent::node_maintenance))
-        .route("/v1/agent/checks", get(agent::checks))
-        .route("/v1/agent/check/register", put(agent::check_register))
-        .route(
-            "/v1/agent/check/deregister/{id}",
-            put(agent::check_deregister),
-        )
-        .route("/v1/agent/check/pass/{id}", put(agent::check_pass))
-        .route("/v1/agent/check/warn/{id}", put(agent::check_warn))
-        .route("/v1/agent/check/fail/{id}", put(agent::check_fail))
-        .route("/v1/agent/check/update/{id}", put(agent::check_update))
-        .route("/v1/agent/health/service/id/{id}", get(agent::health_by_id))
-        .route(
-            "/v1/agent/health/service/name/{name}",
-            get(agent::health_by_name),
-        )
-        .route("/v1/agent/connect/ca/roots", get(connect::agent_roots))
-        .route("/v1/agent/connect/ca/leaf/{service}", get(connect::leaf))
-        .route(
-            "/v1/agent/connect/authorize",
-            post(intentions::authorize).put(intentions::authorize),
-        )
-        .route(
-            "/v1/connect/intentions",
-            get(intentions::list).post(intentions::create),
-        )
-        .route(
-            "/v1/connect/intentions/exact",
-            get(intentions::get_exact)
-                .put(intentions::put_exact)
-                .delete(intentions::delete_exact),
-        )
-        .route("/v1/connect/intentions/match", get(intentions::matches))
-        .route("/v1/connect/intentions/check", get(intentions::check))
-        .route(
-            "/v1/connect/intentions/{id}",
-            get(intentions::get_by_id)
-                .put(intentions::update_by_id)
-                .delete(intentions::delete_by_id),
-        )
-        .route("/v1/connect/ca/roots", get(connect::roots))
-        .route(
-            "/v1/connect/ca/configuration",
-            get(connect::get_configuration).put(connect::set_configuration),
-        )
-        .route("/v1/agent/metrics", get(metrics::agent_metrics))
-        .route("/v1/agent/reload", put(agent::reload))
-        .route("/v1/agent/leave", put(agent::leave))
-        .route("/v1/agent/force-leave/{node}", put(agent::force_leave))
-        .route("/v1/agent/join/{address}", put(agent::join))
-        // catalog
-        .route("/v1/catalog/register", put(catalog::register))
-        .route("/v1/catalog/deregister", put(catalog::deregister))
-        .route("/v1/catalog/datacenters", get(catalog::datacenters))
-        .route("/v1/catalog/nodes", get(catalog::nodes))
-        .route("/v1/catalog/services", get(catalog::services))
-        .route("/v1/catalog/service/{service}", get(catalog::service_nodes))
-        .route("/v1/catalog/connect/{service}", get(catalog::connect_nodes))
-        .route("/v1/catalog/node/{node}", get(catalog::node))
-        .route(
-            "/v1/catalog/node-services/{node}",
-            get(catalog::node_service_list),
-        )
-        // health
-        .route("/v1/health/node/{node}", get(catalog::health_node))
-        .route("/v1/health/checks/{service}", get(catalog::health_checks))
-        .route("/v1/health/state/{state}", get(catalog::health_state))
-        .route("/v1/health/service/{service}", get(catalog::health_service))
-        .route("/v1/health/connect/{service}", get(catalog::health_connect))
-        // config entries
-        .route("/v1/config", put(config::apply))
-        .route("/v1/config/{kind}", get(config::list))
-        .route(
-            "/v1/config/{kind}/{name}",
-            get(config::get).delete(config::delete),
-        )
-        .route(
-            "/v1/discovery-chain/{service}",
-            get(config::chain_get).post(config::chain_post),
-        )
-        // kv and txn
-        .route("/v1/kv/", any(kv::kv_root))
-        .route("/v1/kv/{*key}", any(kv::kv))
-        .route("/v1/txn", put(kv::txn))
-        // sessions
-        .route("/v1/session/create", put(misc::session_create))
-        .route("/v1/session/destroy/{id}", put(misc::session_destroy))
-        .route("/v1/session/renew/{id}", put(misc::session_renew))
-        .route("/v1/session/info/{id}", get(misc::session_info))
-        .route("/v1/session/node/{node}", get(misc::session_node))
-        .route("/v1/session/list", get(misc::session_list))
-        // status, events, coordinates
-        .route("/v1/status/leader", get(misc::status_leader))
-        .route("/v1/status/peers", get(misc::status_peers))
-        .route(
-            "/v1/operator/raft/configuration",
-            get(misc::raft_configuration),
-        )
-        .route("/v1/operator/autopilot/health", get(misc::autopilot_health))
-        .route(
-            "/v1/operator/autopilot/configuration",
-            get(misc::autopilot_config),
-        )
-        .route(
-            "/v1/operator/keyring",
-            get(agent::keyring)
-                .post(agent::keyring)
-                .put(agent::keyring)
-                .delete(agent::keyring),
-        )
-        .route(
-            "/v1/operator/raft/peer",
-            axum::routing::delete(misc::raft_remove_peer),
-        )
-        .route(
-            "/v1/snapshot",
-            get(misc::snapshot_save).put(misc::snapshot_restore).layer(
-                axum::extract::DefaultBodyLimit::max(
-                    legate_types::rpc::SnapshotArchive::MAX_RESTORE_BYTES + 1,
-                ),
-            ),
-        )
-        .route("/v1/event/fire/{name}", put(misc::event_fire))
-        .route("/v1/event/list", get(misc::event_list))
-        .route("/v1/internal/federation-states", get(federation::list))
-        .route(
-            "/v1/internal/federation-states/mesh-gateways",
-            get(federation::mesh_gateways),
-        )
-        .route("/v1/internal/federation-state/", get(federation::missing))
-        .route("/v1/internal/federation-state/{dc}", get(federation::get))
-        .route("/v1/acl/bootstrap", put(acl::bootstrap))
-        .route("/v1/acl/token", put(acl::token_create))
-        .route("/v1/acl/token/self", get(acl::token_self))
-        .route(
-            "/v1/acl/token/{id}",
-            get(acl::token_read)
-                .put(acl::token_update)
-                .delete(acl::token_delete),
-        )
-        .route("/v1/acl/token/{id}/clone", put(acl::token_clone))
-        .route("/v1/acl/tokens", get(acl::token_list))
-        .route("/v1/acl/policy", put(acl::policy_create))
-        .route(
-            "/v1/acl/policy/{id}",
-            get(acl::policy_read)
-                .put(acl::policy_update)
-                .delete(acl::policy_delete),
-        )
-        .route("/v1/acl/policy/name/{*name}", get(acl::policy_read_by_name))
-        .route("/v1/acl/policies", get(acl::policy_list))
-        .route("/v1/acl/role", put(acl::role_create))
-        .route(
-            "/v1/acl/role/{id}",
-            get(acl::role_read)
-                .put(acl::role_update)
-                .delete(acl::role_delete),
-        )
-        .route("/v1/acl/role/name/{*name}", get(acl::role_read_by_name))
-        .route("/v1/acl/roles", get(acl::role_list))
-        .route("/v1/internal/acl/authorize", post(acl::authorize))
-        .route("/v1/agent/token/{kind}", put(acl::set_agent_token))
-        .route("/v1/acl/create", any(|| async { acl::legacy("create") }))
-        .route("/v1/acl/update", any(|| async { acl::legacy("update") }))
-        .route(
-            "/v1/acl/destroy/{id}",
-            any(|| async { acl::legacy("destroy") }),
-        )
-        .route("/v1/acl/info/{id}", any(|| async { acl::legacy("info") }))
-        .route("/v1/acl/clone/{id}", any(|| async { acl::legacy("clone") }))
-        .route("/v1/acl/list", any(|| async { acl::legacy("list") }))
-        .route("/v1/coordinate/datacenters", get(coordinates::datacenters))
-        .route("/v1/coordinate/nodes", get(coordinates::nodes))
-        .route("/v1/coordinate/node/{node}", get(coordinates::node))
-        .route("/v1/coordinate/update", put(coordinates::update))
+    routes()
+        .router
         .fallback(fallback)
         .layer(axum::middleware::map_response_with_state(
             state.clone(),

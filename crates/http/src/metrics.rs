@@ -42,7 +42,11 @@ fn prometheus_labels(labels: &Labels) -> String {
 }
 
 /// The handler.
-pub async fn agent_metrics(req: Req) -> ApiResult {
+pub async fn agent_metrics(
+    axum::extract::State(st): axum::extract::State<crate::AppState>,
+    req: Req,
+) -> ApiResult {
+    crate::agent_acl::check_agent(&st, &req, legate_acl::Access::Read).await?;
     let r = snapshot();
     if req.params.get("format") == Some("prometheus") {
         let mut out = String::new();

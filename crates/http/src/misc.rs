@@ -285,11 +285,21 @@ fn regex_lite_check(pattern: &str) -> Result<(), String> {
 pub async fn event_list(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;
     let name = req.params.get("name").unwrap_or("").to_string();
+    let token = req.token();
     let mut changes = st.agent.event_changes();
     let deadline = tokio::time::Instant::now() + opts.effective_wait();
     loop {
         changes.borrow_and_update();
-        let events = st.agent.events(&name);
+        let all = st.agent.events(&name);
+        let listed = all.len();
+        let mut events = Vec::with_capacity(listed);
+        for event in all {
+            if crate::agent_acl::may_read(&st, &token, legate_acl::Resource::Event, &event.name)
+                .await
+            {
+                events.push(event);
+            }
+        }
         // Consul's index: the last event's id folded to 64 bits (1 when
         // there is none); a blocking list returns once it differs.
         let index = events
@@ -304,7 +314,7 @@ pub async fn event_list(State(st): State<AppState>, req: Req) -> ApiResult {
                 known_leader: true,
                 last_contact: Duration::ZERO,
                 consistency: legate_types::Consistency::Default,
-                results_filtered_by_acls: false,
+                results_filtered_by_acls: events.len() < listed,
             };
             return Ok(json_meta(&req.params, &meta, &events));
         }

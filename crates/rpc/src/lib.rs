@@ -21,7 +21,7 @@ pub use listener::{FrameHandler, Listener};
 pub use pool::{CallError, Pool};
 pub use router::Router;
 pub use server_rpc::{
-    serve_rpc, CrossDatacenter, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool,
+    serve_rpc, CrossDatacenter, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool, CALLS,
 };
 pub use tls::TlsSettings;
 

@@ -43,6 +43,11 @@ macro_rules! server_rpc_calls {
             txn { opts: WriteOptions, ops: Vec<TxnOp> },
         }
 
+        /// Every call the dispatcher answers, by its `ServerRpc` method's
+        /// name: what the permission table (`legate_acl::doors::RPC`)
+        /// must cover.
+        pub const CALLS: &[&str] = &[ $( stringify!($name), )* "txn" ];
+
         impl Call {
             /// How long the caller waits for the answer.
             fn timeout(&self) -> Duration {

@@ -513,4 +513,36 @@ impl Server {
         queried.meta.results_filtered_by_acls = queried.value.len() < before;
         Ok(queried)
     }
+
+    /// A node's services as the token may see them: nothing (`null`) when
+    /// it cannot read the node, else the services it may read (Consul's
+    /// `filterNodeServices`); marks the answer when anything went.
+    pub(crate) fn filter_node_services(
+        &self,
+        token: &str,
+        mut queried: legate_types::Queried<Option<legate_types::NodeServices>>,
+    ) -> Result<legate_types::Queried<Option<legate_types::NodeServices>>, RpcError> {
+        let Some(resolved) = self.request_token(token)? else {
+            return Ok(queried);
+        };
+        let allowed = |resource, name: &str| {
+            resolved
+                .authorizer
+                .allowed(resource, name, legate_acl::Access::Read)
+        };
+        let Some(found) = queried.value.as_mut() else {
+            return Ok(queried);
+        };
+        if !allowed(legate_acl::Resource::Node, &found.node.node) {
+            queried.value = None;
+            queried.meta.results_filtered_by_acls = true;
+            return Ok(queried);
+        }
+        let before = found.services.len();
+        found
+            .services
+            .retain(|_, s| allowed(legate_acl::Resource::Service, &s.service));
+        queried.meta.results_filtered_by_acls = found.services.len() < before;
+        Ok(queried)
+    }
 }

@@ -399,7 +399,7 @@ impl Server {
             .acl_token_by_secret(secret)
             .filter(|t| !expired(t))
             .cloned()
-            .ok_or_else(|| RpcError::NotFound("Supplied token does not exist".into()))?;
+            .ok_or(RpcError::AclNotFound)?;
         Ok(with_names(&tables, token))
     }
 

@@ -78,3 +78,36 @@ impl Access {
         }
     }
 }
+
+impl Resource {
+    /// The resource a rule resource and a name stand for.
+    pub(crate) fn named(resource: legate_acl::Resource, name: &str) -> Resource {
+        use legate_acl::Resource as R;
+        let name = name.to_string();
+        match resource {
+            R::Acl => Resource::Acl,
+            R::Agent => Resource::Agent(name),
+            R::Event => Resource::Event(name),
+            R::Intention => Resource::Intention(name),
+            R::Key => Resource::Key(name),
+            R::Keyring => Resource::Keyring,
+            R::Mesh => Resource::Mesh,
+            R::Node => Resource::Node(name),
+            R::Operator | R::Peering => Resource::Operator,
+            R::Query => Resource::Query(name),
+            R::Service => Resource::Service(name),
+            R::Session => Resource::Session(name),
+        }
+    }
+}
+
+impl Access {
+    /// The access a rule access stands for.
+    pub(crate) fn from_acl(access: legate_acl::Access) -> Access {
+        match access {
+            legate_acl::Access::Read => Access::Read,
+            legate_acl::Access::List => Access::List,
+            legate_acl::Access::Write => Access::Write,
+        }
+    }
+}

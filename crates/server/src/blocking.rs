@@ -202,6 +202,7 @@ impl Server {
         // An entry the token may not read is never reported (rather than
         // failing the call for every other entry): its reader's own read
         // answers the denial.
+        let mut hidden = false;
         let watched: Vec<(Watched, u64)> = watched
             .into_iter()
             .map(|(item, since)| match &item {
@@ -210,6 +211,7 @@ impl Server {
                         .authorize(&opts.token, Resource::Service(name.clone()), Access::Read)
                         .is_err() =>
                 {
+                    hidden = true;
                     (item, u64::MAX)
                 }
                 _ => (item, since),
@@ -240,6 +242,10 @@ impl Server {
             |_, changed| !changed.is_empty(),
         )
         .await
+        .map(|mut answer| {
+            answer.meta.results_filtered_by_acls = hidden;
+            answer
+        })
     }
 }
 

@@ -148,28 +148,32 @@ impl Server {
         opts: &QueryOptions,
         node: Option<String>,
     ) -> Result<Queried<Vec<CoordinateEntry>>, RpcError> {
-        self.authorize(
-            &opts.token,
-            Resource::Node(node.clone().unwrap_or_default()),
-            Access::Read,
-        )?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Coordinates]),
-            |t| {
-                let rows = t
-                    .coordinates()
-                    .filter(|(name, _)| node.as_ref().is_none_or(|n| n == *name))
-                    .map(|(name, coord)| CoordinateEntry {
-                        node: name.clone(),
-                        segment: String::new(),
-                        coord: coord.clone(),
-                    })
-                    .collect();
-                Ok((t.table_index(Table::Coordinates), rows))
-            },
-        )
-        .await
+        // One node's coordinates need read on it (403); the list of all
+        // keeps the nodes the token may read.
+        if let Some(node) = &node {
+            self.authorize(&opts.token, Resource::Node(node.clone()), Access::Read)?;
+        }
+        let rows = self
+            .blocking_query(
+                opts,
+                |w| w.tables(&[Table::Coordinates]),
+                |t| {
+                    let rows = t
+                        .coordinates()
+                        .filter(|(name, _)| node.as_ref().is_none_or(|n| n == *name))
+                        .map(|(name, coord)| CoordinateEntry {
+                            node: name.clone(),
+                            segment: String::new(),
+                            coord: coord.clone(),
+                        })
+                        .collect();
+                    Ok((t.table_index(Table::Coordinates), rows))
+                },
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, rows, |row: &CoordinateEntry| {
+            vec![(legate_acl::Resource::Node, row.node.clone())]
+        })
     }
 
     /// Every datacenter's servers with a WAN coordinate, by datacenter name

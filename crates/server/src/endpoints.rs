@@ -287,14 +287,7 @@ impl ServerRpc for Server {
     ) -> Result<u64, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.validate_register(&mut req)?;
-        self.authorize(&opts.token, Resource::Node(req.node.clone()), Access::Write)?;
-        if let Some(service) = &req.service {
-            self.authorize(
-                &opts.token,
-                Resource::Service(service.service.clone()),
-                Access::Write,
-            )?;
-        }
+        self.authorize_register(&opts.token, &req)?;
         self.write(Command::Register(Box::new(req)))
             .await
             .map(Self::write_index)
@@ -309,7 +302,7 @@ impl ServerRpc for Server {
         if req.node.is_empty() {
             return Err(RpcError::BadRequest("Must provide node".into()));
         }
-        self.authorize(&opts.token, Resource::Node(req.node.clone()), Access::Write)?;
+        self.authorize_deregister(&opts.token, &req)?;
         self.write(Command::Deregister(req))
             .await
             .map(Self::write_index)
@@ -439,24 +432,25 @@ impl ServerRpc for Server {
         node: String,
     ) -> Result<Queried<Option<NodeServices>>, RpcError> {
         let filter = parse_filter(&opts.filter, legate_filter::rows::node_service())?;
-        self.authorize(&opts.token, Resource::Node(node.clone()), Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Nodes, Table::Services]),
-            |t| {
-                let (index, found) = t.node_services(&node);
-                let found = found.map(|mut ns| {
-                    if filter.is_some() {
-                        let kept: Vec<NodeService> =
-                            apply_filter(ns.services.values().cloned().collect(), &filter);
-                        ns.services = kept.into_iter().map(|s| (s.id.clone(), s)).collect();
-                    }
-                    ns
-                });
-                Ok((index, found))
-            },
-        )
-        .await
+        let found = self
+            .blocking_query(
+                opts,
+                |w| w.tables(&[Table::Nodes, Table::Services]),
+                |t| {
+                    let (index, found) = t.node_services(&node);
+                    let found = found.map(|mut ns| {
+                        if filter.is_some() {
+                            let kept: Vec<NodeService> =
+                                apply_filter(ns.services.values().cloned().collect(), &filter);
+                            ns.services = kept.into_iter().map(|s| (s.id.clone(), s)).collect();
+                        }
+                        ns
+                    });
+                    Ok((index, found))
+                },
+            )
+            .await?;
+        self.filter_node_services(&opts.token, found)
     }
 
     async fn health_node_checks(
@@ -464,13 +458,15 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        self.filtered_list(
-            opts,
-            legate_filter::rows::health_check(),
-            &[Table::Checks],
-            |t| t.node_checks(&node),
-        )
-        .await
+        let checks = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::health_check(),
+                &[Table::Checks],
+                |t| t.node_checks(&node),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, checks, check_targets)
     }
 
     async fn health_service_checks(
@@ -478,13 +474,15 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         service: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        self.filtered_list(
-            opts,
-            legate_filter::rows::health_check(),
-            &[Table::Checks],
-            |t| t.service_checks(&service),
-        )
-        .await
+        let checks = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::health_check(),
+                &[Table::Checks],
+                |t| t.service_checks(&service),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, checks, check_targets)
     }
 
     async fn health_checks_in_state(
@@ -625,12 +623,16 @@ impl ServerRpc for Server {
                     "operation {position}: value exceeds {KV_MAX_VALUE_SIZE} bytes"
                 )));
             }
-            let access = if op.kv.verb.is_read() {
-                Access::Read
-            } else {
-                Access::Write
-            };
-            self.authorize(&opts.token, Resource::Key(op.kv.key.clone()), access)?;
+        }
+        // Each operation is checked on its own; one refused fails the
+        // whole transaction with nothing applied (Consul's 409).
+        let denied = self.txn_denials(&opts.token, &ops)?;
+        if !denied.is_empty() {
+            return Ok(TxnResponse {
+                results: None,
+                errors: Some(denied),
+                index: 0,
+            });
         }
         // Every verb but delete-tree names a key (Consul's `kvsPreApply`):
         // the key "" could never be read or deleted again.
@@ -653,10 +655,10 @@ impl ServerRpc for Server {
         // A read-only transaction needs no Raft round trip.
         if ops.iter().all(|o| o.kv.verb.is_read()) {
             let results = read_only_txn(&self.store.read(), &ops);
-            return Ok(results);
+            return self.filter_txn_results(&opts.token, results);
         }
         match self.write(Command::Txn(ops)).await? {
-            (_, CommandResult::Txn(response)) => Ok(response),
+            (_, CommandResult::Txn(response)) => self.filter_txn_results(&opts.token, response),
             (_, other) => Err(RpcError::Internal(format!(
                 "unexpected transaction result {other:?}"
             ))),
@@ -811,7 +813,7 @@ impl ServerRpc for Server {
         config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
         legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
         self.check_chains_after(&entry.kind, &entry.name, Some(&entry))?;
-        self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        self.authorize_config_write(&opts.token, &entry.kind, &entry.name)?;
         let command = Command::ConfigEntrySet {
             entry: Box::new(entry),
             cas,
@@ -831,6 +833,7 @@ impl ServerRpc for Server {
         name: String,
     ) -> Result<Queried<Option<ConfigEntry>>, RpcError> {
         let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
+        self.authorize_config_read(&opts.token, &kind, &name)?;
         self.blocking_query(
             opts,
             |w| w.tables(&[Table::ConfigEntries]),
@@ -845,13 +848,15 @@ impl ServerRpc for Server {
         kind: String,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
         let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
-        self.filtered_list(
-            opts,
-            legate_filter::rows::any(),
-            &[Table::ConfigEntries],
-            |t| t.config_entries_of_kind(&kind),
-        )
-        .await
+        let entries = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::any(),
+                &[Table::ConfigEntries],
+                |t| t.config_entries_of_kind(&kind),
+            )
+            .await?;
+        self.filter_config_entries(&opts.token, entries)
     }
 
     async fn config_list_all(
@@ -869,13 +874,15 @@ impl ServerRpc for Server {
         } else {
             kinds
         };
-        self.filtered_list(
-            opts,
-            legate_filter::rows::any(),
-            &[Table::ConfigEntries],
-            |t| t.config_entries_of_kinds(&kinds),
-        )
-        .await
+        let entries = self
+            .filtered_list(
+                opts,
+                legate_filter::rows::any(),
+                &[Table::ConfigEntries],
+                |t| t.config_entries_of_kinds(&kinds),
+            )
+            .await?;
+        self.filter_config_entries(&opts.token, entries)
     }
 
     async fn config_delete(
@@ -893,7 +900,7 @@ impl ServerRpc for Server {
             return remote.config_delete(&routed, kind, name, cas).await;
         }
         self.check_datacenter(&opts.datacenter)?;
-        self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        self.authorize_config_write(&opts.token, &kind, &name)?;
         self.check_chains_after(&kind, &name, None)?;
         match self
             .write(Command::ConfigEntryDelete { kind, name, cas })

@@ -120,20 +120,49 @@ impl Server {
         opts: &QueryOptions,
     ) -> Result<Queried<BTreeMap<String, Vec<CheckServiceNode>>>, RpcError> {
         self.federation_states_enabled()?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::FederationStates]),
-            |t| {
-                let (index, states) = t.federation_states();
-                let gateways = states
+        let resolved = self.request_token(&opts.token)?;
+        let readable = |gateway: &CheckServiceNode| {
+            resolved.as_ref().is_none_or(|r| {
+                r.authorizer.allowed(
+                    legate_acl::Resource::Node,
+                    &gateway.node.node,
+                    legate_acl::Access::Read,
+                ) && r.authorizer.allowed(
+                    legate_acl::Resource::Service,
+                    &gateway.service.service,
+                    legate_acl::Access::Read,
+                )
+            })
+        };
+        let mut answer = self
+            .blocking_query(
+                opts,
+                |w| w.tables(&[Table::FederationStates]),
+                |t| {
+                    let (index, states) = t.federation_states();
+                    Ok((index, states))
+                },
+            )
+            .await?;
+        let mut filtered = false;
+        let gateways = std::mem::take(&mut answer.value)
+            .into_iter()
+            .filter_map(|s| {
+                let before = s.mesh_gateways.len();
+                let kept: Vec<CheckServiceNode> = s
+                    .mesh_gateways
                     .into_iter()
-                    .filter(|s| !s.mesh_gateways.is_empty())
-                    .map(|s| (s.datacenter, s.mesh_gateways))
+                    .filter(|g| readable(g))
                     .collect();
-                Ok((index, gateways))
-            },
-        )
-        .await
+                filtered |= kept.len() < before;
+                (!kept.is_empty()).then_some((s.datacenter, kept))
+            })
+            .collect();
+        answer.meta.results_filtered_by_acls = filtered;
+        Ok(legate_types::Queried {
+            value: gateways,
+            meta: answer.meta,
+        })
     }
 
     /// This datacenter's state as its catalog says it should be, and the

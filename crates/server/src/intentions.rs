@@ -361,7 +361,7 @@ impl Server {
                 validate_legacy(&intention)?;
                 self.authorize(
                     &opts.token,
-                    Resource::Service(intention.destination_name.clone()),
+                    Resource::Intention(intention.destination_name.clone()),
                     Access::Write,
                 )?;
                 let id = uuid::Uuid::new_v4().to_string();
@@ -389,7 +389,7 @@ impl Server {
                 }
                 self.authorize(
                     &opts.token,
-                    Resource::Service(existing.destination_name.clone()),
+                    Resource::Intention(existing.destination_name.clone()),
                     Access::Write,
                 )?;
                 let destination = existing.destination_name.clone();
@@ -425,7 +425,7 @@ impl Server {
                 })?;
                 self.authorize(
                     &opts.token,
-                    Resource::Service(existing.destination_name.clone()),
+                    Resource::Intention(existing.destination_name.clone()),
                     Access::Write,
                 )?;
                 self.mutate_intentions(&existing.destination_name, true, |current| {
@@ -455,7 +455,7 @@ impl Server {
                 );
                 self.authorize(
                     &opts.token,
-                    Resource::Service(destination.clone()),
+                    Resource::Intention(destination.clone()),
                     Access::Write,
                 )?;
                 self.mutate_intentions(&destination, false, |current| {
@@ -510,7 +510,7 @@ impl Server {
             } => {
                 self.authorize(
                     &opts.token,
-                    Resource::Service(destination.clone()),
+                    Resource::Intention(destination.clone()),
                     Access::Write,
                 )?;
                 self.mutate_intentions(&destination, false, |current| {
@@ -578,6 +578,15 @@ impl Server {
         opts: &QueryOptions,
         lookup: IntentionLookup,
     ) -> Result<Queried<Option<Intention>>, RpcError> {
+        // By name, the destination is known before the lookup: a token
+        // that may not read it learns nothing, found or not.
+        if let IntentionLookup::Exact { destination, .. } = &lookup {
+            self.authorize(
+                &opts.token,
+                Resource::Intention(destination.clone()),
+                Access::Read,
+            )?;
+        }
         let found = self
             .intentions_query(opts, |list| {
                 list.into_iter().find(|i| match &lookup {
@@ -607,6 +616,9 @@ impl Server {
         by: MatchBy,
         names: Vec<String>,
     ) -> Result<Queried<Vec<(String, Vec<Intention>)>>, RpcError> {
+        for name in &names {
+            self.authorize(&opts.token, Resource::Intention(name.clone()), Access::Read)?;
+        }
         self.intentions_query(opts, |list| {
             names
                 .iter()

@@ -12,7 +12,9 @@ pub mod autopilot;
 mod blocking;
 mod ca;
 mod ca_secondary;
+mod catalog_access;
 pub mod cluster;
+mod config_access;
 mod config_replication;
 pub mod coordinates;
 mod endpoints;
@@ -23,6 +25,7 @@ mod leader;
 mod replication;
 mod sessions;
 mod snapshot;
+mod txn_access;
 mod wan;
 
 use std::sync::Arc;

@@ -88,6 +88,11 @@ impl Server {
         if event.name.is_empty() {
             return Err(RpcError::BadRequest("Missing name".into()));
         }
+        self.authorize(
+            &opts.token,
+            crate::authorizer::Resource::Event(event.name.clone()),
+            crate::authorizer::Access::Write,
+        )?;
         let payload = event
             .payload
             .as_deref()
