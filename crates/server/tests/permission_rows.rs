@@ -203,6 +203,14 @@ impl Harness {
         }
     }
 
+    /// A name no earlier call of this harness used.
+    fn unique_name(&self, prefix: &str) -> String {
+        let n = self
+            .minted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{prefix}-{n}")
+    }
+
     /// A token with exactly `rules` (none: a token without policies).
     async fn token(&self, rules: &str) -> String {
         let n = self
@@ -516,14 +524,12 @@ impl Harness {
                     .await,
             ),
             "acl_policy_set" => {
-                let n = self
-                    .minted
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = self.unique_name("made");
                 plain(
                     rpc.acl_policy_set(
                         &w,
                         AclPolicy {
-                            name: format!("made-{n}"),
+                            name,
                             ..Default::default()
                         },
                         true,
@@ -535,14 +541,12 @@ impl Harness {
             "acl_policy_list" => queried(rpc.acl_policy_list(&q).await),
             "acl_policy_delete" => plain(rpc.acl_policy_delete(&w, fx.policy.clone()).await),
             "acl_role_set" => {
-                let n = self
-                    .minted
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = self.unique_name("made");
                 plain(
                     rpc.acl_role_set(
                         &w,
                         AclRole {
-                            name: format!("made-{n}"),
+                            name,
                             ..Default::default()
                         },
                         true,
