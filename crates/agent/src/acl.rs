@@ -47,6 +47,8 @@ pub struct AclResolver {
     cache: Mutex<HashMap<String, Cached>>,
     /// Until when the servers' "ACLs disabled" answer holds.
     disabled_until: Mutex<Option<Instant>>,
+    /// Moves whenever the resolved tokens are dropped (an ACL table changed).
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl AclResolver {
@@ -66,6 +68,7 @@ impl AclResolver {
             tokens,
             cache: Mutex::new(HashMap::new()),
             disabled_until: Mutex::new(None),
+            generation: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -226,9 +229,23 @@ impl AclResolver {
         })
     }
 
-    /// Forgets every resolved token.
+    /// Forgets every resolved token and tells [`AclResolver::changes`]'
+    /// followers.
     pub fn invalidate(&self) {
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Moves whenever tokens, policies or roles may have changed: what was
+    /// decided with a resolved token should be decided again (open xDS
+    /// streams re-check theirs).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Whether this agent enforces ACLs.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
     }
 
     /// `Ok` when `secret` may have `access` to `resource` `name`; Consul's

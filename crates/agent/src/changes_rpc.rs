@@ -11,6 +11,8 @@ use futures::StreamExt;
 use legate_types::rpc::{ServerRpc, Watched, MAX_WATCHED, UNDECODABLE_CALL};
 use legate_types::{Consistency, QueryOptions, RpcError};
 
+use crate::acl_tokens::TokenStore;
+
 use crate::shared_watch::{Changes, ChangesError, Checked};
 
 /// How long one batched call may wait at the server.
@@ -32,20 +34,22 @@ struct Call {
 /// fails is passed over while another may still answer.
 pub(crate) fn batched_changes<K: Send + Sync + 'static>(
     rpc: Arc<dyn ServerRpc>,
+    tokens: Arc<TokenStore>,
     watched: impl Fn(&K) -> (String, Watched) + Send + Sync + 'static,
 ) -> Changes<K> {
     let watched = Arc::new(watched);
     Arc::new(move |keys: Vec<(K, u64)>| {
-        let (rpc, watched) = (rpc.clone(), watched.clone());
+        let (rpc, watched, token) = (rpc.clone(), watched.clone(), tokens.agent_token());
         Box::pin(async move {
             let calls = group(&keys, &*watched);
             let mut answers: futures::stream::FuturesUnordered<_> = calls
                 .into_iter()
                 .map(|(datacenter, call)| {
-                    let rpc = rpc.clone();
+                    let (rpc, token) = (rpc.clone(), token.clone());
                     async move {
                         let opts = QueryOptions {
                             datacenter,
+                            token,
                             min_index: 1,
                             max_wait: Some(WAIT),
                             consistency: Consistency::Stale,

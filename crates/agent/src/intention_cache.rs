@@ -12,6 +12,7 @@ use legate_types::intention::{Intention, MatchBy};
 use legate_types::rpc::ServerRpc;
 use legate_types::{Consistency, QueryOptions, RpcError};
 
+use crate::acl_tokens::TokenStore;
 use crate::shared_watch::SharedWatch;
 
 /// Keys held at most.
@@ -25,14 +26,21 @@ pub struct IntentionCache {
 }
 
 impl IntentionCache {
-    /// An empty cache reading through `rpc`.
-    pub fn new(rpc: Arc<dyn ServerRpc>, datacenter: String) -> Arc<IntentionCache> {
+    /// An empty cache reading through `rpc` with the agent's own token
+    /// (`acl.tokens.agent`, else `default`).
+    pub fn new(
+        rpc: Arc<dyn ServerRpc>,
+        tokens: Arc<TokenStore>,
+        datacenter: String,
+    ) -> Arc<IntentionCache> {
         let watch = SharedWatch::new(
             Arc::new(move |destination: String, min_index: u64| {
-                let (rpc, datacenter) = (rpc.clone(), datacenter.clone());
+                let (rpc, datacenter, token) =
+                    (rpc.clone(), datacenter.clone(), tokens.agent_token());
                 Box::pin(async move {
                     let opts = QueryOptions {
                         datacenter,
+                        token,
                         min_index,
                         max_wait: Some(Duration::from_secs(300)),
                         consistency: Consistency::Stale,

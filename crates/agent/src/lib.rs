@@ -20,6 +20,7 @@ pub mod leaf;
 pub mod limits;
 pub mod local;
 pub mod membership;
+pub mod proxy_acl;
 pub mod proxy_sources;
 pub mod shared_watch;
 mod sync;
@@ -95,8 +96,6 @@ impl Agent {
     ) -> Result<Arc<Agent>, AgentError> {
         let leaf_certs =
             leaf::LeafManager::start(rpc.clone(), config.datacenter.clone(), Default::default());
-        let intentions =
-            intention_cache::IntentionCache::new(rpc.clone(), config.datacenter.clone());
         let mut token_warnings = Vec::new();
         let tokens = Arc::new(acl_tokens::TokenStore::new(
             &config.acl.tokens,
@@ -104,6 +103,11 @@ impl Agent {
             config.data_dir.as_deref(),
             &mut token_warnings,
         ));
+        let intentions = intention_cache::IntentionCache::new(
+            rpc.clone(),
+            tokens.clone(),
+            config.datacenter.clone(),
+        );
         for warning in token_warnings {
             tracing::warn!("{warning}");
         }

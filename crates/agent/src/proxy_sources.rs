@@ -17,6 +17,7 @@ use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched};
 use legate_types::{Consistency, HealthStatus, QueryOptions};
 use serde_json::Value;
 
+use crate::acl_tokens::TokenStore;
 use crate::changes_rpc::batched_changes;
 use crate::leaf::LeafManager;
 use crate::shared_watch::SharedWatch;
@@ -32,11 +33,16 @@ pub const CACHE_CAPACITY: usize = 10_000;
 /// keys within this and half of it again).
 pub const CACHE_IDLE_TTL: Duration = Duration::from_secs(30);
 
+/// The token that signs a service's leaf certificate for its proxies.
+pub type LeafToken = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 /// Data sources backed by the agent's RPC client and leaf manager. Chains,
 /// endpoints, intentions and roots go through shared, bounded caches, so
 /// proxies with the same upstream share one blocking query per key.
 pub struct AgentSources {
     leaf_certs: Arc<LeafManager>,
+    /// The token that signs a service's leaf for its local proxies.
+    leaf_token: LeafToken,
     default_allow: bool,
     roots: Arc<SharedWatch<(), IndexedCaRoots>>,
     intentions: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
@@ -45,12 +51,17 @@ pub struct AgentSources {
     endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
 }
 
-fn opts(datacenter: &str, min_index: u64) -> QueryOptions {
+/// A blocking read of the shared caches, made with the agent's own token
+/// (`acl.tokens.agent`, else `default`): the caches hold what the agent
+/// may read, and each proxy sees only what its own token may read of it
+/// ([`crate::proxy_acl::visible_snapshot`]).
+fn opts(datacenter: &str, min_index: u64, token: String) -> QueryOptions {
     QueryOptions {
         datacenter: datacenter.to_string(),
         min_index,
         max_wait: Some(WAIT),
         consistency: Consistency::Stale,
+        token,
         ..Default::default()
     }
 }
@@ -59,48 +70,57 @@ impl AgentSources {
     /// Sources over `rpc` for an agent in `datacenter`.
     pub fn new(
         rpc: Arc<dyn ServerRpc>,
+        tokens: Arc<TokenStore>,
         leaf_certs: Arc<LeafManager>,
+        leaf_token: LeafToken,
         intentions: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
         datacenter: String,
         default_allow: bool,
     ) -> AgentSources {
-        let (r, dc) = (rpc.clone(), datacenter.clone());
+        let (r, dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let roots = SharedWatch::new(
             Arc::new(move |_: (), min| {
-                let (r, dc) = (r.clone(), dc.clone());
-                Box::pin(async move { fetch_roots(&*r, &dc, min).await })
+                let (r, dc, token) = (r.clone(), dc.clone(), t.agent_token());
+                Box::pin(async move { fetch_roots(&*r, &dc, min, token).await })
             }),
             1,
             CACHE_IDLE_TTL,
         );
-        let (r, dc) = (rpc.clone(), datacenter.clone());
+        let (r, dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let chains = SharedWatch::batched(
             Arc::new(move |(service, compile_dc): (String, String), min| {
-                let (r, dc) = (r.clone(), dc.clone());
-                Box::pin(async move { fetch_chain(&*r, &dc, &service, &compile_dc, min).await })
+                let (r, dc, token) = (r.clone(), dc.clone(), t.agent_token());
+                Box::pin(
+                    async move { fetch_chain(&*r, &dc, &service, &compile_dc, min, token).await },
+                )
             }),
             // Every chain is compiled from the config entries.
-            batched_changes(rpc.clone(), {
+            batched_changes(rpc.clone(), tokens.clone(), {
                 let dc = datacenter.clone();
                 move |_: &(String, String)| (dc.clone(), Watched::ConfigEntries)
             }),
             CACHE_CAPACITY,
             CACHE_IDLE_TTL,
         );
-        let (r, local_dc) = (rpc.clone(), datacenter);
+        let (r, local_dc, t) = (rpc.clone(), datacenter, tokens.clone());
         let endpoints = SharedWatch::batched(
             Arc::new(
                 move |(service, dc, filter): (String, String, String), min| {
-                    let r = r.clone();
+                    let (r, token) = (r.clone(), t.agent_token());
                     // Instances in another datacenter are dialled at their WAN addresses.
                     let wan = dc != local_dc;
-                    Box::pin(
-                        async move { fetch_endpoints(&*r, &service, &dc, &filter, wan, min).await },
-                    )
+                    let read = EndpointsRead {
+                        service,
+                        datacenter: dc,
+                        filter,
+                        wan,
+                    };
+                    Box::pin(async move { fetch_endpoints(&*r, read, min, token).await })
                 },
             ),
             batched_changes(
                 rpc.clone(),
+                tokens,
                 |(service, dc, _): &(String, String, String)| {
                     (dc.clone(), Watched::Service(service.clone()))
                 },
@@ -110,6 +130,7 @@ impl AgentSources {
         );
         AgentSources {
             leaf_certs,
+            leaf_token,
             default_allow,
             roots,
             intentions,
@@ -132,9 +153,10 @@ async fn fetch_roots(
     rpc: &dyn ServerRpc,
     datacenter: &str,
     min_index: u64,
+    token: String,
 ) -> Result<Fetched<IndexedCaRoots>, String> {
     let q = rpc
-        .ca_roots(&opts(datacenter, min_index))
+        .ca_roots(&opts(datacenter, min_index, token))
         .await
         .map_err(|e| e.to_string())?;
     if q.value.roots.is_empty() {
@@ -152,10 +174,11 @@ async fn fetch_chain(
     service: &str,
     compile_datacenter: &str,
     min_index: u64,
+    token: String,
 ) -> Result<Fetched<Arc<CompiledChain>>, String> {
     let q = rpc
         .discovery_chain(
-            &opts(datacenter, min_index),
+            &opts(datacenter, min_index, token),
             service.to_string(),
             compile_datacenter.to_string(),
             ChainOverrides::default(),
@@ -174,21 +197,30 @@ async fn fetch_chain(
     })
 }
 
+/// One read of a target's endpoints.
+struct EndpointsRead {
+    service: String,
+    datacenter: String,
+    /// The subset's filter.
+    filter: String,
+    /// Dial at WAN addresses (another datacenter).
+    wan: bool,
+}
+
 async fn fetch_endpoints(
     rpc: &dyn ServerRpc,
-    service: &str,
-    datacenter: &str,
-    filter: &str,
-    wan: bool,
+    read: EndpointsRead,
     min_index: u64,
+    token: String,
 ) -> Result<Fetched<Vec<Endpoint>>, String> {
-    let mut opts = opts(datacenter, min_index);
-    opts.filter = filter.to_string();
+    let wan = read.wan;
+    let mut opts = opts(&read.datacenter, min_index, token);
+    opts.filter = read.filter;
     let q = rpc
         .health_service_nodes(
             &opts,
             ServiceQuery {
-                service: service.to_string(),
+                service: read.service,
                 connect: true,
                 ..Default::default()
             },
@@ -228,9 +260,10 @@ impl DataSources for AgentSources {
     }
 
     async fn leaf(&self, service: &str, min_index: u64) -> Result<Fetched<IssuedCert>, String> {
+        let token = (self.leaf_token)(service);
         let cert = self
             .leaf_certs
-            .get(service, min_index, WAIT)
+            .get_with_token(service, &token, min_index, WAIT)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Fetched {
@@ -341,9 +374,17 @@ impl Agent {
     /// Starts the proxy configuration manager, kept in step with local
     /// registrations.
     pub(crate) fn start_proxycfg(self: &Arc<Self>) -> Arc<Manager> {
+        let weak = Arc::downgrade(self);
+        let leaf_token: LeafToken = Arc::new(move |service: &str| {
+            weak.upgrade()
+                .map(|agent| agent.leaf_token_for(service))
+                .unwrap_or_default()
+        });
         let sources = Arc::new(AgentSources::new(
             self.rpc.clone(),
+            self.tokens().clone(),
             self.leaf_certs().clone(),
+            leaf_token,
             self.intentions().shared(),
             self.config().datacenter.clone(),
             self.default_intention_allow(),

@@ -828,7 +828,8 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("Error starting the gRPC (xDS) server on {address}: {e}"))?;
             tracing::info!(address = %address, "gRPC (xDS) server listening");
-            let ads = legate_xds::AdsServer::new(manager.clone());
+            let ads = legate_xds::AdsServer::new(manager.clone())
+                .with_acl(Arc::new(crate::xds_acl::AgentStreamAcl(agent.clone())));
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let incoming = crate::grpc_incoming::incoming(legate_net::Acceptor::new(
                 listener,

@@ -61,7 +61,7 @@ pub struct Client {
 /// (`-token-file`, else `CONSUL_HTTP_TOKEN_FILE`), then `-token`, then
 /// `CONSUL_HTTP_TOKEN`. A file that cannot be read ends the command,
 /// naming the file.
-fn token_of(flags: &HttpFlags) -> Option<String> {
+pub fn token_of(flags: &HttpFlags) -> Option<String> {
     let file = flags
         .token_file
         .clone()

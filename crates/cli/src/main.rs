@@ -9,6 +9,7 @@ mod grpc_incoming;
 mod host;
 mod wan;
 mod watch;
+mod xds_acl;
 
 use std::process::ExitCode;
 

@@ -5,28 +5,8 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::mesh::SEED_DEMO;
 use common::{eventually, write, TestAgent};
-
-const SEED_DEMO: &str = r#"services {
-  name = "web"
-  port = 8080
-  connect {
-    sidecar_service {
-      proxy {
-        upstreams {
-          destination_name = "db"
-          local_bind_port = 9191
-        }
-      }
-    }
-  }
-}
-services {
-  name = "db"
-  port = 9090
-  connect { sidecar_service {} }
-}
-"#;
 
 #[test]
 fn seed_demo_config_registers_services_and_sidecars() {

@@ -8,6 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::mesh::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, SEED_DEMO};
 use common::{free_port, TestAgent};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
@@ -20,36 +21,10 @@ use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-
-const DEMO: &str = r#"
-services {
-  name = "web"
-  port = 8080
-  connect {
-    sidecar_service {
-      proxy {
-        upstreams {
-          destination_name = "db"
-          local_bind_port = 9191
-        }
-      }
-    }
-  }
-}
-services {
-  name = "db"
-  port = 9090
-  connect { sidecar_service {} }
-}
-"#;
-
 fn start_demo(grpc: u16) -> (TestAgent, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("demo.hcl");
-    std::fs::write(&file, DEMO).unwrap();
+    std::fs::write(&file, SEED_DEMO).unwrap();
     let agent = TestAgent::start_with(
         &[
             "-dev",
@@ -85,13 +60,13 @@ fn names(response: &DiscoveryResponse) -> Vec<String> {
         .resources
         .iter()
         .map(|any| match any.type_url.as_str() {
-            LISTENER => Listener::decode(any.value.as_slice()).unwrap().name,
-            CLUSTER => {
+            LISTENER_TYPE => Listener::decode(any.value.as_slice()).unwrap().name,
+            CLUSTER_TYPE => {
                 envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(any.value.as_slice())
                     .unwrap()
                     .name
             }
-            ENDPOINT => {
+            ENDPOINT_TYPE => {
                 envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment::decode(
                     any.value.as_slice(),
                 )
@@ -125,13 +100,13 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
         .into_inner();
     tx.send(DiscoveryRequest {
         node: node("web-sidecar-proxy"),
-        type_url: CLUSTER.into(),
+        type_url: CLUSTER_TYPE.into(),
         ..Default::default()
     })
     .await
     .unwrap();
     let clusters = recv(&mut stream).await;
-    assert_eq!(clusters.type_url, CLUSTER);
+    assert_eq!(clusters.type_url, CLUSTER_TYPE);
     let cluster_names = names(&clusters);
     assert!(
         cluster_names.contains(&"local_app".to_string()),
@@ -145,7 +120,7 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     // ACK, then ask for the db cluster's endpoints and the listeners.
     tx.send(DiscoveryRequest {
         node: node("web-sidecar-proxy"),
-        type_url: CLUSTER.into(),
+        type_url: CLUSTER_TYPE.into(),
         version_info: clusters.version_info.clone(),
         response_nonce: clusters.nonce.clone(),
         ..Default::default()
@@ -154,14 +129,14 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     .unwrap();
     tx.send(DiscoveryRequest {
         node: node("web-sidecar-proxy"),
-        type_url: ENDPOINT.into(),
+        type_url: ENDPOINT_TYPE.into(),
         resource_names: vec![db_cluster.clone()],
         ..Default::default()
     })
     .await
     .unwrap();
     let endpoints = recv(&mut stream).await;
-    assert_eq!(endpoints.type_url, ENDPOINT);
+    assert_eq!(endpoints.type_url, ENDPOINT_TYPE);
     assert_eq!(names(&endpoints), vec![db_cluster.clone()]);
     assert_eq!(
         endpoint_count(&endpoints.resources[0].value),
@@ -170,7 +145,7 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     );
     tx.send(DiscoveryRequest {
         node: node("web-sidecar-proxy"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         ..Default::default()
     })
     .await
@@ -188,7 +163,7 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     // NACK the listeners: logged, nothing resent.
     tx.send(DiscoveryRequest {
         node: node("web-sidecar-proxy"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         version_info: String::new(),
         response_nonce: listeners.nonce.clone(),
         error_detail: Some(RpcStatus {
@@ -203,7 +178,7 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     // A stale nonce is ignored too.
     tx.send(DiscoveryRequest {
         node: node("web-sidecar-proxy"),
-        type_url: ENDPOINT.into(),
+        type_url: ENDPOINT_TYPE.into(),
         resource_names: vec![db_cluster.clone()],
         response_nonce: "stale".into(),
         ..Default::default()
@@ -218,13 +193,13 @@ async fn sotw_stream_serves_the_demo_and_follows_changes() {
     );
     assert_eq!(status, 200, "{body}");
     let update = recv(&mut stream).await;
-    assert_eq!(update.type_url, ENDPOINT, "only endpoints changed");
+    assert_eq!(update.type_url, ENDPOINT_TYPE, "only endpoints changed");
     assert_eq!(endpoint_count(&update.resources[0].value), 2);
     // ...and goes away again.
     let (status, _) = agent.put("/v1/agent/service/deregister/db2", "");
     assert_eq!(status, 200);
     let update = recv(&mut stream).await;
-    assert_eq!(update.type_url, ENDPOINT);
+    assert_eq!(update.type_url, ENDPOINT_TYPE);
     assert_eq!(endpoint_count(&update.resources[0].value), 1);
 
     // An intention flips web -> db... which changes db's proxy, not web's:
@@ -252,13 +227,13 @@ async fn delta_stream_sends_changes_removals_and_resumes_from_held_versions() {
         .into_inner();
     tx.send(DeltaDiscoveryRequest {
         node: node("db-sidecar-proxy"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         ..Default::default()
     })
     .await
     .unwrap();
     let first: DeltaDiscoveryResponse = recv(&mut stream).await;
-    assert_eq!(first.type_url, LISTENER);
+    assert_eq!(first.type_url, LISTENER_TYPE);
     assert_eq!(first.resources.len(), 1);
     let public = Listener::decode(
         first.resources[0]
@@ -277,7 +252,7 @@ async fn delta_stream_sends_changes_removals_and_resumes_from_held_versions() {
         .collect();
     tx.send(DeltaDiscoveryRequest {
         node: node("db-sidecar-proxy"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         response_nonce: first.nonce.clone(),
         ..Default::default()
     })
@@ -328,7 +303,7 @@ async fn delta_stream_sends_changes_removals_and_resumes_from_held_versions() {
         .into_inner();
     tx.send(DeltaDiscoveryRequest {
         node: node("db-sidecar-proxy"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         initial_resource_versions: [(public.name.clone(), new_version.clone())].into(),
         ..Default::default()
     })
@@ -342,7 +317,7 @@ async fn delta_stream_sends_changes_removals_and_resumes_from_held_versions() {
     assert!(resumed.removed_resources.is_empty());
     tx.send(DeltaDiscoveryRequest {
         node: node("db-sidecar-proxy"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         response_nonce: resumed.nonce.clone(),
         ..Default::default()
     })
@@ -372,7 +347,7 @@ async fn delta_stream_sends_changes_removals_and_resumes_from_held_versions() {
         .into_inner();
     tx2.send(DeltaDiscoveryRequest {
         node: node("nobody"),
-        type_url: LISTENER.into(),
+        type_url: LISTENER_TYPE.into(),
         ..Default::default()
     })
     .await

@@ -12,6 +12,6 @@ pub mod l7;
 pub mod resources;
 pub mod server;
 
-pub use server::{AdsServer, Metrics, SnapshotSource};
+pub use server::{AdsServer, Metrics, SeeAll, SnapshotSource, SnapshotView, StreamAcl};
 
 pub use envoy_types;

@@ -51,6 +51,36 @@ impl SnapshotSource for legate_proxycfg::Manager {
     }
 }
 
+/// The ACL side of ADS streams: whether a stream's token (`x-consul-token`)
+/// may configure its proxy, and what that token may see of the proxy's
+/// snapshots. Streams ask again whenever [`StreamAcl::changes`] moves and
+/// end when the answer became a refusal.
+#[tonic::async_trait]
+pub trait StreamAcl: Send + Sync + 'static {
+    /// Admits `token` for proxy `proxy_id` (Consul: `service:write` on its
+    /// destination), or the status that ends the stream: `Unauthenticated`
+    /// for an unknown token, `PermissionDenied` for a denied one.
+    async fn admit(&self, proxy_id: &str, token: &str) -> Result<Arc<dyn SnapshotView>, Status>;
+
+    /// Moves whenever tokens, policies or roles may have changed.
+    fn changes(&self) -> watch::Receiver<u64>;
+}
+
+/// What one stream's token may see of its proxy's snapshots.
+pub trait SnapshotView: Send + Sync {
+    /// The part of `snapshot` this token may see (the same `Arc` when all).
+    fn visible(&self, snapshot: &Arc<ConnectProxySnapshot>) -> Arc<ConnectProxySnapshot>;
+}
+
+/// A view that hides nothing (ACLs off).
+pub struct SeeAll;
+
+impl SnapshotView for SeeAll {
+    fn visible(&self, snapshot: &Arc<ConnectProxySnapshot>) -> Arc<ConnectProxySnapshot> {
+        snapshot.clone()
+    }
+}
+
 /// What the ADS server records in the process metrics (`/v1/agent/metrics`):
 /// pushes, NACKs and push latency per proxy, and the open streams.
 #[derive(Debug, Default)]
@@ -125,18 +155,26 @@ impl Memo {
 #[derive(Clone)]
 pub struct AdsServer {
     source: Arc<dyn SnapshotSource>,
+    acl: Option<Arc<dyn StreamAcl>>,
     metrics: Arc<Metrics>,
     memo: Arc<Memo>,
 }
 
 impl AdsServer {
-    /// A server over `source`.
+    /// A server over `source` that admits every stream.
     pub fn new(source: Arc<dyn SnapshotSource>) -> AdsServer {
         AdsServer {
             source,
+            acl: None,
             metrics: Arc::new(Metrics::default()),
             memo: Arc::new(Memo::default()),
         }
+    }
+
+    /// The same server, admitting streams through `acl`.
+    pub fn with_acl(mut self, acl: Arc<dyn StreamAcl>) -> AdsServer {
+        self.acl = Some(acl);
+        self
     }
 
     /// The tonic service.
@@ -194,8 +232,7 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        // Read now; enforced once ACLs exist.
-        let _token = token_of(&request);
+        let token = token_of(&request);
         let (tx, rx) = mpsc::channel(16);
         let session = SotwSession::new(
             self.source.clone(),
@@ -203,7 +240,7 @@ impl AggregatedDiscoveryService for AdsServer {
             self.memo.clone(),
             tx,
         );
-        tokio::spawn(drive(session, request.into_inner()));
+        tokio::spawn(drive(session, self.gate(token), request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -211,7 +248,7 @@ impl AggregatedDiscoveryService for AdsServer {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let _token = token_of(&request);
+        let token = token_of(&request);
         let (tx, rx) = mpsc::channel(16);
         let session = DeltaSession::new(
             self.source.clone(),
@@ -219,7 +256,7 @@ impl AggregatedDiscoveryService for AdsServer {
             self.memo.clone(),
             tx,
         );
-        tokio::spawn(drive(session, request.into_inner()));
+        tokio::spawn(drive(session, self.gate(token), request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -347,7 +384,73 @@ impl<R: Send> Common<R> {
     }
 }
 
-async fn drive<P: Protocol>(mut session: P, mut inbound: Streaming<P::Request>)
+/// How often an open stream's token is checked again even when no ACL
+/// change was reported (Consul's xDS server checks every 5 minutes).
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// One stream's admission: its token, what it may see, and the changes
+/// that make it ask again.
+struct Gate {
+    acl: Option<Arc<dyn StreamAcl>>,
+    token: String,
+    view: Arc<dyn SnapshotView>,
+    changes: Option<watch::Receiver<u64>>,
+}
+
+impl AdsServer {
+    fn gate(&self, token: String) -> Gate {
+        Gate {
+            acl: self.acl.clone(),
+            token,
+            view: Arc::new(SeeAll),
+            changes: None,
+        }
+    }
+}
+
+impl Gate {
+    /// Asks (again) whether the token may configure `proxy_id`; the
+    /// refusal is logged with its reason, since the proxy only sees a
+    /// closed stream.
+    async fn admit(&mut self, proxy_id: &str) -> Result<(), Status> {
+        let Some(acl) = &self.acl else {
+            return Ok(());
+        };
+        if self.changes.is_none() {
+            // Followed before asking, so a change during the question is not missed.
+            let mut changes = acl.changes();
+            changes.borrow_and_update();
+            self.changes = Some(changes);
+        }
+        match acl.admit(proxy_id, &self.token).await {
+            Ok(view) => {
+                self.view = view;
+                Ok(())
+            }
+            Err(status) => {
+                tracing::warn!(proxy = %proxy_id, code = ?status.code(), reason = %status.message(), "xDS stream refused by ACLs: the proxy gets no configuration");
+                Err(status)
+            }
+        }
+    }
+
+    /// Waits until the stream's admission should be checked again.
+    async fn recheck_due(&mut self) {
+        let Some(changes) = &mut self.changes else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    self.changes = None;
+                }
+            }
+            _ = tokio::time::sleep(RECHECK_EVERY) => {}
+        }
+    }
+}
+
+async fn drive<P: Protocol>(mut session: P, mut gate: Gate, mut inbound: Streaming<P::Request>)
 where
     Streaming<P::Request>: Send,
 {
@@ -355,6 +458,8 @@ where
     let open = metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
     legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
     let mut watch = None;
+    // The latest snapshot as proxycfg made it, before the token's view.
+    let mut latest: Option<Arc<ConnectProxySnapshot>> = None;
     loop {
         tokio::select! {
             message = inbound.message() => {
@@ -370,12 +475,17 @@ where
                     let node = P::node_of(&request);
                     let id = node.map(|n| n.id.clone()).unwrap_or_default();
                     let provider = certificate_provider_of(node);
+                    let admitted = match subscribe(&session.common().source, &id) {
+                        Ok(rx) => gate.admit(&id).await.map(|()| rx),
+                        Err(status) => Err(status),
+                    };
                     let c = session.common();
-                    match subscribe(&c.source, &id) {
+                    match admitted {
                         Ok(rx) => {
-                            let current = rx.borrow().clone();
-                            c.resources =
-                                current.map(|s| c.memo.resources(&id, provider.as_deref(), &s));
+                            latest = rx.borrow().clone();
+                            c.resources = latest.as_ref().map(|s| {
+                                c.memo.resources(&id, provider.as_deref(), &gate.view.visible(s))
+                            });
                             c.node_id = id;
                             c.provider = provider;
                             watch = Some(rx);
@@ -395,7 +505,12 @@ where
                 match snapshot {
                     Some(Some(s)) => {
                         c.changed_at = s.changed_at;
-                        c.resources = Some(c.memo.resources(&c.node_id, c.provider.as_deref(), &s));
+                        c.resources = Some(c.memo.resources(
+                            &c.node_id,
+                            c.provider.as_deref(),
+                            &gate.view.visible(&s),
+                        ));
+                        latest = Some(s);
                         if !session.push_all().await {
                             break;
                         }
@@ -404,6 +519,21 @@ where
                     Some(None) | None => {
                         c.memo.forget(&c.node_id);
                         let _ = c.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
+                        break;
+                    }
+                }
+            }
+            () = gate.recheck_due(), if watch.is_some() => {
+                let id = session.common().node_id.clone();
+                if let Err(status) = gate.admit(&id).await {
+                    let _ = session.common().tx.send(Err(status)).await;
+                    break;
+                }
+                // The token may now see more or less of the same snapshot.
+                if let Some(s) = &latest {
+                    let c = session.common();
+                    c.resources = Some(c.memo.resources(&id, c.provider.as_deref(), &gate.view.visible(s)));
+                    if !session.push_all().await {
                         break;
                     }
                 }

@@ -273,12 +273,8 @@ async fn envoy(args: EnvoyArgs) -> u8 {
         admin_access_log_path: args.admin_access_log_path.clone(),
         agent_address,
         agent_port,
-        token: args
-            .http
-            .token
-            .clone()
-            .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
-            .unwrap_or_default(),
+        // As every command: -token-file / CONSUL_HTTP_TOKEN_FILE, then -token / CONSUL_HTTP_TOKEN.
+        token: crate::client::token_of(&args.http).unwrap_or_default(),
         prometheus_bind_addr: prometheus,
     };
     let text = serde_json::to_string_pretty(&legate_xds::bootstrap::bootstrap(&params))
@@ -374,12 +370,8 @@ async fn proxy(args: ProxyArgs) -> u8 {
     let options = legate_proxy::ProxyOptions {
         proxy_id: proxy["ID"].as_str().unwrap_or("").to_string(),
         grpc_addr: format!("http://{agent_address}:{agent_port}"),
-        token: args
-            .http
-            .token
-            .clone()
-            .or_else(|| std::env::var("CONSUL_HTTP_TOKEN").ok())
-            .unwrap_or_default(),
+        // As every command: -token-file / CONSUL_HTTP_TOKEN_FILE, then -token / CONSUL_HTTP_TOKEN.
+        token: crate::client::token_of(&args.http).unwrap_or_default(),
         admin_bind: admin,
     };
     println!("==> Legate proxy {} starting", options.proxy_id);

@@ -8,6 +8,37 @@ use std::time::{Duration, Instant};
 
 use super::{binary, TestAgent};
 
+/// The seed demo's services: web with a sidecar whose upstream is db on
+/// 9191, and db with a sidecar.
+pub const SEED_DEMO: &str = r#"services {
+  name = "web"
+  port = 8080
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams {
+          destination_name = "db"
+          local_bind_port = 9191
+        }
+      }
+    }
+  }
+}
+services {
+  name = "db"
+  port = 9090
+  connect { sidecar_service {} }
+}
+"#;
+
+/// xDS type URLs.
+pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+/// The cluster type URL.
+pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+/// The endpoints type URL.
+pub const ENDPOINT_TYPE: &str =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
 /// A running `legate connect proxy`, killed when dropped.
 pub struct Proxy(pub Child);
 
