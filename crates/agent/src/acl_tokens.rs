@@ -122,6 +122,13 @@ impl TokenStore {
         tokens.agent.or(tokens.default).unwrap_or_default()
     }
 
+    /// The token DNS lookups use: `dns`, else `default` (else none: the
+    /// anonymous token).
+    pub fn dns_token(&self) -> String {
+        let tokens = self.get();
+        tokens.dns.or(tokens.default).unwrap_or_default()
+    }
+
     /// The token a registration syncs with: its own, else (for services
     /// and checks from config files) `config_file_service_registration`,
     /// else `default`.

@@ -857,10 +857,12 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let dns = match config.ports.dns {
         Some(port) => {
             let address = SocketAddr::new(config.dns_addr.unwrap_or(config.client_addr), port);
-            let resolver = Arc::new(legate_dns::Resolver::new(
+            let tokens = agent.tokens().clone();
+            let resolver = Arc::new(legate_dns::Resolver::with_token(
                 agent.rpc().clone(),
                 config.dns.clone(),
                 config.datacenter.clone(),
+                Arc::new(move || tokens.dns_token()),
             ));
             let server = legate_dns::DnsServer::start(
                 address,

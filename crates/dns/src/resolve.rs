@@ -79,7 +79,14 @@ impl Answer {
 pub struct NotOurs;
 
 /// A service lookup's key in the cache: service, tag, connect.
-type ServiceKey = (String, Option<String>, bool);
+/// (service, tag, connect, token): entries read with a token no longer in
+/// use expire as idle ones do.
+type ServiceKey = (String, Option<String>, bool, String);
+
+/// The token DNS reads with, asked per query (`acl.tokens.dns`, else
+/// `default`, else the anonymous token), so a token set at run time counts
+/// at once.
+pub type DnsToken = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Instances of a service as the cache holds them.
 type Instances = Arc<Vec<CheckServiceNode>>;
@@ -96,6 +103,7 @@ pub struct Resolver {
     rpc: Arc<dyn ServerRpc>,
     config: DnsConfig,
     datacenter: String,
+    token: DnsToken,
     /// Local-datacenter service lookups, kept current by blocking queries
     /// (`use_cache`): a query costs a lookup, not a catalog read.
     services: Option<Arc<SharedWatch<ServiceKey, Instances>>>,
@@ -162,14 +170,27 @@ impl Resolver {
     /// A resolver over `rpc` for an agent in `datacenter` (call within a
     /// tokio runtime: the cache runs background reads).
     pub fn new(rpc: Arc<dyn ServerRpc>, config: DnsConfig, datacenter: String) -> Resolver {
+        Resolver::with_token(rpc, config, datacenter, Arc::new(String::new))
+    }
+
+    /// [`Resolver::new`] reading with `token`: the servers answer only what
+    /// it may read (`service:read`, `node:read`), so what it may not read
+    /// has no records.
+    pub fn with_token(
+        rpc: Arc<dyn ServerRpc>,
+        config: DnsConfig,
+        datacenter: String,
+        token: DnsToken,
+    ) -> Resolver {
         let services = config.use_cache.then(|| {
             let (rpc, dc) = (rpc.clone(), datacenter.clone());
-            let fetch: Fetch<ServiceKey, Instances> =
-                Arc::new(move |(service, tag, connect): ServiceKey, min_index| {
+            let fetch: Fetch<ServiceKey, Instances> = Arc::new(
+                move |(service, tag, connect, token): ServiceKey, min_index| {
                     let (rpc, dc) = (rpc.clone(), dc.clone());
                     Box::pin(async move {
                         let opts = QueryOptions {
                             datacenter: dc,
+                            token,
                             min_index,
                             max_wait: Some(CACHE_WAIT),
                             consistency: Consistency::Stale,
@@ -190,13 +211,15 @@ impl Resolver {
                             value: Arc::new(found.value),
                         })
                     })
-                });
+                },
+            );
             SharedWatch::new(fetch, CACHE_CAPACITY, CACHE_IDLE_TTL)
         });
         Resolver {
             rpc,
             config,
             datacenter,
+            token,
             services,
         }
     }
@@ -210,6 +233,7 @@ impl Resolver {
                 wanted.service.to_string(),
                 wanted.tag.map(str::to_string),
                 wanted.connect,
+                (self.token)(),
             );
             if let Ok(found) = cache.get(key, 0, Duration::from_secs(5)).await {
                 return Ok(found.value);
@@ -276,6 +300,7 @@ impl Resolver {
         QueryOptions {
             datacenter: datacenter.unwrap_or(&self.datacenter).to_string(),
             consistency,
+            token: (self.token)(),
             ..Default::default()
         }
     }

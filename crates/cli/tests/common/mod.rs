@@ -5,6 +5,7 @@
 
 pub mod certs;
 pub mod datacenters;
+pub mod dig;
 pub mod mesh;
 
 use std::net::TcpListener;
