@@ -43,6 +43,38 @@ pub struct Need {
     pub name: Name,
 }
 
+impl Need {
+    /// The same need one level down (`write` or `list` → `read`), or
+    /// `None` for `read`: what a token that just misses it holds.
+    pub fn weaker(&self) -> Option<Need> {
+        match self.access {
+            Access::Write | Access::List => Some(Need {
+                access: Access::Read,
+                ..*self
+            }),
+            Access::Read => None,
+        }
+    }
+
+    /// Rules granting exactly this need on `name` (the name is ignored for
+    /// scalar resources; an intention rule sits in a service rule that
+    /// grants nothing of the service itself).
+    pub fn granting_rules(&self, name: &str) -> String {
+        let level = self.access.as_str();
+        match self.resource {
+            Resource::Acl
+            | Resource::Operator
+            | Resource::Keyring
+            | Resource::Mesh
+            | Resource::Peering => format!("{} = \"{level}\"\n", self.resource.as_str()),
+            Resource::Intention => {
+                format!("service {name:?} {{ policy = \"deny\" intentions = \"{level}\" }}\n")
+            }
+            other => format!("{} {name:?} {{ policy = \"{level}\" }}\n", other.as_str()),
+        }
+    }
+}
+
 /// What a door needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Needs {
@@ -146,6 +178,9 @@ const SERVICE_NODES: Needs = Needs::Filtered(&[
     read(R::Service, Path("service")),
     read(R::Node, Each("Node")),
 ]);
+
+const CONNECT_NOTE: &str =
+    "each proxy instance is also filtered by service:read on its own name (the sidecar's)";
 
 /// Every HTTP route.
 pub const HTTP: &[Door] = &[
@@ -306,7 +341,7 @@ pub const HTTP: &[Door] = &[
         Needs::Filtered(&[read(R::Service, Each("the service name"))]),
     ),
     row("GET /v1/catalog/service/{service}", SERVICE_NODES),
-    row("GET /v1/catalog/connect/{service}", SERVICE_NODES),
+    noted("GET /v1/catalog/connect/{service}", SERVICE_NODES, CONNECT_NOTE),
     row(
         "GET /v1/catalog/node/{node}",
         Needs::Filtered(&[read(R::Node, Path("node")), read(R::Service, Each("Service"))]),
@@ -325,7 +360,7 @@ pub const HTTP: &[Door] = &[
     ),
     row("GET /v1/health/state/{state}", HEALTH_ROWS),
     row("GET /v1/health/service/{service}", SERVICE_NODES),
-    row("GET /v1/health/connect/{service}", SERVICE_NODES),
+    noted("GET /v1/health/connect/{service}", SERVICE_NODES, CONNECT_NOTE),
     // Config entries and discovery chains.
     row("PUT /v1/config", Needs::ByKind(Side::Write)),
     row("GET /v1/config/{kind}", Needs::ByKind(Side::Read)),
@@ -737,6 +772,33 @@ pub fn http_door(method: &str, path: &str) -> Option<&'static Door> {
         let base = d.door.split('?').next().unwrap_or(d.door);
         base.split_once(' ') == Some((method, path))
     })
+}
+
+/// The names the tests that exercise every row write their rules for
+/// and make their fixtures with (the HTTP half and the server-port half
+/// share them).
+pub mod example {
+    use crate::rules::Resource;
+
+    /// The node (and agent) name.
+    pub const NODE: &str = "fx-node";
+    /// The service name.
+    pub const SERVICE: &str = "fx-web";
+    /// The key.
+    pub const KEY: &str = "app/config";
+    /// The user event name.
+    pub const EVENT: &str = "deploy";
+
+    /// The name a rule on `resource` is written for (`""` for scalars).
+    pub fn name_for(resource: Resource) -> &'static str {
+        match resource {
+            Resource::Service | Resource::Intention => SERVICE,
+            Resource::Node | Resource::Agent | Resource::Session => NODE,
+            Resource::Key => KEY,
+            Resource::Event => EVENT,
+            _ => "",
+        }
+    }
 }
 
 /// The row of a server-port call.

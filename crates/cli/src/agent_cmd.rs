@@ -597,6 +597,7 @@ async fn start_server(
                 legate_acl::DefaultPolicy::Allow
             },
             initial_management: config.acl.tokens.initial_management.clone(),
+            enable_key_list_policy: config.acl.enable_key_list_policy,
             ..Default::default()
         },
     })

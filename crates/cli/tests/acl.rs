@@ -9,53 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, http_request_full, try_http_request_full, TestAgent};
+use common::acl::{Acl, ROOT};
+use common::{eventually, http_request_full, TestAgent};
 use serde_json::Value;
-
-const ROOT: &str = "8f2b5c1e-4a7d-4c3e-9b1a-2d6e7f8a9b0c";
-
-struct Acl {
-    agent: TestAgent,
-}
-
-impl Acl {
-    fn start() -> Acl {
-        let hcl = format!(
-            "acl {{ enabled = true default_policy = \"deny\" tokens {{ initial_management = \"{ROOT}\" }} }}"
-        );
-        let agent = TestAgent::spawn(&["-dev", &format!("-hcl={hcl}")], true);
-        let acl = Acl { agent };
-        eventually(Duration::from_secs(30), || {
-            let headers = [("X-Consul-Token", ROOT)];
-            let (status, _, _) = try_http_request_full(
-                acl.agent.http_port,
-                "GET",
-                "/v1/acl/token/self",
-                &headers,
-                None,
-            )?;
-            (status == 200).then_some(())
-        });
-        acl
-    }
-
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&str>,
-    ) -> (u16, Vec<(String, String)>, String) {
-        let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
-        http_request_full(self.agent.http_port, method, path, &headers, body)
-    }
-
-    fn json(&self, method: &str, path: &str, token: &str, body: Option<&str>) -> Value {
-        let (status, _, text) = self.call(method, path, Some(token), body);
-        assert_eq!(status, 200, "{method} {path}: {text}");
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
-    }
-}
 
 #[test]
 fn tokens_policies_and_roles_decide_every_request() {

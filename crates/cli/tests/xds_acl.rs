@@ -10,8 +10,9 @@ mod common;
 
 use std::time::Duration;
 
+use common::acl::{Acl, ROOT};
 use common::mesh::{CLUSTER_TYPE, ENDPOINT_TYPE, SEED_DEMO};
-use common::{eventually, free_port, http_request_full, try_http_request_full, TestAgent};
+use common::{eventually, free_port};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -22,11 +23,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-const ROOT: &str = "5d0c1f3e-7b2a-4e8d-9c6f-1a2b3c4d5e6f";
 const PROXY: &str = "web-sidecar-proxy";
 
 struct Demo {
-    agent: TestAgent,
+    acl: Acl,
     grpc: u16,
     _dir: tempfile::TempDir,
 }
@@ -38,50 +38,31 @@ impl Demo {
         let dir = tempfile::tempdir().unwrap();
         let file = common::write(dir.path(), "demo.hcl", SEED_DEMO);
         let grpc = free_port();
-        let hcl = format!(
-            "acl {{ enabled = true default_policy = \"deny\" tokens {{ initial_management = \"{ROOT}\" agent = \"{ROOT}\" config_file_service_registration = \"{ROOT}\" }} }}"
-        );
-        let agent = TestAgent::spawn(
+        let acl = Acl::start_full(
+            "",
+            &format!("agent = \"{ROOT}\" config_file_service_registration = \"{ROOT}\""),
             &[
-                "-dev",
                 "-dns-port=-1",
                 &format!("-grpc-port={grpc}"),
-                &format!("-hcl={hcl}"),
                 "-config-file",
                 file.to_str().unwrap(),
             ],
-            false,
         );
-        let demo = Demo {
-            agent,
-            grpc,
-            _dir: dir,
-        };
         // db's sidecar in the catalog, as the management token sees it.
         eventually(Duration::from_secs(30), || {
-            let (status, _, body) = try_http_request_full(
-                demo.agent.http_port,
-                "GET",
-                "/v1/health/connect/db",
-                &[("X-Consul-Token", ROOT)],
-                None,
-            )?;
-            let rows: Value = serde_json::from_slice(&body).ok()?;
+            let (status, _, body) = acl.call("GET", "/v1/health/connect/db", Some(ROOT), None);
+            let rows: Value = serde_json::from_str(&body).ok()?;
             (status == 200 && rows.as_array()?.len() == 1).then_some(())
         });
-        demo
+        Demo {
+            acl,
+            grpc,
+            _dir: dir,
+        }
     }
 
     fn acl(&self, method: &str, path: &str, body: &str) -> Value {
-        let (status, _, text) = http_request_full(
-            self.agent.http_port,
-            method,
-            path,
-            &[("X-Consul-Token", ROOT)],
-            Some(body),
-        );
-        assert_eq!(status, 200, "{method} {path}: {text}");
-        serde_json::from_str(&text).unwrap()
+        self.acl.json(method, path, ROOT, Some(body))
     }
 
     /// A SotW stream for web's sidecar sending `token` (none when empty).
@@ -193,7 +174,7 @@ async fn ads_streams_are_admitted_and_filtered_by_their_own_token() {
     let (_tx, mut stream) = demo.stream("0b7e2a4c-1111-4222-8333-944455556666").await;
     let status = next(&mut stream).await.expect_err("refused");
     assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
-    let log = demo.agent.log_text();
+    let log = demo.acl.agent.log_text();
     assert!(log.contains("xDS stream refused by ACLs"), "{log}");
 
     // The service identity reads every service: db's endpoint.
@@ -216,14 +197,12 @@ async fn ads_streams_are_admitted_and_filtered_by_their_own_token() {
     assert_eq!(endpoint_count(&update), 1);
 
     // The wide token is deleted: its stream ends, unauthenticated.
-    let (status, _, body) = http_request_full(
-        demo.agent.http_port,
+    demo.acl.json(
         "DELETE",
         &format!("/v1/acl/token/{}", wide["AccessorID"].as_str().unwrap()),
-        &[("X-Consul-Token", ROOT)],
+        ROOT,
         None,
     );
-    assert_eq!(status, 200, "{body}");
     let ended = loop {
         match next(&mut wide_stream).await {
             Ok(_) => continue,

@@ -408,6 +408,7 @@ struct CheckUpdate {
 pub async fn check_update(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    req: Req,
     body: Bytes,
 ) -> ApiResult {
     let update: CheckUpdate = decode_body(&body)?;
@@ -416,6 +417,9 @@ pub async fn check_update(
         .ok_or_else(|| {
             ApiError::bad_request(format!("Invalid check status: {:?}", update.status))
         })?;
+    if let Some(c) = st.agent.checks().get(&id) {
+        check_for_check(&st, &req, &c.service_id).await?;
+    }
     st.agent.update_ttl_check(&id, status, &update.output)?;
     Ok(StatusCode::OK.into_response())
 }

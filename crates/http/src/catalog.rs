@@ -3,10 +3,11 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::response::IntoResponse;
 use legate_types::rpc::ServiceQuery;
 use legate_types::{DeregisterRequest, HealthStatus, NodeServiceList, RegisterRequest};
 
-use crate::util::{decode_body, json, json_meta, ApiError, ApiResult, Params};
+use crate::util::{decode_body, json, json_meta, with_meta, ApiError, ApiResult, Params};
 use crate::{AppState, Req};
 
 /// Keeps rows whose node metadata has every `?node-meta=key:value` pair.
@@ -179,7 +180,12 @@ pub async fn node_service_list(
         .catalog_node_services(&opts, node.clone())
         .await?;
     match result.value {
-        None => Err(ApiError::not_found(format!("Node not found: {node:?}"))),
+        // With the query's headers, as Consul sets them before answering
+        // (a node hidden by ACLs says so).
+        None => Ok(with_meta(
+            ApiError::not_found(format!("Node not found: {node:?}")).into_response(),
+            &result.meta,
+        )),
         Some(ns) => {
             let list = NodeServiceList {
                 node: ns.node,

@@ -28,6 +28,9 @@ pub struct AclSettings {
     pub initial_management: Option<String>,
     /// How many resolved tokens a server keeps.
     pub token_cache_capacity: usize,
+    /// Recursive KV reads (`?recurse`, `?keys`) need `key:list` on the
+    /// prefix first (`acl.enable_key_list_policy`).
+    pub enable_key_list_policy: bool,
 }
 
 impl Default for AclSettings {
@@ -37,6 +40,7 @@ impl Default for AclSettings {
             default_policy: DefaultPolicy::Allow,
             initial_management: None,
             token_cache_capacity: 10 * 1024,
+            enable_key_list_policy: false,
         }
     }
 }
@@ -292,6 +296,15 @@ impl Server {
                 name,
             ))
         }
+    }
+
+    /// With `enable_key_list_policy`, a recursive KV read needs `key:list`
+    /// on its prefix before its entries are filtered by `key:read`.
+    pub(crate) fn authorize_key_list(&self, token: &str, prefix: &str) -> Result<(), RpcError> {
+        if !self.config.acl.enable_key_list_policy {
+            return Ok(());
+        }
+        self.authorize(token, Resource::Key(prefix.to_string()), Access::List)
     }
 }
 

@@ -20,15 +20,32 @@ impl Server {
         if self.request_token(token)?.is_none() {
             return Ok(());
         }
-        let tables = self.store.read();
-        let stored = tables.node(&req.node);
-        let changes_node = !req.skip_node_update
-            && stored.is_none_or(|n| {
-                n.address != req.address
-                    || n.tagged_addresses != req.tagged_addresses
-                    || n.meta != req.node_meta
-                    || (!req.id.is_empty() && n.id != req.id)
-            });
+        // What the store says, read first: authorizing reads the store
+        // again, and a second read lock taken while a writer waits would
+        // deadlock.
+        let (changes_node, check_services) = {
+            let tables = self.store.read();
+            let changes_node = !req.skip_node_update
+                && tables.node(&req.node).is_none_or(|n| {
+                    n.address != req.address
+                        || n.tagged_addresses != req.tagged_addresses
+                        || n.meta != req.node_meta
+                        || (!req.id.is_empty() && n.id != req.id)
+                });
+            let check_services: Vec<Option<String>> = req
+                .check
+                .iter()
+                .chain(req.checks.iter())
+                .map(|check| {
+                    check_service(check, req, |id| {
+                        tables
+                            .node_service(&req.node, id)
+                            .map(|s| s.service.clone())
+                    })
+                })
+                .collect();
+            (changes_node, check_services)
+        };
         if changes_node {
             self.authorize(token, Resource::Node(req.node.clone()), Access::Write)?;
         }
@@ -51,12 +68,7 @@ impl Server {
                 )?;
             }
         }
-        for check in req.check.iter().chain(req.checks.iter()) {
-            let service = check_service(check, req, |id| {
-                tables
-                    .node_service(&req.node, id)
-                    .map(|s| s.service.clone())
-            });
+        for service in check_services {
             self.authorize_check_owner(token, &req.node, service)?;
         }
         Ok(())
@@ -71,25 +83,29 @@ impl Server {
         if self.request_token(token)?.is_none() {
             return Ok(());
         }
-        let tables = self.store.read();
         if !req.service_id.is_empty() {
+            // Read, and the lock released, before authorizing (see above).
+            let stored = self
+                .store
+                .read()
+                .node_service(&req.node, &req.service_id)
+                .map(|s| s.service.clone());
             // Nothing to remove is nothing to refuse (Consul's rule).
-            return match tables.node_service(&req.node, &req.service_id) {
-                Some(service) => self.authorize(
-                    token,
-                    Resource::Service(service.service.clone()),
-                    Access::Write,
-                ),
+            return match stored {
+                Some(service) => self.authorize(token, Resource::Service(service), Access::Write),
                 None => Ok(()),
             };
         }
         if !req.check_id.is_empty() {
-            let (_, checks) = tables.node_checks(&req.node);
-            let service = checks
-                .iter()
-                .find(|c| c.check_id == req.check_id)
-                .filter(|c| !c.service_id.is_empty())
-                .map(|c| c.service_name.clone());
+            let service = {
+                let tables = self.store.read();
+                let (_, checks) = tables.node_checks(&req.node);
+                checks
+                    .iter()
+                    .find(|c| c.check_id == req.check_id)
+                    .filter(|c| !c.service_id.is_empty())
+                    .map(|c| c.service_name.clone())
+            };
             return self.authorize_check_owner(token, &req.node, service);
         }
         self.authorize(token, Resource::Node(req.node.clone()), Access::Write)

@@ -419,10 +419,13 @@ impl ServerRpc for Server {
             )
             .await?;
         self.filter_by_acl(&opts.token, rows, |r| {
-            vec![
-                (legate_acl::Resource::Service, r.service_name.clone()),
-                (legate_acl::Resource::Node, r.node.clone()),
-            ]
+            connect_targets(
+                &query,
+                vec![
+                    (legate_acl::Resource::Service, r.service_name.clone()),
+                    (legate_acl::Resource::Node, r.node.clone()),
+                ],
+            )
         })
     }
 
@@ -527,10 +530,13 @@ impl ServerRpc for Server {
             )
             .await?;
         self.filter_by_acl(&opts.token, rows, |r| {
-            vec![
-                (legate_acl::Resource::Service, r.service.service.clone()),
-                (legate_acl::Resource::Node, r.node.node.clone()),
-            ]
+            connect_targets(
+                &query,
+                vec![
+                    (legate_acl::Resource::Service, r.service.service.clone()),
+                    (legate_acl::Resource::Node, r.node.node.clone()),
+                ],
+            )
         })
     }
 
@@ -549,6 +555,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         prefix: String,
     ) -> Result<Queried<Vec<KvEntry>>, RpcError> {
+        self.authorize_key_list(&opts.token, &prefix)?;
         let filter = parse_filter(&opts.filter, legate_filter::rows::any())?;
         let entries = self
             .blocking_query(
@@ -571,6 +578,7 @@ impl ServerRpc for Server {
         prefix: String,
         separator: String,
     ) -> Result<Queried<Vec<String>>, RpcError> {
+        self.authorize_key_list(&opts.token, &prefix)?;
         let keys = self
             .blocking_query(
                 opts,
@@ -1292,4 +1300,17 @@ fn read_only_txn(tables: &legate_state::Tables, ops: &[TxnOp]) -> TxnResponse {
             index: 0,
         }
     }
+}
+
+/// What a row of a service query must be readable on: its own service and
+/// node, and for a Connect query also the service whose proxies are asked
+/// for (Consul answers nothing to a token that may not read it).
+fn connect_targets(
+    query: &ServiceQuery,
+    mut targets: Vec<(legate_acl::Resource, String)>,
+) -> Vec<(legate_acl::Resource, String)> {
+    if query.connect {
+        targets.push((legate_acl::Resource::Service, query.service.clone()));
+    }
+    targets
 }

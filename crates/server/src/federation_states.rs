@@ -64,6 +64,12 @@ impl Server {
         self.check_datacenter(&opts.datacenter)?;
         self.federation_states_enabled()?;
         self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        self.apply_federation_state_op(op).await
+    }
+
+    /// Applies `op` here, unchecked: the leader's own writes (a primary's
+    /// anti-entropy of its own state) need no token.
+    async fn apply_federation_state_op(&self, op: FederationStateOp) -> Result<(), RpcError> {
         let command = match op {
             FederationStateOp::Upsert(mut state) => {
                 if state.datacenter.is_empty() {
@@ -215,10 +221,17 @@ pub(crate) async fn anti_entropy(server: Arc<Server>) {
         if !current && !just_sent {
             let mut state = wanted.clone();
             state.updated_at = now_rfc3339();
-            match server
-                .federation_state_write(&WriteOptions::default(), FederationStateOp::Upsert(state))
-                .await
-            {
+            let op = FederationStateOp::Upsert(state);
+            // The primary's leader writes its own state itself; a
+            // secondary's goes to the primary as any write does.
+            let written = if server.is_secondary() {
+                server
+                    .federation_state_write(&WriteOptions::default(), op)
+                    .await
+            } else {
+                server.apply_federation_state_op(op).await
+            };
+            match written {
                 Ok(()) => {
                     failures = 0;
                     sent = Some((wanted, tokio::time::Instant::now()));

@@ -12,8 +12,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+use legate_acl::doors::example::{name_for, EVENT, KEY, NODE, SERVICE};
 use legate_acl::doors::{config_entry_needs, rpc_door, Need, Needs, Side, CONFIG_ENTRY_KINDS, RPC};
-use legate_acl::{Access, Resource};
 use legate_rpc::{Listener, Pool, RemoteRpc, CALLS};
 use legate_server::{AclSettings, Server, ServerConfig};
 use legate_types::acl::{AclLink, AclPolicy, AclRole, AclToken};
@@ -22,54 +22,10 @@ use legate_types::{Queried, QueryOptions, RpcError, WriteOptions};
 use serde_json::json;
 
 const ROOT: &str = "5b1f0c2e-8a4d-4e6f-9b3a-1c2d3e4f5a6b";
-const NODE: &str = "fx-node";
-const SERVICE: &str = "fx-web";
-const KEY: &str = "app/config";
-const EVENT: &str = "deploy";
-
-/// The fixture name a rule on `resource` is written for.
-fn fixture(resource: Resource) -> &'static str {
-    match resource {
-        Resource::Service | Resource::Intention => SERVICE,
-        Resource::Node | Resource::Agent | Resource::Session => NODE,
-        Resource::Key => KEY,
-        Resource::Event => EVENT,
-        _ => "",
-    }
-}
 
 /// The rules that grant `need` on its fixture name.
 fn rule(need: &Need) -> String {
-    let level = need.access.as_str();
-    let name = fixture(need.resource);
-    match need.resource {
-        Resource::Acl
-        | Resource::Operator
-        | Resource::Keyring
-        | Resource::Mesh
-        | Resource::Peering => format!("{} = \"{level}\"\n", need.resource.as_str()),
-        // A service rule needs a policy; `deny` grants nothing of the
-        // service itself.
-        Resource::Intention => {
-            format!("service \"{name}\" {{ policy = \"deny\" intentions = \"{level}\" }}\n")
-        }
-        other => format!("{} \"{name}\" {{ policy = \"{level}\" }}\n", other.as_str()),
-    }
-}
-
-/// `need` one level down (`write` → `read`), or nothing at all.
-fn weaker(need: &Need) -> Option<Need> {
-    match need.access {
-        Access::Write => Some(Need {
-            access: Access::Read,
-            ..*need
-        }),
-        Access::List => Some(Need {
-            access: Access::Read,
-            ..*need
-        }),
-        Access::Read => None,
-    }
+    need.granting_rules(name_for(need.resource))
 }
 
 /// What a call answered.
@@ -633,7 +589,7 @@ async fn tokens_for(h: &Harness, needs: &[Need]) -> (String, Vec<(Need, String)>
             .filter(|(j, _)| *j != i)
             .map(|(_, n)| rule(n))
             .collect();
-        if let Some(weaker) = weaker(need) {
+        if let Some(weaker) = need.weaker() {
             rules.push_str(&rule(&weaker));
         }
         denied.push((*need, h.token(&rules).await));
@@ -697,7 +653,7 @@ async fn every_row_allows_what_it_names_and_refuses_the_rest_on_the_server_port(
                 let outcome = h.call(call, &allowed, &fx).await;
                 check("allowed", outcome, &|o| match o {
                     Outcome::Answered { text, .. } => {
-                        list.iter().all(|n| text.contains(fixture(n.resource)))
+                        list.iter().all(|n| text.contains(name_for(n.resource)))
                     }
                     _ => false,
                 });
@@ -708,7 +664,7 @@ async fn every_row_allows_what_it_names_and_refuses_the_rest_on_the_server_port(
                         need.resource.as_str(),
                         need.access.as_str()
                     );
-                    let hidden = fixture(need.resource);
+                    let hidden = name_for(need.resource);
                     check(&what, outcome, &|o| match o {
                         Outcome::Answered { filtered, text } => *filtered && !text.contains(hidden),
                         _ => false,
