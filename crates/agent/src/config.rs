@@ -16,6 +16,9 @@ use legate_types::keys::canonicalize_keys;
 use legate_types::{CheckDefinition, ServiceDefinition};
 use serde_json::{Map, Value};
 
+use crate::tls_config::Listener;
+pub use crate::tls_config::TlsFiles;
+
 /// A configuration error naming where it was found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -360,6 +363,10 @@ pub struct AgentConfig {
     /// TLS for the server port (`tls { defaults {...} internal_rpc {...} }`
     /// or the older top-level keys).
     pub tls: TlsFiles,
+    /// TLS for the HTTPS port (`tls.https`, `tls.defaults`, the older keys).
+    pub https_tls: TlsFiles,
+    /// TLS for the gRPC TLS port (`tls.grpc`, `tls.defaults`).
+    pub grpc_tls: TlsFiles,
     /// Serve the web UI.
     pub ui: bool,
     /// ACLs (`acl {}` and the older top-level keys).
@@ -814,7 +821,9 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         raft_multiplier: raft_multiplier as u64,
         limits: crate::limits::parse(&map, &mut warnings)?,
         autopilot: autopilot(&map)?,
-        tls: tls_files(&map)?,
+        tls: crate::tls_config::parse(&map, Listener::InternalRpc)?,
+        https_tls: crate::tls_config::parse(&map, Listener::Https)?,
+        grpc_tls: crate::tls_config::parse(&map, Listener::Grpc)?,
         ui: get_bool(&map, &["ui"])?
             .or(get_bool(&map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
@@ -848,80 +857,6 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         checks,
         warnings,
     })
-}
-
-/// TLS files and switches for the server port.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// CA certificate(s) to trust.
-    pub ca_file: Option<PathBuf>,
-    /// This agent's certificate.
-    pub cert_file: Option<PathBuf>,
-    /// Its key.
-    pub key_file: Option<PathBuf>,
-    /// Require TLS and client certificates on the server port.
-    pub verify_incoming: bool,
-    /// Dial servers over TLS and check their certificates.
-    pub verify_outgoing: bool,
-}
-
-/// `tls.internal_rpc.<key>`, else `tls.defaults.<key>`, else the older
-/// top-level `<key>` (Consul's precedence).
-fn tls_files(map: &Map<String, Value>) -> Result<TlsFiles, ConfigError> {
-    if let Some(Value::Object(tls)) = map.get("tls") {
-        for (section, value) in tls {
-            if !["defaults", "internal_rpc", "https", "grpc"].contains(&section.as_str()) {
-                return Err(ConfigError(format!("invalid config key tls.{section}")));
-            }
-            if !value.is_object() {
-                return Err(ConfigError(format!("tls.{section} must be a block")));
-            }
-        }
-    }
-    let text = |key: &str| -> Result<Option<String>, ConfigError> {
-        for path in [
-            &["tls", "internal_rpc", key][..],
-            &["tls", "defaults", key],
-            &[key],
-        ] {
-            if let Some(v) = get_str(map, path)? {
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
-    };
-    let flag = |key: &str| -> Result<bool, ConfigError> {
-        for path in [
-            &["tls", "internal_rpc", key][..],
-            &["tls", "defaults", key],
-            &[key],
-        ] {
-            if let Some(v) = get_bool(map, path)? {
-                return Ok(v);
-            }
-        }
-        Ok(false)
-    };
-    let files = TlsFiles {
-        ca_file: text("ca_file")?.map(PathBuf::from),
-        cert_file: text("cert_file")?.map(PathBuf::from),
-        key_file: text("key_file")?.map(PathBuf::from),
-        verify_incoming: flag("verify_incoming")?,
-        // Legate always checks the server name when it dials over TLS, so
-        // asking for the check asks for TLS.
-        verify_outgoing: flag("verify_outgoing")? || flag("verify_server_hostname")?,
-    };
-    if files.cert_file.is_some() != files.key_file.is_some() {
-        return Err(ConfigError(
-            "tls: cert_file and key_file must be set together".into(),
-        ));
-    }
-    if (files.verify_incoming || files.verify_outgoing) && files.ca_file.is_none() {
-        return Err(ConfigError(
-            "tls: verify_incoming and verify_outgoing need ca_file".into(),
-        ));
-    }
-    Ok(files)
 }
 
 /// `autopilot {}`: Consul's keys and defaults; unknown keys are refused.

@@ -24,6 +24,7 @@ pub mod proxy_acl;
 pub mod proxy_sources;
 pub mod shared_watch;
 mod sync;
+pub mod tls_config;
 pub mod wan_config;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

@@ -804,57 +804,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     agent.set_config_loader(Box::new(move || load_config(&reload_args)));
     spawn_sighup_reload(agent.clone());
 
-    let http = match config.ports.http {
-        Some(port) => {
-            let address = SocketAddr::new(config.http_addr.unwrap_or(config.client_addr), port);
-            let listener = tokio::net::TcpListener::bind(address)
-                .await
-                .map_err(|e| format!("Error starting the HTTP API on {address}: {e}"))?;
-            tracing::info!(address = %address, "HTTP API listening");
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let state = legate_http::AppState {
-                agent: agent.clone(),
-            };
-            let task = tokio::spawn(legate_http::serve(listener, state, async move {
-                let _ = stop_rx.await;
-            }));
-            Some((stop_tx, task))
-        }
-        None => None,
-    };
-    let grpc = match (config.ports.grpc, agent.proxycfg()) {
-        (Some(port), Some(manager)) => {
-            let address = SocketAddr::new(config.client_addr, port);
-            let listener = tokio::net::TcpListener::bind(address)
-                .await
-                .map_err(|e| format!("Error starting the gRPC (xDS) server on {address}: {e}"))?;
-            tracing::info!(address = %address, "gRPC (xDS) server listening");
-            let ads = legate_xds::AdsServer::new(manager.clone())
-                .with_acl(Arc::new(crate::xds_acl::AgentStreamAcl(agent.clone())));
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let incoming = crate::grpc_incoming::incoming(legate_net::Acceptor::new(
-                listener,
-                config.limits.http_max_conns_per_client,
-                "gRPC",
-            ));
-            let task = tokio::spawn(async move {
-                let result = tonic::transport::Server::builder()
-                    // Dead peers are noticed and their streams released.
-                    .http2_keepalive_interval(Some(Duration::from_secs(30)))
-                    .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-                    .add_service(ads.into_service())
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        let _ = stop_rx.await;
-                    })
-                    .await;
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "gRPC server failed");
-                }
-            });
-            Some((stop_tx, task))
-        }
-        _ => None,
-    };
+    let listeners = crate::listeners::start(&config, &agent).await?;
     let dns = match config.ports.dns {
         Some(port) => {
             let address = SocketAddr::new(config.dns_addr.unwrap_or(config.client_addr), port);
@@ -917,19 +867,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         server.begin_shutdown();
     }
     agent.stop();
-    if let Some((stop, task)) = http {
-        let _ = stop.send(());
-        if tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .is_err()
-        {
-            tracing::warn!("HTTP connections did not drain within 5s; closing them");
-        }
-    }
-    if let Some((stop, task)) = grpc {
-        let _ = stop.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
-    }
+    listeners.stop().await;
     if let Some(dns) = dns {
         let _ = tokio::time::timeout(Duration::from_secs(2), dns.stop()).await;
     }

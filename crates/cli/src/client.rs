@@ -23,6 +23,100 @@ pub struct HttpFlags {
     /// Allow any server to answer reads.
     #[arg(long)]
     pub stale: bool,
+    /// CA certificate to check the agent's HTTPS certificate with (env
+    /// CONSUL_CACERT).
+    #[arg(long = "ca-file")]
+    pub ca_file: Option<String>,
+    /// A directory of CA certificates (env CONSUL_CAPATH).
+    #[arg(long = "ca-path")]
+    pub ca_path: Option<String>,
+    /// Client certificate for agents with `verify_incoming` (env
+    /// CONSUL_CLIENT_CERT).
+    #[arg(long = "client-cert")]
+    pub client_cert: Option<String>,
+    /// Its key (env CONSUL_CLIENT_KEY).
+    #[arg(long = "client-key")]
+    pub client_key: Option<String>,
+}
+
+/// A flag's value, else its environment variable's (empty counts as unset).
+fn flag_or_env(flag: &Option<String>, env: &str) -> Option<String> {
+    flag.clone()
+        .or_else(|| std::env::var(env).ok())
+        .filter(|v| !v.is_empty())
+}
+
+/// A file the CLI needs, or the end of the command naming it.
+fn read_or_exit(what: &str, path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| {
+        eprintln!("Error initializing client: Error loading {what}: open {path}: {e}");
+        std::process::exit(1);
+    })
+}
+
+/// The HTTP client with Consul's TLS settings: the CA (`-ca-file`,
+/// `-ca-path`, CONSUL_CACERT, CONSUL_CAPATH) alone is trusted when given,
+/// a client certificate is presented when given (`-client-cert`,
+/// `-client-key`, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY), and
+/// CONSUL_HTTP_SSL_VERIFY=false skips the check.
+fn http_client(flags: &HttpFlags) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder();
+    let mut cas = Vec::new();
+    if let Some(file) = flag_or_env(&flags.ca_file, "CONSUL_CACERT") {
+        cas.push(read_or_exit("CA File", &file));
+    }
+    if let Some(dir) = flag_or_env(&flags.ca_path, "CONSUL_CAPATH") {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+            eprintln!("Error initializing client: Error loading CA Path: open {dir}: {e}");
+            std::process::exit(1);
+        });
+        for entry in entries.flatten() {
+            if entry
+                .path()
+                .extension()
+                .is_some_and(|x| x == "pem" || x == "crt")
+            {
+                cas.push(read_or_exit("CA Path", &entry.path().display().to_string()));
+            }
+        }
+    }
+    if !cas.is_empty() {
+        builder = builder.tls_built_in_root_certs(false);
+    }
+    for pem in cas {
+        match reqwest::Certificate::from_pem_bundle(&pem) {
+            Ok(certs) => {
+                for cert in certs {
+                    builder = builder.add_root_certificate(cert);
+                }
+            }
+            Err(e) => {
+                eprintln!("Error initializing client: Error loading CA File: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let cert = flag_or_env(&flags.client_cert, "CONSUL_CLIENT_CERT");
+    let key = flag_or_env(&flags.client_key, "CONSUL_CLIENT_KEY");
+    if let (Some(cert), Some(key)) = (cert, key) {
+        let mut pem = read_or_exit("client certificate", &cert);
+        pem.push(b'\n');
+        pem.extend(read_or_exit("client key", &key));
+        match reqwest::Identity::from_pem(&pem) {
+            Ok(identity) => builder = builder.identity(identity),
+            Err(e) => {
+                eprintln!("Error initializing client: Error loading client certificate: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    if std::env::var("CONSUL_HTTP_SSL_VERIFY").is_ok_and(|v| v.eq_ignore_ascii_case("false")) {
+        builder = builder.danger_accept_invalid_certs(true);
+    }
+    builder.build().unwrap_or_else(|e| {
+        eprintln!("Error initializing client: {e}");
+        std::process::exit(1);
+    })
 }
 
 /// A failed call, with the message to print.
@@ -92,8 +186,12 @@ impl Client {
             .or_else(|| std::env::var("LEGATE_HTTP_ADDR").ok())
             .or_else(|| std::env::var("CONSUL_HTTP_ADDR").ok())
             .unwrap_or_else(|| "127.0.0.1:8500".to_string());
+        // CONSUL_HTTP_SSL=true turns a bare address into an HTTPS one.
+        let ssl = std::env::var("CONSUL_HTTP_SSL").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
         let base = if address.starts_with("http://") || address.starts_with("https://") {
             address.trim_end_matches('/').to_string()
+        } else if ssl {
+            format!("https://{}", address.trim_end_matches('/'))
         } else {
             format!("http://{}", address.trim_end_matches('/'))
         };
@@ -103,7 +201,7 @@ impl Client {
             token,
             datacenter: flags.datacenter.clone(),
             stale: flags.stale,
-            http: reqwest::Client::new(),
+            http: http_client(flags),
         }
     }
 

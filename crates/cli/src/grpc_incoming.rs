@@ -11,8 +11,14 @@ use legate_net::{Acceptor, Incoming, LimitedStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-/// One admitted gRPC connection.
-pub struct GrpcConn(LimitedStream);
+/// One admitted gRPC connection: a plain socket ([`GrpcConn`]) or that
+/// socket after its TLS handshake ([`GrpcTlsConn`]).
+pub struct Admitted<S>(S);
+
+/// A plain admitted connection.
+pub type GrpcConn = Admitted<LimitedStream>;
+/// An admitted connection over TLS.
+pub type GrpcTlsConn = Admitted<tokio_rustls::server::TlsStream<GrpcConn>>;
 
 impl Connected for GrpcConn {
     type ConnectInfo = TcpConnectInfo;
@@ -25,7 +31,15 @@ impl Connected for GrpcConn {
     }
 }
 
-impl AsyncRead for GrpcConn {
+impl Connected for GrpcTlsConn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Admitted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -35,7 +49,7 @@ impl AsyncRead for GrpcConn {
     }
 }
 
-impl AsyncWrite for GrpcConn {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Admitted<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -59,8 +73,39 @@ pub fn incoming(acceptor: Acceptor) -> impl Stream<Item = io::Result<GrpcConn>> 
         loop {
             if let Incoming::Admitted(stream) = acceptor.next().await {
                 let _ = stream.get_ref().set_nodelay(true);
-                return Some((Ok(GrpcConn(stream)), acceptor));
+                return Some((Ok(Admitted(stream)), acceptor));
             }
         }
     })
+}
+
+/// The admitted connections of `acceptor` once their TLS handshake is
+/// done (each within `deadline`, side by side, so a slow client holds up
+/// nobody); failed handshakes are logged and dropped.
+pub fn incoming_tls(
+    acceptor: Acceptor,
+    tls: tokio_rustls::TlsAcceptor,
+    deadline: std::time::Duration,
+) -> impl Stream<Item = io::Result<GrpcTlsConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut incoming = std::pin::pin!(incoming(acceptor));
+        while let Some(Ok(conn)) = futures::StreamExt::next(&mut incoming).await {
+            let (tls, tx) = (tls.clone(), tx.clone());
+            if tx.is_closed() {
+                return;
+            }
+            tokio::spawn(async move {
+                let peer = conn.0.peer();
+                match tokio::time::timeout(deadline, tls.accept(conn)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(Admitted(stream))).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "gRPC TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }

@@ -7,6 +7,7 @@ mod cluster;
 mod commands;
 mod grpc_incoming;
 mod host;
+mod listeners;
 mod wan;
 mod watch;
 mod xds_acl;

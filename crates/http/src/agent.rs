@@ -101,7 +101,10 @@ pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
         "xDS": {
             "SupportedProxies": {"envoy": ["1.35.0", "1.34.0", "1.33.0", "1.32.0"]},
             "Port": config.ports.grpc.map(i64::from).unwrap_or(-1),
-            "Ports": {"Plaintext": config.ports.grpc.map(i64::from).unwrap_or(-1), "TLS": -1},
+            "Ports": {
+                "Plaintext": config.ports.grpc.map(i64::from).unwrap_or(-1),
+                "TLS": config.ports.grpc_tls.filter(|_| config.grpc_tls.serves_tls()).map(i64::from).unwrap_or(-1),
+            },
         },
         "Legate": {
             "Version": legate_types::LEGATE_VERSION,

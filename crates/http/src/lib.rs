@@ -297,7 +297,21 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = state.agent.config().limits.clone();
-    serve::serve(listener, router(state), &limits, shutdown).await
+    serve::serve(listener, router(state), &limits, None, shutdown).await
+}
+
+/// [`serve`] over TLS (the HTTPS port): `config` is the listener's rustls
+/// configuration; HTTP/2 is offered by ALPN beside HTTP/1.1.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    mut config: rustls::ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = state.agent.config().limits.clone();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    serve::serve(listener, router(state), &limits, Some(acceptor), shutdown).await
 }
 
 impl axum::extract::FromRequestParts<AppState> for Req {

@@ -24,6 +24,7 @@ use legate_agent::limits::Limits;
 use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 use tower::Service;
 
 /// Consul's answer to a client over its connection cap (go-connlimit).
@@ -182,6 +183,7 @@ pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: &Limits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let acceptor = Acceptor::new(listener, limits.http_max_conns_per_client, "HTTP");
@@ -201,6 +203,7 @@ pub(crate) async fn serve(
                     stream,
                     router.clone(),
                     limits.clone(),
+                    tls.clone(),
                     stop_rx.clone(),
                 ));
             }
@@ -230,17 +233,71 @@ async fn connection(
     stream: LimitedStream,
     router: Router,
     limits: Limits,
-    mut stop: watch::Receiver<bool>,
+    tls: Option<TlsAcceptor>,
+    stop: watch::Receiver<bool>,
 ) {
     let peer = stream.peer();
     let activity = Activity::new();
     // The connection future below owns the socket and lives as long as
     // this task, so its descriptor stays valid for the peeks.
     let socket = stream.get_ref().as_raw_fd();
-    let io = TokioIo::new(Tracked {
+    let tracked = Tracked {
         stream,
         activity: activity.clone(),
-    });
+    };
+    let Some(tls) = tls else {
+        return drive(
+            TokioIo::new(tracked),
+            router,
+            limits,
+            stop,
+            peer,
+            socket,
+            activity,
+        )
+        .await;
+    };
+    // The handshake is the request head's first part: it gets the same deadline.
+    let handshake = tokio::time::timeout(limits.http_handshake_timeout, tls.accept(tracked));
+    let stream = match handshake.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTPS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "HTTPS handshake timed out");
+            return;
+        }
+    };
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        activity.http2.store(true, Ordering::Release);
+    }
+    drive(
+        TokioIo::new(stream),
+        router,
+        limits,
+        stop,
+        peer,
+        socket,
+        activity,
+    )
+    .await
+}
+
+/// Serves the requests of one connection (plain or TLS) until it ends,
+/// expires, or the server stops.
+async fn drive<I>(
+    io: TokioIo<I>,
+    router: Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+    peer: std::net::SocketAddr,
+    socket: RawFd,
+    activity: Arc<Activity>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let requests = activity.clone();
     let service =
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {

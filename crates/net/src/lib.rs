@@ -3,12 +3,14 @@
 //! file table above all) answered with a growing back-off instead of a
 //! busy loop ([`Acceptor`]), and log lines about them throttled
 //! ([`Throttle`]). Every TCP listener of the agent (HTTP, gRPC, DNS over
-//! TCP, the server port) accepts through it.
+//! TCP, the server port) accepts through it. [`tls`] builds the rustls
+//! configurations of every TLS listener and dialer.
 //!
 //! Depends on nothing of Legate's.
 
 mod accept;
 mod throttle;
+pub mod tls;
 
 pub use accept::{Acceptor, ClientLimit, ClientSlot, Connections, Incoming, LimitedStream};
 pub use throttle::Throttle;

@@ -24,6 +24,8 @@ pub struct ProxyOptions {
     pub proxy_id: String,
     /// The agent's gRPC address (`http://127.0.0.1:8502`).
     pub grpc_addr: String,
+    /// The CA (PEM) to check the agent's gRPC TLS port with; TLS when set.
+    pub grpc_ca_pem: Option<String>,
     /// ACL token sent as `x-consul-token`.
     pub token: String,
     /// The admin/metrics address (`None`: no admin port).
@@ -37,7 +39,10 @@ pub async fn run(
 ) -> Result<(), String> {
     let (tx, rx) = watch::channel(Arc::new(config::Runtime::default()));
     let follow = tokio::spawn(xds::follow(
-        options.grpc_addr.clone(),
+        xds::AgentLink {
+            grpc_addr: options.grpc_addr.clone(),
+            ca_pem: options.grpc_ca_pem.clone(),
+        },
         options.proxy_id.clone(),
         options.token.clone(),
         tx,

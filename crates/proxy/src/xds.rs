@@ -150,10 +150,71 @@ fn wanted(held: &Held) -> (BTreeSet<String>, BTreeSet<String>) {
     (eds, rds)
 }
 
+/// The agent's xDS server: its address, and the TLS to reach it with
+/// (its `grpc_tls` port).
+#[derive(Clone, Debug)]
+pub struct AgentLink {
+    /// `http://host:port` or `https://host:port`.
+    pub grpc_addr: String,
+    /// The CA (PEM) the agent's certificate is checked against; TLS when set.
+    pub ca_pem: Option<String>,
+}
+
+impl AgentLink {
+    /// A gRPC channel to the agent (over TLS when a CA is given).
+    async fn channel(&self) -> Result<tonic::transport::Channel, String> {
+        let Some(ca) = &self.ca_pem else {
+            return tonic::transport::Endpoint::from_shared(self.grpc_addr.clone())
+                .map_err(|e| e.to_string())?
+                .connect_timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .map_err(|e| format!("connecting to {}: {e}", self.grpc_addr));
+        };
+        let hostport = self
+            .grpc_addr
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let host = match hostport.rsplit_once(':') {
+            Some((host, _)) => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            None => hostport.clone(),
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| format!("-grpc-addr host {host:?}: {e}"))?;
+        let config = legate_net::tls::client_config(ca, None, &[b"h2"])?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let dial = tower::service_fn(move |_: tonic::transport::Uri| {
+            let (connector, name, hostport) = (connector.clone(), name.clone(), hostport.clone());
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&hostport).await?;
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        });
+        // The TLS is ours: tonic sees a plain HTTP/2 connection.
+        tonic::transport::Endpoint::from_shared(format!(
+            "http://{}",
+            self.grpc_addr
+                .trim_start_matches("https://")
+                .trim_start_matches("http://")
+        ))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(dial)
+        .await
+        .map_err(|e| format!("connecting to {} over TLS: {e}", self.grpc_addr))
+    }
+}
+
 /// Follows the agent's xDS for `proxy_id`, publishing a new runtime after
 /// every accepted change. Never returns (reconnects forever).
 pub async fn follow(
-    grpc_addr: String,
+    agent: AgentLink,
     proxy_id: String,
     token: String,
     out: watch::Sender<Arc<Runtime>>,
@@ -162,16 +223,7 @@ pub async fn follow(
     let mut backoff = Duration::from_millis(100);
     loop {
         let mut connected = false;
-        if let Err(e) = session(
-            &grpc_addr,
-            &proxy_id,
-            &token,
-            &mut held,
-            &out,
-            &mut connected,
-        )
-        .await
-        {
+        if let Err(e) = session(&agent, &proxy_id, &token, &mut held, &out, &mut connected).await {
             tracing::warn!(error = %e, "xDS stream to the agent failed; keeping the last config and reconnecting");
         }
         if connected {
@@ -184,19 +236,14 @@ pub async fn follow(
 }
 
 async fn session(
-    grpc_addr: &str,
+    agent: &AgentLink,
     proxy_id: &str,
     token: &str,
     held: &mut Held,
     out: &watch::Sender<Arc<Runtime>>,
     connected: &mut bool,
 ) -> Result<(), String> {
-    let channel = tonic::transport::Endpoint::from_shared(grpc_addr.to_string())
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| format!("connecting to {grpc_addr}: {e}"))?;
+    let channel = agent.channel().await?;
     let mut client = AggregatedDiscoveryServiceClient::new(channel);
     let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(16);
     let node = Some(Node {

@@ -9,8 +9,7 @@
 
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::Kind;
@@ -106,30 +105,6 @@ impl ClientTls {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn certificates(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{what}: {e}"))?;
-    if certs.is_empty() {
-        return Err(format!("{what}: no certificate in the PEM"));
-    }
-    Ok(certs)
-}
-
-fn roots(ca_pem: &str) -> Result<Arc<rustls::RootCertStore>, String> {
-    let mut store = rustls::RootCertStore::empty();
-    for cert in certificates(ca_pem, "ca_file")? {
-        store
-            .add(cert)
-            .map_err(|e| format!("ca_file: not a usable CA certificate: {e}"))?;
-    }
-    Ok(Arc::new(store))
-}
-
 impl TlsSettings {
     /// Whether any TLS is configured.
     pub fn enabled(&self) -> bool {
@@ -144,27 +119,14 @@ impl TlsSettings {
             }
             return Ok(None);
         }
-        let chain = certificates(&self.cert_pem, "cert_file")?;
-        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
-            .map_err(|e| format!("key_file: {e}"))?;
-        let builder = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?;
-        let builder = if self.verify_incoming {
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                roots(&self.ca_pem)?,
-                provider(),
-            )
-            .build()
-            .map_err(|e| format!("ca_file: {e}"))?;
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
-        };
-        let mut config = builder
-            .with_single_cert(chain, key)
-            .map_err(|e| format!("cert_file/key_file: {e}"))?;
-        config.alpn_protocols = vec![alpn(Kind::Rpc).to_vec(), alpn(Kind::Raft).to_vec()];
+        let config = legate_net::tls::server_config(
+            &legate_net::tls::ServerPem {
+                cert_pem: self.cert_pem.clone(),
+                key_pem: self.key_pem.clone(),
+                client_ca_pem: self.verify_incoming.then(|| self.ca_pem.clone()),
+            },
+            &[alpn(Kind::Rpc), alpn(Kind::Raft)],
+        )?;
         let raft_peer_name = if self.verify_incoming {
             Some(
                 ServerName::try_from(self.server_name.clone())
@@ -190,23 +152,9 @@ impl TlsSettings {
         }
         let server_name = ServerName::try_from(self.server_name.clone())
             .map_err(|e| format!("server name {:?}: {e}", self.server_name))?;
-        let roots = roots(&self.ca_pem)?;
+        let identity = (!self.cert_pem.is_empty()).then(|| (&*self.cert_pem, &*self.key_pem));
         let config = |kind: Kind| -> Result<TlsConnector, String> {
-            let builder = rustls::ClientConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots.clone());
-            let mut config = if self.cert_pem.is_empty() {
-                builder.with_no_client_auth()
-            } else {
-                let chain = certificates(&self.cert_pem, "cert_file")?;
-                let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
-                    .map_err(|e| format!("key_file: {e}"))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| format!("cert_file/key_file: {e}"))?
-            };
-            config.alpn_protocols = vec![alpn(kind).to_vec()];
+            let config = legate_net::tls::client_config(&self.ca_pem, identity, &[alpn(kind)])?;
             Ok(TlsConnector::from(Arc::new(config)))
         };
         Ok(Some(Arc::new(ClientTls {

@@ -32,6 +32,9 @@ pub struct BootstrapParams {
     pub extra_clusters: Vec<Value>,
     /// `envoy_extra_static_listeners_json`, parsed.
     pub extra_listeners: Vec<Value>,
+    /// The CA (PEM) to check the agent's gRPC TLS port with: the ADS
+    /// cluster speaks TLS when set.
+    pub agent_ca_pem: Option<String>,
 }
 
 /// Parses an `envoy_extra_static_*_json` value: one JSON object, or several
@@ -66,6 +69,16 @@ pub fn bootstrap(p: &BootstrapParams) -> Value {
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket(&p.agent_address, p.agent_port)}}]}]
         }
     })];
+    if let Some(ca) = &p.agent_ca_pem {
+        // Consul's TLS ADS cluster: the agent's certificate checked against the CA.
+        clusters[0]["transport_socket"] = json!({
+            "name": "tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"validation_context": {"trusted_ca": {"inline_string": ca}}}
+            }
+        });
+    }
     clusters.extend(p.extra_clusters.iter().cloned());
     let mut listeners: Vec<Value> = p.extra_listeners.clone();
     if let Some((address, port)) = &p.prometheus_bind_addr {

@@ -507,6 +507,7 @@ fn bootstrap_matches_its_golden_file() {
         prometheus_bind_addr: Some(("0.0.0.0".into(), 9102)),
         extra_clusters: Vec::new(),
         extra_listeners: Vec::new(),
+        agent_ca_pem: None,
     };
     params.extra_clusters = parse_extra(
         "envoy_extra_static_clusters_json",

@@ -15,7 +15,7 @@ use crate::client::{Client, HttpFlags};
 pub enum ConnectCommand {
     /// Reads and changes the Connect CA configuration.
     #[command(subcommand)]
-    Ca(CaCommand),
+    Ca(Box<CaCommand>),
     /// Writes Envoy's bootstrap for a sidecar and runs Envoy.
     Envoy(Box<EnvoyArgs>),
     /// Runs Legate's built-in sidecar proxy, configured over xDS.
@@ -40,6 +40,10 @@ pub struct ProxyArgs {
     /// The agent's gRPC address (env CONSUL_GRPC_ADDR; default: the agent's xDS port on 127.0.0.1).
     #[arg(long = "grpc-addr")]
     grpc_addr: Option<String>,
+    /// CA certificate for the agent's gRPC TLS port (env CONSUL_GRPC_CACERT;
+    /// default -ca-file): TLS unless -grpc-addr says http://.
+    #[arg(long = "grpc-ca-file")]
+    grpc_ca_file: Option<String>,
     /// The proxy's admin/metrics address (default: an ephemeral port on 127.0.0.1).
     #[arg(long = "admin-bind", default_value = "127.0.0.1:0")]
     admin_bind: String,
@@ -83,6 +87,10 @@ pub struct EnvoyArgs {
     /// The agent's gRPC address (env CONSUL_GRPC_ADDR; default: the agent's xDS port on 127.0.0.1).
     #[arg(long = "grpc-addr")]
     grpc_addr: Option<String>,
+    /// CA certificate for the agent's gRPC TLS port (env CONSUL_GRPC_CACERT;
+    /// default -ca-file): TLS unless -grpc-addr says http://.
+    #[arg(long = "grpc-ca-file")]
+    grpc_ca_file: Option<String>,
     /// Print the bootstrap JSON and exit.
     #[arg(long)]
     bootstrap: bool,
@@ -186,6 +194,93 @@ pub async fn find_proxy(
 }
 
 /// The agent's gRPC address: the flag, `CONSUL_GRPC_ADDR`, or the agent's xDS port.
+/// The agent's xDS server as `connect envoy` and `connect proxy` reach it.
+pub(crate) struct GrpcTarget {
+    /// Its IP.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// The CA (PEM) its certificate is checked against: TLS when set.
+    pub ca_pem: Option<String>,
+}
+
+impl GrpcTarget {
+    /// `http://host:port` or `https://host:port`.
+    pub fn uri(&self) -> String {
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// Where the agent's xDS server is, and whether over TLS: an `https://`
+/// `-grpc-addr` (or CONSUL_GRPC_ADDR), or a gRPC CA (`-grpc-ca-file`,
+/// CONSUL_GRPC_CACERT) without an `http://` address, asks for TLS, checked
+/// against that CA (else `-ca-file` / CONSUL_CACERT); without an address
+/// the agent's own TLS or plain xDS port is used.
+pub(crate) async fn grpc_target(
+    client: &Client,
+    flag: Option<&str>,
+    grpc_ca_file: Option<&str>,
+    http: &HttpFlags,
+) -> Result<GrpcTarget, String> {
+    let given = flag
+        .map(String::from)
+        .or_else(|| std::env::var("CONSUL_GRPC_ADDR").ok())
+        .filter(|s| !s.is_empty());
+    let grpc_ca = grpc_ca_file
+        .map(String::from)
+        .or_else(|| std::env::var("CONSUL_GRPC_CACERT").ok())
+        .filter(|s| !s.is_empty());
+    let tls = match given.as_deref() {
+        Some(addr) if addr.starts_with("https://") => true,
+        Some(addr) if addr.starts_with("http://") => false,
+        _ => grpc_ca.is_some(),
+    };
+    let ca_pem = if tls {
+        let file = grpc_ca
+            .or_else(|| http.ca_file.clone())
+            .or_else(|| std::env::var("CONSUL_CACERT").ok())
+            .filter(|s| !s.is_empty())
+            .ok_or("TLS to the agent's gRPC port needs its CA: pass -grpc-ca-file (or CONSUL_GRPC_CACERT)")?;
+        Some(
+            std::fs::read_to_string(&file)
+                .map_err(|e| format!("Error loading the gRPC CA file {file}: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let (host, port) = match given {
+        Some(addr) => {
+            let addr = addr
+                .trim_start_matches("http://")
+                .trim_start_matches("https://")
+                .trim_end_matches('/');
+            resolve("-grpc-addr", addr)?
+        }
+        None if tls => {
+            let me = agent_self(client).await?;
+            let port = me["xDS"]["Ports"]["TLS"].as_i64().unwrap_or(-1);
+            if port <= 0 {
+                return Err("The agent's gRPC TLS port is disabled: set ports { grpc_tls = 8503 } with tls { grpc { cert_file, key_file } }, or pass -grpc-addr".into());
+            }
+            ("127.0.0.1".into(), port as u16)
+        }
+        None => grpc_address(client, None).await?,
+    };
+    Ok(GrpcTarget { host, port, ca_pem })
+}
+
+async fn agent_self(client: &Client) -> Result<Value, String> {
+    client
+        .get_json("/v1/agent/self", &[])
+        .await
+        .map_err(|e| format!("Error reading the agent's configuration: {e}"))
+}
+
 pub(crate) async fn grpc_address(
     client: &Client,
     flag: Option<&str>,
@@ -200,10 +295,7 @@ pub(crate) async fn grpc_address(
             .trim_start_matches("https://");
         return resolve("-grpc-addr", addr);
     }
-    let me: Value = client
-        .get_json("/v1/agent/self", &[])
-        .await
-        .map_err(|e| format!("Error reading the agent's configuration: {e}"))?;
+    let me = agent_self(client).await?;
     let port = me["xDS"]["Ports"]["Plaintext"]
         .as_i64()
         .or_else(|| me["xDS"]["Port"].as_i64())
@@ -230,8 +322,15 @@ async fn envoy(args: EnvoyArgs) -> u8 {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    let (agent_address, agent_port) = match grpc_address(&client, args.grpc_addr.as_deref()).await {
-        Ok(a) => a,
+    let target = match grpc_target(
+        &client,
+        args.grpc_addr.as_deref(),
+        args.grpc_ca_file.as_deref(),
+        &args.http,
+    )
+    .await
+    {
+        Ok(t) => t,
         Err(e) => return fail(e),
     };
     let prometheus = match proxy["Proxy"]["Config"]["envoy_prometheus_bind_addr"].as_str() {
@@ -271,8 +370,9 @@ async fn envoy(args: EnvoyArgs) -> u8 {
         admin_address,
         admin_port,
         admin_access_log_path: args.admin_access_log_path.clone(),
-        agent_address,
-        agent_port,
+        agent_address: target.host.clone(),
+        agent_port: target.port,
+        agent_ca_pem: target.ca_pem.clone(),
         // As every command: -token-file / CONSUL_HTTP_TOKEN_FILE, then -token / CONSUL_HTTP_TOKEN.
         token: crate::client::token_of(&args.http).unwrap_or_default(),
         prometheus_bind_addr: prometheus,
@@ -353,8 +453,15 @@ async fn proxy(args: ProxyArgs) -> u8 {
             Err(e) => return fail(e),
         }
     };
-    let (agent_address, agent_port) = match grpc_address(&client, args.grpc_addr.as_deref()).await {
-        Ok(a) => a,
+    let target = match grpc_target(
+        &client,
+        args.grpc_addr.as_deref(),
+        args.grpc_ca_file.as_deref(),
+        &args.http,
+    )
+    .await
+    {
+        Ok(t) => t,
         Err(e) => return fail(e),
     };
     let admin = match resolve("-admin-bind", &args.admin_bind) {
@@ -369,7 +476,8 @@ async fn proxy(args: ProxyArgs) -> u8 {
     }
     let options = legate_proxy::ProxyOptions {
         proxy_id: proxy["ID"].as_str().unwrap_or("").to_string(),
-        grpc_addr: format!("http://{agent_address}:{agent_port}"),
+        grpc_addr: target.uri(),
+        grpc_ca_pem: target.ca_pem.clone(),
         // As every command: -token-file / CONSUL_HTTP_TOKEN_FILE, then -token / CONSUL_HTTP_TOKEN.
         token: crate::client::token_of(&args.http).unwrap_or_default(),
         admin_bind: admin,
@@ -488,7 +596,14 @@ pub async fn run(cmd: ConnectCommand) -> u8 {
         ConnectCommand::Proxy(args) => proxy(*args).await,
         ConnectCommand::Envoy(args) => envoy(*args).await,
         ConnectCommand::GrpcCerts(args) => super::grpc_certs::run(*args).await,
-        ConnectCommand::Ca(CaCommand::GetConfig(args)) => {
+        ConnectCommand::Ca(ca) => ca_command(*ca).await,
+    }
+}
+
+/// Runs a `connect ca` subcommand.
+async fn ca_command(cmd: CaCommand) -> u8 {
+    match cmd {
+        CaCommand::GetConfig(args) => {
             let client = Client::new(&args.http);
             match client
                 .get_json::<Value>("/v1/connect/ca/configuration", &[])
@@ -504,7 +619,7 @@ pub async fn run(cmd: ConnectCommand) -> u8 {
                 Err(e) => fail(format!("Error request CA configuration: {e}")),
             }
         }
-        ConnectCommand::Ca(CaCommand::SetConfig(args)) => {
+        CaCommand::SetConfig(args) => {
             let Some(path) = args.config_file else {
                 return fail("The -config-file flag is required");
             };

@@ -51,6 +51,16 @@ impl Drop for Proxy {
 
 /// Starts `legate connect proxy -sidecar-for <service>` against `agent`, logging to `log`.
 pub fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> Proxy {
+    start_proxy_with(agent, service, log, &[])
+}
+
+/// [`start_proxy`] with more flags (`-token-file`, `-grpc-ca-file`, ...).
+pub fn start_proxy_with(
+    agent: &TestAgent,
+    service: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> Proxy {
     let file = std::fs::File::create(log).unwrap();
     Proxy(
         Command::new(binary())
@@ -62,6 +72,7 @@ pub fn start_proxy(agent: &TestAgent, service: &str, log: &std::path::Path) -> P
                 "-admin-bind",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .env("CONSUL_HTTP_ADDR", agent.addr())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

@@ -1,0 +1,323 @@
+//! TLS for clients, through the binary: certificates from `legate tls`,
+//! an agent with `ports { https, grpc_tls }` and `tls { defaults, https,
+//! grpc }`; `curl --cacert` on the HTTPS port (a client certificate
+//! required with `verify_incoming`), the CLI over HTTPS with `-ca-file`
+//! and `-client-cert`/`-client-key` or Consul's environment variables, the
+//! Envoy bootstrap's TLS ADS cluster, and the seed demo's traffic through
+//! built-in proxies that reach the agent over `grpc_tls`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::mesh::{echo, echo_server, eventually, start_proxy_with};
+use common::{binary, free_port, TestAgent};
+use serde_json::Value;
+
+/// The CA, a server certificate and a client certificate, made by
+/// `legate tls` in `dir`.
+struct Certs {
+    ca: PathBuf,
+    server: (PathBuf, PathBuf),
+    client: (PathBuf, PathBuf),
+}
+
+fn make_certs(dir: &Path) -> Certs {
+    for args in [
+        &["tls", "ca", "create"][..],
+        &["tls", "cert", "create", "-server", "-dc", "dc1"],
+        &["tls", "cert", "create", "-client", "-dc", "dc1"],
+    ] {
+        let out = Command::new(binary())
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let at = |name: &str| dir.join(name);
+    Certs {
+        ca: at("consul-agent-ca.pem"),
+        server: (
+            at("dc1-server-consul-0.pem"),
+            at("dc1-server-consul-0-key.pem"),
+        ),
+        client: (
+            at("dc1-client-consul-0.pem"),
+            at("dc1-client-consul-0-key.pem"),
+        ),
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `curl` against the HTTPS port: its exit code and output.
+fn curl(args: &[&str]) -> (i32, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("curl");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn https_grpc_tls_the_cli_envoy_and_the_built_in_proxy_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(dir.path());
+    let (https, grpc_tls, echo_port, web_sidecar, db_sidecar, upstream) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let received = echo_server(echo_port);
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+ports {{ https = {https} grpc_tls = {grpc_tls} }}
+tls {{
+  defaults {{
+    ca_file = "{ca}"
+    cert_file = "{cert}"
+    key_file = "{key}"
+  }}
+  https {{ verify_incoming = true }}
+}}
+services {{
+  name = "web"
+  port = 8080
+  connect {{
+    sidecar_service {{
+      port = {web_sidecar}
+      proxy {{
+        upstreams {{
+          destination_name = "db"
+          local_bind_port = {upstream}
+        }}
+      }}
+    }}
+  }}
+}}
+services {{
+  name = "db"
+  port = {echo_port}
+  connect {{ sidecar_service {{ port = {db_sidecar} }} }}
+}}
+"#,
+            ca = path(&certs.ca),
+            cert = path(&certs.server.0),
+            key = path(&certs.server.1),
+        ),
+    )
+    .unwrap();
+    // The plain gRPC port is off: xDS is served over TLS only.
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-dns-port=-1",
+            "-grpc-port=-1",
+            "-config-file",
+            path(&config),
+        ],
+        false,
+    );
+    let url = format!("https://127.0.0.1:{https}/v1/status/leader");
+
+    // curl: the CA checks the agent; verify_incoming wants a client certificate.
+    let (code, out) = curl(&["--cacert", path(&certs.ca), &url]);
+    assert_ne!(code, 0, "no client certificate must fail: {out}");
+    let (code, out) = curl(&[
+        "--cacert",
+        path(&certs.ca),
+        "--cert",
+        path(&certs.client.0),
+        "--key",
+        path(&certs.client.1),
+        &url,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, "\"127.0.0.1:8300\"");
+    // Without the CA the agent's certificate is not trusted.
+    let (code, out) = curl(&[
+        "--cert",
+        path(&certs.client.0),
+        "--key",
+        path(&certs.client.1),
+        &url,
+    ]);
+    assert_ne!(code, 0, "{out}");
+
+    // The CLI over HTTPS, by flags and by Consul's environment variables.
+    let https_addr = format!("https://127.0.0.1:{https}");
+    let cli = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(binary())
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("CONSUL_HTTP_ADDR")
+            .env_remove("LEGATE_HTTP_ADDR")
+            .output()
+            .unwrap()
+    };
+    let out = cli(
+        &[
+            "catalog",
+            "services",
+            "-http-addr",
+            &https_addr,
+            "-ca-file",
+            path(&certs.ca),
+            "-client-cert",
+            path(&certs.client.0),
+            "-client-key",
+            path(&certs.client.1),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("web"),
+        "{out:?}"
+    );
+    let bare = format!("127.0.0.1:{https}");
+    let env = [
+        ("CONSUL_HTTP_ADDR", bare.as_str()),
+        ("CONSUL_HTTP_SSL", "true"),
+        ("CONSUL_CACERT", path(&certs.ca)),
+        ("CONSUL_CLIENT_CERT", path(&certs.client.0)),
+        ("CONSUL_CLIENT_KEY", path(&certs.client.1)),
+    ];
+    let out = Command::new(binary())
+        .args(["catalog", "services"])
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // Without a client certificate the agent refuses the handshake.
+    let out = cli(
+        &[
+            "catalog",
+            "services",
+            "-http-addr",
+            &https_addr,
+            "-ca-file",
+            path(&certs.ca),
+        ],
+        &[],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    // A CA file that cannot be read is named.
+    let out = cli(
+        &[
+            "catalog",
+            "services",
+            "-http-addr",
+            &https_addr,
+            "-ca-file",
+            "/nonexistent/ca.pem",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ca.pem"),
+        "{out:?}"
+    );
+
+    // The agent says where its TLS xDS port is.
+    let me = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(me["xDS"]["Ports"]["TLS"], grpc_tls);
+    assert_eq!(me["xDS"]["Ports"]["Plaintext"], -1);
+
+    // connect envoy: the ADS cluster dials the TLS port and checks the CA.
+    let out = Command::new(binary())
+        .args([
+            "connect",
+            "envoy",
+            "-sidecar-for",
+            "web",
+            "-bootstrap",
+            "-grpc-ca-file",
+            path(&certs.ca),
+        ])
+        .env("CONSUL_HTTP_ADDR", agent.addr())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bootstrap: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cluster = &bootstrap["static_resources"]["clusters"][0];
+    assert_eq!(
+        cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+            ["socket_address"]["port_value"],
+        grpc_tls
+    );
+    let ca_text = std::fs::read_to_string(&certs.ca).unwrap();
+    assert_eq!(
+        cluster["transport_socket"]["typed_config"]["common_tls_context"]["validation_context"]
+            ["trusted_ca"]["inline_string"],
+        ca_text.as_str()
+    );
+
+    // The seed demo's traffic through built-in proxies that reach the agent over TLS.
+    let grpc_addr = format!("https://127.0.0.1:{grpc_tls}");
+    let flags = [
+        "-grpc-addr",
+        grpc_addr.as_str(),
+        "-grpc-ca-file",
+        path(&certs.ca),
+    ];
+    let _web = start_proxy_with(&agent, "web", &dir.path().join("web.log"), &flags);
+    let _db = start_proxy_with(&agent, "db", &dir.path().join("db.log"), &flags);
+    let logs = || {
+        format!(
+            "web:\n{}\ndb:\n{}\nagent:\n{}",
+            std::fs::read_to_string(dir.path().join("web.log")).unwrap_or_default(),
+            std::fs::read_to_string(dir.path().join("db.log")).unwrap_or_default(),
+            agent.log_text()
+        )
+    };
+    eventually(
+        "echo through web -> db over grpc_tls",
+        Duration::from_secs(30),
+        &logs,
+        || echo(upstream, "over tls\n").as_deref() == Some("over tls\n"),
+    );
+    assert!(received.load(std::sync::atomic::Ordering::Relaxed) > 0);
+
+    // A proxy that does not trust the agent's certificate gets nothing.
+    let other = tempfile::tempdir().unwrap();
+    let foreign = make_certs(other.path());
+    let flags = [
+        "-grpc-addr",
+        grpc_addr.as_str(),
+        "-grpc-ca-file",
+        path(&foreign.ca),
+    ];
+    let log = dir.path().join("untrusting.log");
+    let _untrusting = start_proxy_with(&agent, "web", &log, &flags);
+    eventually(
+        "the untrusting proxy's TLS failure",
+        Duration::from_secs(20),
+        &logs,
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("over TLS")
+        },
+    );
+}
