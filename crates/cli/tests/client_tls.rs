@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::mesh::{echo, echo_server, eventually, start_proxy_with};
+use common::mesh::{echo, echo_server, eventually, seed_demo_on, start_proxy_with};
 use common::{binary, free_port, TestAgent};
 use serde_json::Value;
 
@@ -99,31 +99,11 @@ tls {{
   }}
   https {{ verify_incoming = true }}
 }}
-services {{
-  name = "web"
-  port = 8080
-  connect {{
-    sidecar_service {{
-      port = {web_sidecar}
-      proxy {{
-        upstreams {{
-          destination_name = "db"
-          local_bind_port = {upstream}
-        }}
-      }}
-    }}
-  }}
-}}
-services {{
-  name = "db"
-  port = {echo_port}
-  connect {{ sidecar_service {{ port = {db_sidecar} }} }}
-}}
 "#,
             ca = path(&certs.ca),
             cert = path(&certs.server.0),
             key = path(&certs.server.1),
-        ),
+        ) + &seed_demo_on(echo_port, web_sidecar, db_sidecar, upstream),
     )
     .unwrap();
     // The plain gRPC port is off: xDS is served over TLS only.

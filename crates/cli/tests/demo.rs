@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::mesh::{
-    admin_port, echo, echo_server, eventually, proxy_stat, start_proxy, Conn, Proxy,
+    admin_port, echo, echo_server, eventually, proxy_stat, seed_demo_on, start_proxy, Conn, Proxy,
 };
 use common::{binary, free_port, TestAgent};
 
@@ -29,30 +29,7 @@ fn seed_demo_through_the_built_in_proxy() {
     let demo = dir.path().join("demo.hcl");
     std::fs::write(
         &demo,
-        format!(
-            r#"
-services {{
-  name = "web"
-  port = 8080
-  connect {{
-    sidecar_service {{
-      port = {web_sidecar}
-      proxy {{
-        upstreams {{
-          destination_name = "db"
-          local_bind_port = {upstream}
-        }}
-      }}
-    }}
-  }}
-}}
-services {{
-  name = "db"
-  port = {echo_port}
-  connect {{ sidecar_service {{ port = {db_sidecar} }} }}
-}}
-"#
-        ),
+        seed_demo_on(echo_port, web_sidecar, db_sidecar, upstream),
     )
     .unwrap();
     let agent = TestAgent::start_with(

@@ -262,8 +262,7 @@ pub(crate) async fn grpc_target(
             resolve("-grpc-addr", addr)?
         }
         None if tls => {
-            let me = agent_self(client).await?;
-            let port = me["xDS"]["Ports"]["TLS"].as_i64().unwrap_or(-1);
+            let port = xds_port(client, "TLS", 8503).await?;
             if port <= 0 {
                 return Err("The agent's gRPC TLS port is disabled: set ports { grpc_tls = 8503 } with tls { grpc { cert_file, key_file } }, or pass -grpc-addr".into());
             }
@@ -274,11 +273,21 @@ pub(crate) async fn grpc_target(
     Ok(GrpcTarget { host, port, ca_pem })
 }
 
-async fn agent_self(client: &Client) -> Result<Value, String> {
-    client
-        .get_json("/v1/agent/self", &[])
-        .await
-        .map_err(|e| format!("Error reading the agent's configuration: {e}"))
+/// The agent's xDS port of `kind` (`Plaintext` or `TLS`) from
+/// `/v1/agent/self`; a token without `agent:read` (a sidecar's service
+/// identity) gets Consul's default port instead, with Consul's warning.
+async fn xds_port(client: &Client, kind: &str, default: i64) -> Result<i64, String> {
+    match client.get_json::<Value>("/v1/agent/self", &[]).await {
+        Ok(me) => Ok(me["xDS"]["Ports"][kind]
+            .as_i64()
+            .or_else(|| me["xDS"]["Port"].as_i64().filter(|_| kind == "Plaintext"))
+            .unwrap_or(-1)),
+        Err(e) if e.message.contains("Permission denied") => {
+            eprintln!("WARNING: xDS port lookup failed, defaulting to {default}");
+            Ok(default)
+        }
+        Err(e) => Err(format!("Error looking up xDS port: {e}")),
+    }
 }
 
 pub(crate) async fn grpc_address(
@@ -295,11 +304,7 @@ pub(crate) async fn grpc_address(
             .trim_start_matches("https://");
         return resolve("-grpc-addr", addr);
     }
-    let me = agent_self(client).await?;
-    let port = me["xDS"]["Ports"]["Plaintext"]
-        .as_i64()
-        .or_else(|| me["xDS"]["Port"].as_i64())
-        .unwrap_or(-1);
+    let port = xds_port(client, "Plaintext", 8502).await?;
     if port <= 0 {
         return Err("The agent's gRPC (xDS) port is disabled: start it with -grpc-port 8502 (or ports { grpc = 8502 }), or pass -grpc-addr".into());
     }

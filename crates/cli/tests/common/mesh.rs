@@ -31,6 +31,36 @@ services {
 }
 "#;
 
+/// The seed demo on chosen ports: web's sidecar listens on `web_sidecar`
+/// with db as its upstream on `upstream`; db (the application on
+/// `echo_port`) has its sidecar on `db_sidecar`.
+pub fn seed_demo_on(echo_port: u16, web_sidecar: u16, db_sidecar: u16, upstream: u16) -> String {
+    format!(
+        r#"
+services {{
+  name = "web"
+  port = 8080
+  connect {{
+    sidecar_service {{
+      port = {web_sidecar}
+      proxy {{
+        upstreams {{
+          destination_name = "db"
+          local_bind_port = {upstream}
+        }}
+      }}
+    }}
+  }}
+}}
+services {{
+  name = "db"
+  port = {echo_port}
+  connect {{ sidecar_service {{ port = {db_sidecar} }} }}
+}}
+"#
+    )
+}
+
 /// xDS type URLs.
 pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 /// The cluster type URL.
