@@ -11,6 +11,7 @@ use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
+mod acl;
 mod storage;
 
 #[derive(Parser)]
@@ -62,6 +63,30 @@ enum Command {
         concurrency: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// An ACL token every request sends (`X-Consul-Token`).
+        #[arg(long)]
+        token: Option<String>,
+        /// A file of tokens (one a line) the requests send in turn.
+        #[arg(long = "tokens-file")]
+        tokens_file: Option<String>,
+    },
+    /// Creates ACL tokens linking one policy; writes their secrets to a file.
+    AclTokens {
+        #[arg(long)]
+        url: String,
+        /// The management token that creates them.
+        #[arg(long)]
+        management: String,
+        /// The policy (by name) each token links.
+        #[arg(long)]
+        policy: String,
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Where the secrets go.
+        #[arg(long)]
+        out: String,
     },
     /// Signs leaf certificates from CSRs on one thread with the built-in CA.
     Csr {
@@ -808,11 +833,18 @@ async fn main() -> Result<()> {
             url,
             concurrency,
             seconds,
+            token,
+            tokens_file,
         } => {
-            closed_loop(concurrency, seconds, move |_| {
-                let (client, url) = (client.clone(), url.clone());
+            let tokens = Arc::new(acl::Tokens::from_args(token, tokens_file)?);
+            closed_loop(concurrency, seconds, move |n| {
+                let (client, url, tokens) = (client.clone(), url.clone(), tokens.clone());
                 async move {
-                    let response = client.get(&url).send().await?;
+                    let mut request = client.get(&url);
+                    if let Some(token) = tokens.nth(n) {
+                        request = request.header("X-Consul-Token", token);
+                    }
+                    let response = request.send().await?;
                     if !response.status().is_success() {
                         bail!("GET failed: {}", response.status());
                     }
@@ -822,6 +854,14 @@ async fn main() -> Result<()> {
             })
             .await
         }
+        Command::AclTokens {
+            url,
+            management,
+            policy,
+            count,
+            concurrency,
+            out,
+        } => acl::make_tokens(client, &url, &management, &policy, count, concurrency, &out).await,
         Command::Register {
             url,
             concurrency,

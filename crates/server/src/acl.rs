@@ -6,7 +6,7 @@
 //! request), and policies' parsed rules are kept by (ID, ModifyIndex).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 use legate_acl::identities::{node_identity_rules, service_identity_rules};
 use legate_acl::{Authorizer, DefaultPolicy, PolicyAuthorizer, Rules};
@@ -52,12 +52,23 @@ pub struct ResolvedToken {
     pub accessor_id: String,
     /// What it may do.
     pub authorizer: Authorizer,
+    /// When it stops being valid (`ExpirationTime`), if ever.
+    pub expires_at: Option<std::time::SystemTime>,
 }
 
-/// Resolved tokens and parsed policies, valid for one state of the ACL tables.
+impl ResolvedToken {
+    fn expired(&self) -> bool {
+        self.expires_at
+            .is_some_and(|at| at <= std::time::SystemTime::now())
+    }
+}
+
+/// Resolved tokens and parsed policies, valid for one state of the ACL
+/// tables. Hits take only the read side: requests resolving the same
+/// token on every core do not queue behind each other.
 #[derive(Default)]
 pub(crate) struct AclCache {
-    inner: Mutex<CacheState>,
+    inner: RwLock<CacheState>,
 }
 
 #[derive(Default)]
@@ -96,19 +107,26 @@ impl Server {
         let tables = self.store.read();
         let index = acl_index(&tables);
         {
+            let cache = self
+                .acl_cache
+                .inner
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            if cache.at == index {
+                if let Some(hit) = cache.tokens.get(secret).filter(|t| !t.expired()) {
+                    return Ok(hit.clone());
+                }
+            }
+        }
+        {
             let mut cache = self
                 .acl_cache
                 .inner
-                .lock()
+                .write()
                 .unwrap_or_else(|e| e.into_inner());
             if cache.at != index {
                 cache.at = index;
                 cache.tokens.clear();
-            }
-            if let Some(hit) = cache.tokens.get(secret) {
-                if hit.accessor_id == ANONYMOUS_TOKEN_ID || !self.token_expired(&tables, secret) {
-                    return Ok(hit.clone());
-                }
             }
         }
         let token = tables
@@ -122,12 +140,16 @@ impl Server {
                 PolicyAuthorizer::new(rules.iter().map(|r| &**r)),
                 self.config.acl.default_policy,
             ),
+            expires_at: token
+                .expiration_time
+                .as_deref()
+                .and_then(|at| humantime::parse_rfc3339_weak(at).ok()),
         });
         drop(tables);
         let mut cache = self
             .acl_cache
             .inner
-            .lock()
+            .write()
             .unwrap_or_else(|e| e.into_inner());
         if cache.at == index {
             if cache.tokens.len() >= self.config.acl.token_cache_capacity {
@@ -136,10 +158,6 @@ impl Server {
             cache.tokens.insert(secret.to_string(), resolved.clone());
         }
         Ok(resolved)
-    }
-
-    fn token_expired(&self, tables: &Tables, secret: &str) -> bool {
-        tables.acl_token_by_secret(secret).is_none_or(expired)
     }
 
     /// Every rule set a token carries in this datacenter: its policies,
@@ -234,7 +252,7 @@ impl Server {
         if let Some(hit) = self
             .acl_cache
             .inner
-            .lock()
+            .read()
             .unwrap_or_else(|e| e.into_inner())
             .rules
             .get(&key)
@@ -251,7 +269,7 @@ impl Server {
         let mut cache = self
             .acl_cache
             .inner
-            .lock()
+            .write()
             .unwrap_or_else(|e| e.into_inner());
         if cache.rules.len() >= 4096 {
             cache.rules.clear();
