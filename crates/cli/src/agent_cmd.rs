@@ -78,6 +78,9 @@ pub struct AgentArgs {
     /// gRPC port (-1 disables).
     #[arg(long = "grpc-port", allow_hyphen_values = true)]
     grpc_port: Option<i64>,
+    /// gRPC TLS port (-1 disables; used only with a gRPC certificate).
+    #[arg(long = "grpc-tls-port", allow_hyphen_values = true)]
+    grpc_tls_port: Option<i64>,
     /// DNS port (-1 disables).
     #[arg(long = "dns-port", allow_hyphen_values = true)]
     dns_port: Option<i64>,
@@ -253,6 +256,7 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     for (name, value) in [
         ("http", args.http_port),
         ("grpc", args.grpc_port),
+        ("grpc_tls", args.grpc_tls_port),
         ("dns", args.dns_port),
         ("server", args.server_port),
         ("serf_lan", args.serf_lan_port),

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use legate_acl::identities::{node_identity_rules, service_identity_rules};
 use legate_acl::{Authorizer, DefaultPolicy, PolicyAuthorizer, Rules};
-use legate_state::{Table, Tables};
+use legate_state::{Command, Table, Tables};
 use legate_types::acl::{AclToken, ANONYMOUS_TOKEN_ID, ANONYMOUS_TOKEN_SECRET};
 use legate_types::RpcError;
 
@@ -79,6 +79,9 @@ struct CacheState {
     /// Parsed rules by (policy ID, ModifyIndex).
     rules: HashMap<(String, u64), Arc<Rules>>,
 }
+
+/// How many expired tokens one reaping round deletes (Consul's batch).
+pub(crate) const REAP_BATCH: usize = 4096;
 
 /// The index of the ACL tables together.
 fn acl_index(tables: &Tables) -> u64 {
@@ -384,11 +387,41 @@ impl Server {
             )
     }
 
+    /// The leader's reaping of expired tokens (Consul's): at most
+    /// [`REAP_BATCH`] a round, in one Raft entry. Expired tokens are
+    /// refused and hidden from the moment they expire; this takes their
+    /// rows (and their memory) away.
+    pub(crate) async fn reap_expired_tokens(&self) {
+        if !self.config.acl.enabled {
+            return;
+        }
+        let expired_ids: Vec<String> = {
+            let tables = self.store.read();
+            let (_, tokens) = tables.acl_tokens();
+            tokens
+                .filter(|t| t.expiration_time.is_some() && expired(t))
+                .take(REAP_BATCH)
+                .map(|t| t.accessor_id.clone())
+                .collect()
+        };
+        if expired_ids.is_empty() {
+            return;
+        }
+        let count = expired_ids.len();
+        let commands = expired_ids
+            .into_iter()
+            .map(Command::AclTokenDelete)
+            .collect();
+        match self.write(Command::Batch(commands)).await {
+            Ok(_) => tracing::info!(count, "acl: reaped expired tokens"),
+            Err(e) => tracing::warn!(error = %e, "acl: reaping expired tokens failed"),
+        }
+    }
+
     /// The primary leader's ACL set-up on taking office (Consul's
     /// `initializeACLs`): the builtin policy, the anonymous token, and
     /// the initial management token when configured and absent.
     pub(crate) async fn acl_initialize(&self) -> Result<(), RpcError> {
-        use legate_state::Command;
         use legate_types::acl::{AclLink, AclPolicy};
         use legate_types::acl::{GLOBAL_MANAGEMENT_POLICY_ID, GLOBAL_MANAGEMENT_POLICY_NAME};
         if !self.config.acl.enabled || self.is_secondary() || !self.acl_tables_enabled() {

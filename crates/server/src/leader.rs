@@ -27,6 +27,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             Default::default();
         let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
         let mut last_coordinates = tokio::time::Instant::now();
+        let mut last_token_reap = tokio::time::Instant::now();
         let mut tasks = LeaderTasks::default();
         loop {
             tokio::select! {
@@ -104,6 +105,10 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 last_coordinates = tokio::time::Instant::now();
                 server.flush_coordinate_updates().await;
             }
+            if last_token_reap.elapsed() >= TOKEN_REAP_EVERY {
+                last_token_reap = tokio::time::Instant::now();
+                server.reap_expired_tokens().await;
+            }
             for id in server.session_timers.take_expired() {
                 tracing::info!(session = %id, "leader: session TTL expired");
                 if let Err(e) = server.write(Command::SessionDestroy(id)).await {
@@ -152,6 +157,10 @@ impl LeaderTasks {
         }
     }
 }
+
+/// How often the leader reaps expired ACL tokens (Consul: one round a
+/// second).
+const TOKEN_REAP_EVERY: Duration = Duration::from_secs(1);
 
 /// How often it looks for them afterwards.
 const REAP_EVERY: Duration = Duration::from_secs(10);

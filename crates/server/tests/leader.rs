@@ -319,3 +319,64 @@ async fn nodes_gossip_does_not_know_are_reaped_once_settled() {
     assert!(left.contains(&"leader-test".to_string()), "{left:?}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_leader_reaps_expired_acl_tokens() {
+    use legate_state::{Command, Table};
+    use legate_types::acl::AclToken;
+    const ROOT: &str = "6c2d9e1f-3a4b-4c5d-8e6f-7a8b9c0d1e2f";
+    let mut config = config(Duration::from_secs(60));
+    config.acl = legate_server::AclSettings {
+        enabled: true,
+        default_policy: legate_acl::DefaultPolicy::Deny,
+        initial_management: Some(ROOT.into()),
+        ..Default::default()
+    };
+    let server = Server::start(config).await.unwrap();
+    assert!(server.wait_for_leader(Duration::from_secs(5)).await);
+    let token_count = || server.store().read().acl_tokens().1.count();
+    for _ in 0..100 {
+        if token_count() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = token_count();
+    // Tokens can only be made to expire at least a minute ahead over the
+    // API: these two are put straight into the store, one already expired.
+    let store = server.store();
+    let index = store.read().max_index(&[Table::AclTokens]) + 1_000_000;
+    for (n, expiry) in [("1", "2020-01-01T00:00:00Z"), ("2", "2999-01-01T00:00:00Z")] {
+        let token = AclToken {
+            accessor_id: format!("11111111-2222-3333-4444-00000000000{n}"),
+            secret_id: format!("aaaaaaaa-2222-3333-4444-00000000000{n}"),
+            expiration_time: Some(expiry.into()),
+            create_time: "2019-12-31T00:00:00Z".into(),
+            ..Default::default()
+        };
+        store.apply(
+            index + n.parse::<u64>().unwrap(),
+            &Command::AclTokenSet(Box::new(token)),
+        );
+    }
+    assert_eq!(token_count(), before + 2);
+    let mut reaped = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tables = store.read();
+        let ids: Vec<String> = tables
+            .acl_tokens()
+            .1
+            .map(|t| t.accessor_id.clone())
+            .collect();
+        if !ids.iter().any(|id| id.ends_with("0001")) {
+            assert!(
+                ids.iter().any(|id| id.ends_with("0002")),
+                "the live token stays"
+            );
+            reaped = true;
+            break;
+        }
+    }
+    assert!(reaped, "the expired token was not reaped within 10s");
+}

@@ -395,6 +395,9 @@ struct Gate {
     token: String,
     view: Arc<dyn SnapshotView>,
     changes: Option<watch::Receiver<u64>>,
+    /// When the token is checked again whatever happens meanwhile (a busy
+    /// stream must not put it off).
+    next_recheck: tokio::time::Instant,
 }
 
 impl AdsServer {
@@ -404,6 +407,7 @@ impl AdsServer {
             token,
             view: Arc::new(SeeAll),
             changes: None,
+            next_recheck: tokio::time::Instant::now() + RECHECK_EVERY,
         }
     }
 }
@@ -422,6 +426,7 @@ impl Gate {
             changes.borrow_and_update();
             self.changes = Some(changes);
         }
+        self.next_recheck = tokio::time::Instant::now() + RECHECK_EVERY;
         match acl.admit(proxy_id, &self.token).await {
             Ok(view) => {
                 self.view = view;
@@ -445,7 +450,7 @@ impl Gate {
                     self.changes = None;
                 }
             }
-            _ = tokio::time::sleep(RECHECK_EVERY) => {}
+            _ = tokio::time::sleep_until(self.next_recheck) => {}
         }
     }
 }

@@ -1,8 +1,8 @@
-//! `legate acl bootstrap|token|policy|set-agent-token`, printing what
+//! `legate acl bootstrap|token|policy|role|set-agent-token`, printing what
 //! Consul's CLI prints (its pretty format, or `-format json`).
 
 use clap::{Args, Subcommand};
-use legate_types::acl::{AclPolicy, AclToken};
+use legate_types::acl::{AclLink, AclPolicy, AclToken, NodeIdentity, ServiceIdentity};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -20,6 +20,9 @@ pub enum AclCommand {
     /// Policy commands.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Role commands.
+    #[command(subcommand)]
+    Role(super::acl_role::RoleCommand),
     /// Sets one of the agent's tokens: `set-agent-token <type> <token>`.
     SetAgentToken(SetAgentTokenArgs),
 }
@@ -35,6 +38,61 @@ pub enum TokenCommand {
     List(FormatArgs),
     /// Deletes a token by -id.
     Delete(IdArgs),
+    /// Clones a token by -id, with a new -description.
+    Clone(TokenCloneArgs),
+    /// Updates a token by -id: the flags given replace what they name.
+    Update(Box<TokenUpdateArgs>),
+}
+
+/// Flags of `acl token clone`.
+#[derive(Args, Debug)]
+pub struct TokenCloneArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The AccessorID of the token to clone.
+    #[arg(long)]
+    id: Option<String>,
+    /// The clone's description.
+    #[arg(long, default_value = "")]
+    description: String,
+    /// `pretty` or `json`.
+    #[arg(long, default_value = "pretty")]
+    format: String,
+}
+
+/// Flags of `acl token update` (Consul's: the policies, roles and
+/// identities given replace the token's).
+#[derive(Args, Debug)]
+pub struct TokenUpdateArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The AccessorID of the token to update.
+    #[arg(long)]
+    id: Option<String>,
+    /// A new description.
+    #[arg(long)]
+    description: Option<String>,
+    /// A policy by name (repeatable).
+    #[arg(long = "policy-name")]
+    policy_names: Vec<String>,
+    /// A policy by ID (repeatable).
+    #[arg(long = "policy-id")]
+    policy_ids: Vec<String>,
+    /// A role by name (repeatable).
+    #[arg(long = "role-name")]
+    role_names: Vec<String>,
+    /// A role by ID (repeatable).
+    #[arg(long = "role-id")]
+    role_ids: Vec<String>,
+    /// `name[:dc1,dc2]` (repeatable).
+    #[arg(long = "service-identity")]
+    service_identities: Vec<String>,
+    /// `name:dc` (repeatable).
+    #[arg(long = "node-identity")]
+    node_identities: Vec<String>,
+    /// `pretty` or `json`.
+    #[arg(long, default_value = "pretty")]
+    format: String,
 }
 
 /// Policy subcommands.
@@ -198,39 +256,93 @@ pub fn pretty_token(t: &AclToken) -> String {
     if let Some(at) = &t.expiration_time {
         out.push_str(&format!("Expiration Time:  {}\n", go_time(at)));
     }
-    if !t.policies.is_empty() {
-        out.push_str("Policies:\n");
-        for p in &t.policies {
-            out.push_str(&format!("   {} - {}\n", p.id, p.name));
-        }
+    out.push_str(&pretty_links("", "Policies", &t.policies));
+    out.push_str(&pretty_links("", "Roles", &t.roles));
+    out.push_str(&pretty_identities(
+        "",
+        &t.service_identities,
+        &t.node_identities,
+    ));
+    out
+}
+
+/// `<title>:` and a `   <id> - <name>` line per link (nothing for none),
+/// each line led by `indent`.
+pub(crate) fn pretty_links(indent: &str, title: &str, links: &[AclLink]) -> String {
+    if links.is_empty() {
+        return String::new();
     }
-    if !t.roles.is_empty() {
-        out.push_str("Roles:\n");
-        for r in &t.roles {
-            out.push_str(&format!("   {} - {}\n", r.id, r.name));
-        }
+    let mut out = format!("{indent}{title}:\n");
+    for l in links {
+        out.push_str(&format!("{indent}   {} - {}\n", l.id, l.name));
     }
-    if !t.service_identities.is_empty() {
-        out.push_str("Service Identities:\n");
-        for s in &t.service_identities {
+    out
+}
+
+/// Service identities (`   web (Datacenters: all)`) and node identities
+/// (`   n1 (Datacenter: dc1)`) as Consul prints them.
+pub(crate) fn pretty_identities(
+    indent: &str,
+    services: &[ServiceIdentity],
+    nodes: &[NodeIdentity],
+) -> String {
+    let mut out = String::new();
+    if !services.is_empty() {
+        out.push_str(&format!("{indent}Service Identities:\n"));
+        for s in services {
             let dcs = if s.datacenters.is_empty() {
                 "all".to_string()
             } else {
                 s.datacenters.join(", ")
             };
-            out.push_str(&format!("   {} (Datacenters: {dcs})\n", s.service_name));
+            out.push_str(&format!(
+                "{indent}   {} (Datacenters: {dcs})\n",
+                s.service_name
+            ));
         }
     }
-    if !t.node_identities.is_empty() {
-        out.push_str("Node Identities:\n");
-        for n in &t.node_identities {
+    if !nodes.is_empty() {
+        out.push_str(&format!("{indent}Node Identities:\n"));
+        for n in nodes {
             out.push_str(&format!(
-                "   {} (Datacenter: {})\n",
+                "{indent}   {} (Datacenter: {})\n",
                 n.node_name, n.datacenter
             ));
         }
     }
     out
+}
+
+/// The JSON links of `-policy-id`/`-policy-name` (or role) flags.
+pub(crate) fn links_body(ids: &[String], names: &[String]) -> Vec<Value> {
+    ids.iter()
+        .map(|id| json!({ "ID": id }))
+        .chain(names.iter().map(|n| json!({ "Name": n })))
+        .collect()
+}
+
+/// The JSON identities of `-service-identity name[:dc1,dc2]` and
+/// `-node-identity name:dc` flags; a malformed one is named.
+pub(crate) fn identities_body(
+    services: &[String],
+    nodes: &[String],
+) -> Result<(Vec<Value>, Vec<Value>), String> {
+    let services = services
+        .iter()
+        .map(|s| {
+            let (name, dcs) = s.split_once(':').unwrap_or((s.as_str(), ""));
+            let dcs: Vec<&str> = dcs.split(',').filter(|d| !d.is_empty()).collect();
+            json!({ "ServiceName": name, "Datacenters": dcs })
+        })
+        .collect();
+    let nodes = nodes
+        .iter()
+        .map(|n| match n.split_once(':') {
+            Some((name, dc)) => Ok(json!({ "NodeName": name, "Datacenter": dc })),
+            None => Err(format!("Malformed -node-identity argument: {n:?}")),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((services, nodes))
 }
 
 /// A policy in Consul's pretty form (values at column 15).
@@ -245,7 +357,7 @@ pub fn pretty_policy(p: &AclPolicy) -> String {
     )
 }
 
-fn print_json(value: &impl serde::Serialize) {
+pub(crate) fn print_json(value: &impl serde::Serialize) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
@@ -260,7 +372,7 @@ fn show_token(t: &AclToken, format: &str) {
     }
 }
 
-async fn put<T: serde::de::DeserializeOwned>(
+pub(crate) async fn put<T: serde::de::DeserializeOwned>(
     client: &Client,
     path: &str,
     body: Value,
@@ -287,6 +399,7 @@ pub async fn run(cmd: AclCommand) -> u8 {
         }
         AclCommand::Token(cmd) => token(cmd).await,
         AclCommand::Policy(cmd) => policy(cmd).await,
+        AclCommand::Role(cmd) => super::acl_role::run(cmd).await,
         AclCommand::SetAgentToken(args) => {
             let [kind, secret] = args.args.as_slice() else {
                 return fail("Missing TYPE and TOKEN arguments");
@@ -324,29 +437,15 @@ async fn token(cmd: TokenCommand) -> u8 {
             {
                 return fail("Cannot create a token without specifying -policy-name, -policy-id, -role-name, -role-id, -service-identity, or -node-identity at least once");
             }
-            let links = |ids: &[String], names: &[String]| -> Vec<Value> {
-                ids.iter()
-                    .map(|id| json!({ "ID": id }))
-                    .chain(names.iter().map(|n| json!({ "Name": n })))
-                    .collect()
-            };
-            let mut services = Vec::new();
-            for s in &args.service_identities {
-                let (name, dcs) = s.split_once(':').unwrap_or((s.as_str(), ""));
-                let dcs: Vec<&str> = dcs.split(',').filter(|d| !d.is_empty()).collect();
-                services.push(json!({ "ServiceName": name, "Datacenters": dcs }));
-            }
-            let mut nodes = Vec::new();
-            for n in &args.node_identities {
-                let Some((name, dc)) = n.split_once(':') else {
-                    return fail(format!("Malformed -node-identity argument: {n:?}"));
+            let (services, nodes) =
+                match identities_body(&args.service_identities, &args.node_identities) {
+                    Ok(both) => both,
+                    Err(e) => return fail(e),
                 };
-                nodes.push(json!({ "NodeName": name, "Datacenter": dc }));
-            }
             let mut body = json!({
                 "Description": args.description,
-                "Policies": links(&args.policy_ids, &args.policy_names),
-                "Roles": links(&args.role_ids, &args.role_names),
+                "Policies": links_body(&args.policy_ids, &args.policy_names),
+                "Roles": links_body(&args.role_ids, &args.role_names),
                 "ServiceIdentities": services,
                 "NodeIdentities": nodes,
                 "Local": args.local,
@@ -402,6 +501,24 @@ async fn token(cmd: TokenCommand) -> u8 {
                 Err(e) => fail(format!("Failed to retrieve the token list: {e}")),
             }
         }
+        TokenCommand::Clone(args) => {
+            let Some(id) = args.id else {
+                return fail("Must specify the -id parameter");
+            };
+            let client = Client::new(&args.http);
+            let body = json!({ "Description": args.description });
+            match put::<AclToken>(&client, &format!("/v1/acl/token/{id}/clone"), body).await {
+                Ok(token) => {
+                    if args.format != "json" {
+                        println!("Token cloned successfully.");
+                    }
+                    show_token(&token, &args.format);
+                    0
+                }
+                Err(e) => fail(format!("Failed to clone token: {e}")),
+            }
+        }
+        TokenCommand::Update(args) => update_token(*args).await,
         TokenCommand::Delete(args) => {
             let Some(id) = args.id else {
                 return fail("Must specify the -id parameter");
@@ -539,5 +656,55 @@ async fn policy(cmd: PolicyCommand) -> u8 {
                 Err(e) => fail(format!("Error deleting policy {id:?}: {e}")),
             }
         }
+    }
+}
+
+/// `acl token update`: reads the token, replaces what the flags name, and
+/// writes it back.
+async fn update_token(args: TokenUpdateArgs) -> u8 {
+    let Some(id) = &args.id else {
+        return fail("Cannot update a token without specifying the -id parameter");
+    };
+    let client = Client::new(&args.http);
+    let token = match client
+        .get_json::<Value>(&format!("/v1/acl/token/{id}"), &[])
+        .await
+    {
+        Ok(token) => token,
+        Err(e) => return fail(format!("Error when retrieving current token: {e}")),
+    };
+    let (services, nodes) = match identities_body(&args.service_identities, &args.node_identities) {
+        Ok(both) => both,
+        Err(e) => return fail(e),
+    };
+    let mut body = json!({
+        "AccessorID": id,
+        "Description": args.description.clone().unwrap_or_else(|| token["Description"].as_str().unwrap_or_default().to_string()),
+        "Policies": token.get("Policies").cloned().unwrap_or(json!([])),
+        "Roles": token.get("Roles").cloned().unwrap_or(json!([])),
+        "ServiceIdentities": token.get("ServiceIdentities").cloned().unwrap_or(json!([])),
+        "NodeIdentities": token.get("NodeIdentities").cloned().unwrap_or(json!([])),
+    });
+    if !args.policy_ids.is_empty() || !args.policy_names.is_empty() {
+        body["Policies"] = json!(links_body(&args.policy_ids, &args.policy_names));
+    }
+    if !args.role_ids.is_empty() || !args.role_names.is_empty() {
+        body["Roles"] = json!(links_body(&args.role_ids, &args.role_names));
+    }
+    if !services.is_empty() {
+        body["ServiceIdentities"] = json!(services);
+    }
+    if !nodes.is_empty() {
+        body["NodeIdentities"] = json!(nodes);
+    }
+    match put::<AclToken>(&client, &format!("/v1/acl/token/{id}"), body).await {
+        Ok(token) => {
+            if args.format != "json" {
+                println!("Token updated successfully.");
+            }
+            show_token(&token, &args.format);
+            0
+        }
+        Err(e) => fail(format!("Failed to update token {id}: {e}")),
     }
 }

@@ -1,6 +1,7 @@
 //! The HTTP-client commands.
 
 pub mod acl;
+pub mod acl_role;
 pub mod catalog;
 pub mod config;
 pub mod connect;

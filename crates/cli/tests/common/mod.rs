@@ -93,7 +93,7 @@ impl TestAgent {
             .args(flags)
             .arg(format!("-http-port={http_port}"))
             .args(if disable_other_ports {
-                vec!["-dns-port=-1", "-grpc-port=-1"]
+                vec!["-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1"]
             } else {
                 vec![]
             })

@@ -1,0 +1,254 @@
+//! `legate acl role create|read|update|list|delete`, printing what
+//! Consul's CLI prints (its pretty format, or `-format json`).
+
+use clap::{Args, Subcommand};
+use legate_types::acl::AclRole;
+use reqwest::Method;
+use serde_json::json;
+
+use super::acl::{identities_body, links_body, pretty_identities, pretty_links, print_json, put};
+use super::fail;
+use crate::client::{Client, HttpFlags};
+
+/// Role subcommands.
+#[derive(Subcommand, Debug)]
+pub enum RoleCommand {
+    /// Creates a role.
+    Create(Box<RoleWriteArgs>),
+    /// Reads a role by -id or -name.
+    Read(RoleFindArgs),
+    /// Updates a role by -id or -name: new links and identities are added.
+    Update(Box<RoleWriteArgs>),
+    /// Lists roles.
+    List(RoleFindArgs),
+    /// Deletes a role by -id or -name.
+    Delete(RoleFindArgs),
+}
+
+/// Flags of `acl role create` and `acl role update`.
+#[derive(Args, Debug)]
+pub struct RoleWriteArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The role to update (update only).
+    #[arg(long)]
+    id: Option<String>,
+    /// Its name (update: the role to update when -id is not given).
+    #[arg(long)]
+    name: Option<String>,
+    /// Free text.
+    #[arg(long)]
+    description: Option<String>,
+    /// A policy by name (repeatable).
+    #[arg(long = "policy-name")]
+    policy_names: Vec<String>,
+    /// A policy by ID (repeatable).
+    #[arg(long = "policy-id")]
+    policy_ids: Vec<String>,
+    /// `name[:dc1,dc2]` (repeatable).
+    #[arg(long = "service-identity")]
+    service_identities: Vec<String>,
+    /// `name:dc` (repeatable).
+    #[arg(long = "node-identity")]
+    node_identities: Vec<String>,
+    /// `pretty` or `json`.
+    #[arg(long, default_value = "pretty")]
+    format: String,
+}
+
+/// `-id` or `-name` (and `-format`).
+#[derive(Args, Debug)]
+pub struct RoleFindArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The role's ID.
+    #[arg(long)]
+    id: Option<String>,
+    /// The role's name.
+    #[arg(long)]
+    name: Option<String>,
+    /// `pretty` or `json`.
+    #[arg(long, default_value = "pretty")]
+    format: String,
+}
+
+/// A role in Consul's pretty form (values at column 15), every line led by
+/// `indent` (lists indent each role under its name).
+pub fn pretty_role(r: &AclRole, indent: &str) -> String {
+    let mut out = format!(
+        "{indent}ID:           {}\n{indent}Name:         {}\n{indent}Description:  {}\n",
+        r.id, r.name, r.description
+    );
+    out.push_str(&pretty_links(indent, "Policies", &r.policies));
+    out.push_str(&pretty_identities(
+        indent,
+        &r.service_identities,
+        &r.node_identities,
+    ));
+    out
+}
+
+fn show(role: &AclRole, format: &str) {
+    if format == "json" {
+        print_json(role);
+    } else {
+        print!("{}", pretty_role(role, ""));
+    }
+}
+
+/// The role `-id` or `-name` names.
+async fn find(
+    client: &Client,
+    id: &Option<String>,
+    name: &Option<String>,
+) -> Result<AclRole, String> {
+    let (path, what) = match (id, name) {
+        (Some(id), _) => (format!("/v1/acl/role/{id}"), id),
+        (None, Some(name)) => (format!("/v1/acl/role/name/{name}"), name),
+        (None, None) => return Err("Must specify either the -id or -name parameters".into()),
+    };
+    client
+        .get_json::<AclRole>(&path, &[])
+        .await
+        .map_err(|e| format!("Error reading role {what:?}: {e}"))
+}
+
+/// Runs a `role` subcommand.
+pub async fn run(cmd: RoleCommand) -> u8 {
+    match cmd {
+        RoleCommand::Create(args) => create(*args).await,
+        RoleCommand::Update(args) => update(*args).await,
+        RoleCommand::Read(args) => {
+            let client = Client::new(&args.http);
+            match find(&client, &args.id, &args.name).await {
+                Ok(role) => {
+                    show(&role, &args.format);
+                    0
+                }
+                Err(e) => fail(e),
+            }
+        }
+        RoleCommand::List(args) => {
+            let client = Client::new(&args.http);
+            match client.get_json::<Vec<AclRole>>("/v1/acl/roles", &[]).await {
+                Ok(roles) if args.format == "json" => {
+                    print_json(&roles);
+                    0
+                }
+                Ok(roles) => {
+                    let blocks: Vec<String> = roles
+                        .iter()
+                        .map(|r| format!("{}:\n{}", r.name, pretty_role(r, "   ")))
+                        .collect();
+                    print!("{}", blocks.join("\n"));
+                    0
+                }
+                Err(e) => fail(format!("Failed to retrieve the role list: {e}")),
+            }
+        }
+        RoleCommand::Delete(args) => {
+            let client = Client::new(&args.http);
+            let role = match find(&client, &args.id, &args.name).await {
+                Ok(role) => role,
+                Err(e) => return fail(e),
+            };
+            match client
+                .ok(
+                    Method::DELETE,
+                    &format!("/v1/acl/role/{}", role.id),
+                    &[],
+                    None,
+                )
+                .await
+            {
+                Ok(_) => {
+                    println!("Role {:?} deleted successfully", role.id);
+                    0
+                }
+                Err(e) => fail(format!("Error deleting role {:?}: {e}", role.id)),
+            }
+        }
+    }
+}
+
+async fn create(args: RoleWriteArgs) -> u8 {
+    let Some(name) = &args.name else {
+        return fail("Missing required '-name' flag");
+    };
+    if args.policy_names.is_empty()
+        && args.policy_ids.is_empty()
+        && args.service_identities.is_empty()
+        && args.node_identities.is_empty()
+    {
+        return fail("Cannot create a role without specifying -policy-name, -policy-id, -service-identity, or -node-identity at least once");
+    }
+    let (services, nodes) = match identities_body(&args.service_identities, &args.node_identities) {
+        Ok(both) => both,
+        Err(e) => return fail(e),
+    };
+    let body = json!({
+        "Name": name,
+        "Description": args.description.clone().unwrap_or_default(),
+        "Policies": links_body(&args.policy_ids, &args.policy_names),
+        "ServiceIdentities": services,
+        "NodeIdentities": nodes,
+    });
+    let client = Client::new(&args.http);
+    match put::<AclRole>(&client, "/v1/acl/role", body).await {
+        Ok(role) => {
+            show(&role, &args.format);
+            0
+        }
+        Err(e) => fail(format!("Failed to create new role: {e}")),
+    }
+}
+
+/// Consul's `role update` without `-no-merge`: the role's links and
+/// identities stay and the flags' are added; `-name`/`-description`
+/// replace theirs.
+async fn update(args: RoleWriteArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let role = match find(
+        &client,
+        &args.id,
+        &args.name.clone().filter(|_| args.id.is_none()),
+    )
+    .await
+    {
+        Ok(role) => role,
+        Err(e) => return fail(e),
+    };
+    let (services, nodes) = match identities_body(&args.service_identities, &args.node_identities) {
+        Ok(both) => both,
+        Err(e) => return fail(e),
+    };
+    let mut policies: Vec<serde_json::Value> = role
+        .policies
+        .iter()
+        .map(|l| json!({ "ID": l.id }))
+        .collect();
+    policies.extend(links_body(&args.policy_ids, &args.policy_names));
+    let mut service_identities = serde_json::to_value(&role.service_identities).unwrap_or_default();
+    if let Some(list) = service_identities.as_array_mut() {
+        list.extend(services);
+    }
+    let mut node_identities = serde_json::to_value(&role.node_identities).unwrap_or_default();
+    if let Some(list) = node_identities.as_array_mut() {
+        list.extend(nodes);
+    }
+    let body = json!({
+        "ID": role.id,
+        "Name": args.name.clone().filter(|_| args.id.is_some()).unwrap_or(role.name.clone()),
+        "Description": args.description.clone().unwrap_or(role.description.clone()),
+        "Policies": policies,
+        "ServiceIdentities": service_identities,
+        "NodeIdentities": node_identities,
+    });
+    match put::<AclRole>(&client, &format!("/v1/acl/role/{}", role.id), body).await {
+        Ok(role) => {
+            show(&role, &args.format);
+            0
+        }
+        Err(e) => fail(format!("Failed to update role {:?}: {e}", role.id)),
+    }
+}
