@@ -37,6 +37,19 @@ struct Cached {
     fetched: Instant,
 }
 
+/// Counts entries an ACL cache let go to make room (not those dropped
+/// because the ACL tables changed): `legate.acl.cache.evictions` with the
+/// cache (`token`, `policy`) and where it lives (`agent`, `server`).
+pub fn count_evictions(cache: &str, side: &str, evicted: usize) {
+    if evicted > 0 {
+        legate_types::metrics::counter_add(
+            "legate.acl.cache.evictions",
+            &[("cache", cache), ("side", side)],
+            evicted as u64,
+        );
+    }
+}
+
 /// The agent's token resolver.
 pub struct AclResolver {
     rpc: Arc<dyn ServerRpc>,
@@ -199,11 +212,14 @@ impl AclResolver {
             authorizer: Authorizer::new(PolicyAuthorizer::new(&rules), self.default_policy()),
         });
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= TOKEN_CACHE_CAPACITY {
+        let capacity = self.config.token_cache_size.unwrap_or(TOKEN_CACHE_CAPACITY);
+        if cache.len() >= capacity {
+            let before = cache.len();
             cache.retain(|_, c| c.fetched.elapsed() < self.config.token_ttl);
-            if cache.len() >= TOKEN_CACHE_CAPACITY {
+            if cache.len() >= capacity {
                 cache.clear();
             }
+            count_evictions("token", "agent", before - cache.len());
         }
         cache.insert(
             secret.to_string(),

@@ -51,6 +51,12 @@ pub struct AclConfig {
     pub policy_ttl: Duration,
     /// Roles' cache lifetime.
     pub role_ttl: Duration,
+    /// How many resolved tokens are kept (`acl.token_cache_size`, Legate's;
+    /// `None`: 1,024 on client agents, 10,240 on servers, Consul's fixed sizes).
+    pub token_cache_size: Option<usize>,
+    /// How many parsed policies a server keeps (`acl.policy_cache_size`,
+    /// Legate's; `None`: 4,096).
+    pub policy_cache_size: Option<usize>,
     /// The tokens.
     pub tokens: AclTokens,
 }
@@ -67,6 +73,8 @@ impl Default for AclConfig {
             token_ttl: DEFAULT_ACL_TTL,
             policy_ttl: DEFAULT_ACL_TTL,
             role_ttl: DEFAULT_ACL_TTL,
+            token_cache_size: None,
+            policy_cache_size: None,
             tokens: AclTokens::default(),
         }
     }
@@ -223,8 +231,23 @@ pub(crate) fn parse(
             .unwrap_or(DEFAULT_ACL_TTL),
         role_ttl: duration(get_str(map, &["acl", "role_ttl"])?, "acl.role_ttl")?
             .unwrap_or(DEFAULT_ACL_TTL),
+        token_cache_size: cache_size(map, "token_cache_size")?,
+        policy_cache_size: cache_size(map, "policy_cache_size")?,
         tokens,
     })
+}
+
+/// `acl.<key>`: a cache size of at least 1.
+fn cache_size(map: &Map<String, Value>, key: &str) -> Result<Option<usize>, ConfigError> {
+    match map.get("acl").and_then(|acl| acl.get(key)) {
+        None => Ok(None),
+        Some(value) => match value.as_u64().or_else(|| value.as_str()?.parse().ok()) {
+            Some(n) if n >= 1 => Ok(Some(n as usize)),
+            _ => Err(ConfigError(format!(
+                "acl.{key} must be a whole number of at least 1, not {value}"
+            ))),
+        },
+    }
 }
 
 /// The primary datacenter `acl_datacenter` names, when `primary_datacenter` is unset.

@@ -602,7 +602,8 @@ async fn start_server(
             },
             initial_management: config.acl.tokens.initial_management.clone(),
             enable_key_list_policy: config.acl.enable_key_list_policy,
-            ..Default::default()
+            token_cache_capacity: config.acl.token_cache_size.unwrap_or(10 * 1024),
+            policy_cache_capacity: config.acl.policy_cache_size.unwrap_or(4096),
         },
     })
     .await

@@ -28,6 +28,8 @@ pub struct AclSettings {
     pub initial_management: Option<String>,
     /// How many resolved tokens a server keeps.
     pub token_cache_capacity: usize,
+    /// How many parsed policies (by ID and version) a server keeps.
+    pub policy_cache_capacity: usize,
     /// Recursive KV reads (`?recurse`, `?keys`) need `key:list` on the
     /// prefix first (`acl.enable_key_list_policy`).
     pub enable_key_list_policy: bool,
@@ -40,6 +42,7 @@ impl Default for AclSettings {
             default_policy: DefaultPolicy::Allow,
             initial_management: None,
             token_cache_capacity: 10 * 1024,
+            policy_cache_capacity: 4096,
             enable_key_list_policy: false,
         }
     }
@@ -78,6 +81,18 @@ struct CacheState {
     tokens: HashMap<String, Arc<ResolvedToken>>,
     /// Parsed rules by (policy ID, ModifyIndex).
     rules: HashMap<(String, u64), Arc<Rules>>,
+}
+
+/// Counts entries a server's ACL cache let go to make room
+/// (`legate.acl.cache.evictions`, `side=server`).
+fn count_evictions(cache: &str, evicted: usize) {
+    if evicted > 0 {
+        legate_types::metrics::counter_add(
+            "legate.acl.cache.evictions",
+            &[("cache", cache), ("side", "server")],
+            evicted as u64,
+        );
+    }
 }
 
 /// How many expired tokens one reaping round deletes (Consul's batch).
@@ -156,6 +171,7 @@ impl Server {
             .unwrap_or_else(|e| e.into_inner());
         if cache.at == index {
             if cache.tokens.len() >= self.config.acl.token_cache_capacity {
+                count_evictions("token", cache.tokens.len());
                 cache.tokens.clear();
             }
             cache.tokens.insert(secret.to_string(), resolved.clone());
@@ -274,7 +290,8 @@ impl Server {
             .inner
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        if cache.rules.len() >= 4096 {
+        if cache.rules.len() >= self.config.acl.policy_cache_capacity {
+            count_evictions("policy", cache.rules.len());
             cache.rules.clear();
         }
         cache.rules.insert(key, parsed.clone());
