@@ -32,6 +32,28 @@ pub struct ResolvedToken {
     pub authorizer: Authorizer,
 }
 
+impl ResolvedToken {
+    /// `Ok` when this token may have `access` to `resource` `name`;
+    /// Consul's permission error when not.
+    pub fn check(&self, resource: Resource, name: &str, access: Access) -> Result<(), RpcError> {
+        if self.authorizer.allowed(resource, name, access) {
+            return Ok(());
+        }
+        let accessor = if self.accessor_id.is_empty() {
+            ANONYMOUS_TOKEN_ID
+        } else {
+            &self.accessor_id
+        };
+        Err(RpcError::PermissionDenied(legate_acl::denial(
+            accessor,
+            accessor == ANONYMOUS_TOKEN_ID,
+            resource,
+            access,
+            name,
+        )))
+    }
+}
+
 struct Cached {
     token: Arc<ResolvedToken>,
     fetched: Instant,
@@ -273,24 +295,10 @@ impl AclResolver {
         name: &str,
         access: Access,
     ) -> Result<(), RpcError> {
-        let Some(token) = self.resolve(secret).await? else {
-            return Ok(());
-        };
-        if token.authorizer.allowed(resource, name, access) {
-            return Ok(());
+        match self.resolve(secret).await? {
+            Some(token) => token.check(resource, name, access),
+            None => Ok(()),
         }
-        let accessor = if token.accessor_id.is_empty() {
-            ANONYMOUS_TOKEN_ID
-        } else {
-            &token.accessor_id
-        };
-        Err(RpcError::PermissionDenied(legate_acl::denial(
-            accessor,
-            accessor == ANONYMOUS_TOKEN_ID,
-            resource,
-            access,
-            name,
-        )))
     }
 
     /// Follows the servers' ACL tables and drops the cache whenever they

@@ -78,19 +78,14 @@ impl Agent {
                 )))
             }
         };
-        if let Err(e) = self
-            .check_acl(secret, Resource::Service, &destination, Access::Write)
-            .await
-        {
-            return Err(match e {
-                RpcError::AclNotFound => {
-                    ProxyRefusal::UnknownToken("unauthenticated: ACL not found".into())
-                }
-                RpcError::PermissionDenied(text) => ProxyRefusal::Denied(text),
-                other => ProxyRefusal::Unavailable(format!("error resolving acl token: {other}")),
-            });
+        // Decided on the token just resolved: no second resolution.
+        match token.check(Resource::Service, &destination, Access::Write) {
+            Ok(()) => Ok(Some(token)),
+            Err(RpcError::PermissionDenied(text)) => Err(ProxyRefusal::Denied(text)),
+            Err(other) => Err(ProxyRefusal::Unavailable(format!(
+                "error resolving acl token: {other}"
+            ))),
         }
-        Ok(Some(token))
     }
 
     /// The token that signs the leaf certificate of `service` for its
