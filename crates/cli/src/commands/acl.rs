@@ -72,24 +72,14 @@ pub struct TokenUpdateArgs {
     /// A new description.
     #[arg(long)]
     description: Option<String>,
-    /// A policy by name (repeatable).
-    #[arg(long = "policy-name")]
-    policy_names: Vec<String>,
-    /// A policy by ID (repeatable).
-    #[arg(long = "policy-id")]
-    policy_ids: Vec<String>,
+    #[command(flatten)]
+    grants: GrantFlags,
     /// A role by name (repeatable).
     #[arg(long = "role-name")]
     role_names: Vec<String>,
     /// A role by ID (repeatable).
     #[arg(long = "role-id")]
     role_ids: Vec<String>,
-    /// `name[:dc1,dc2]` (repeatable).
-    #[arg(long = "service-identity")]
-    service_identities: Vec<String>,
-    /// `name:dc` (repeatable).
-    #[arg(long = "node-identity")]
-    node_identities: Vec<String>,
     /// `pretty` or `json`.
     #[arg(long, default_value = "pretty")]
     format: String,
@@ -101,11 +91,29 @@ pub enum PolicyCommand {
     /// Creates a policy.
     Create(PolicyCreateArgs),
     /// Reads a policy by -id or -name.
-    Read(PolicyReadArgs),
+    Read(IdOrNameArgs),
     /// Lists policies.
     List(FormatArgs),
     /// Deletes a policy by -id or -name.
-    Delete(PolicyReadArgs),
+    Delete(IdOrNameArgs),
+}
+
+/// The policies and identities a token or role is given
+/// (`-policy-name`, `-policy-id`, `-service-identity`, `-node-identity`).
+#[derive(Args, Debug)]
+pub struct GrantFlags {
+    /// A policy by name (repeatable).
+    #[arg(long = "policy-name")]
+    pub policy_names: Vec<String>,
+    /// A policy by ID (repeatable).
+    #[arg(long = "policy-id")]
+    pub policy_ids: Vec<String>,
+    /// `name[:dc1,dc2]` (repeatable).
+    #[arg(long = "service-identity")]
+    pub service_identities: Vec<String>,
+    /// `name:dc` (repeatable).
+    #[arg(long = "node-identity")]
+    pub node_identities: Vec<String>,
 }
 
 /// `-format` only.
@@ -136,24 +144,14 @@ pub struct TokenCreateArgs {
     /// Free text.
     #[arg(long, default_value = "")]
     description: String,
-    /// A policy by name (repeatable).
-    #[arg(long = "policy-name")]
-    policy_names: Vec<String>,
-    /// A policy by ID (repeatable).
-    #[arg(long = "policy-id")]
-    policy_ids: Vec<String>,
+    #[command(flatten)]
+    grants: GrantFlags,
     /// A role by name (repeatable).
     #[arg(long = "role-name")]
     role_names: Vec<String>,
     /// A role by ID (repeatable).
     #[arg(long = "role-id")]
     role_ids: Vec<String>,
-    /// `name[:dc1,dc2]` (repeatable).
-    #[arg(long = "service-identity")]
-    service_identities: Vec<String>,
-    /// `name:dc` (repeatable).
-    #[arg(long = "node-identity")]
-    node_identities: Vec<String>,
     /// A lifetime such as `1h`.
     #[arg(long = "expires-ttl")]
     expires_ttl: Option<String>,
@@ -209,20 +207,20 @@ pub struct PolicyCreateArgs {
     format: String,
 }
 
-/// `-id` or `-name`.
+/// `-id` or `-name` of a policy or role (and `-format`).
 #[derive(Args, Debug)]
-pub struct PolicyReadArgs {
+pub struct IdOrNameArgs {
     #[command(flatten)]
-    http: HttpFlags,
-    /// The policy's ID.
+    pub http: HttpFlags,
+    /// Its ID.
     #[arg(long)]
-    id: Option<String>,
-    /// The policy's name.
+    pub id: Option<String>,
+    /// Its name.
     #[arg(long)]
-    name: Option<String>,
+    pub name: Option<String>,
     /// `pretty` or `json`.
     #[arg(long, default_value = "pretty")]
-    format: String,
+    pub format: String,
 }
 
 /// `acl set-agent-token TYPE TOKEN`.
@@ -428,23 +426,25 @@ pub async fn run(cmd: AclCommand) -> u8 {
 async fn token(cmd: TokenCommand) -> u8 {
     match cmd {
         TokenCommand::Create(args) => {
-            if args.policy_names.is_empty()
-                && args.policy_ids.is_empty()
+            if args.grants.policy_names.is_empty()
+                && args.grants.policy_ids.is_empty()
                 && args.role_names.is_empty()
                 && args.role_ids.is_empty()
-                && args.service_identities.is_empty()
-                && args.node_identities.is_empty()
+                && args.grants.service_identities.is_empty()
+                && args.grants.node_identities.is_empty()
             {
                 return fail("Cannot create a token without specifying -policy-name, -policy-id, -role-name, -role-id, -service-identity, or -node-identity at least once");
             }
-            let (services, nodes) =
-                match identities_body(&args.service_identities, &args.node_identities) {
-                    Ok(both) => both,
-                    Err(e) => return fail(e),
-                };
+            let (services, nodes) = match identities_body(
+                &args.grants.service_identities,
+                &args.grants.node_identities,
+            ) {
+                Ok(both) => both,
+                Err(e) => return fail(e),
+            };
             let mut body = json!({
                 "Description": args.description,
-                "Policies": links_body(&args.policy_ids, &args.policy_names),
+                "Policies": links_body(&args.grants.policy_ids, &args.grants.policy_names),
                 "Roles": links_body(&args.role_ids, &args.role_names),
                 "ServiceIdentities": services,
                 "NodeIdentities": nodes,
@@ -552,7 +552,7 @@ fn rules_text(arg: &str) -> Result<String, String> {
     Ok(arg.to_string())
 }
 
-async fn policy_id(client: &Client, args: &PolicyReadArgs) -> Result<String, String> {
+async fn policy_id(client: &Client, args: &IdOrNameArgs) -> Result<String, String> {
     match (&args.id, &args.name) {
         (Some(id), _) => Ok(id.clone()),
         (None, Some(name)) => client
@@ -673,7 +673,10 @@ async fn update_token(args: TokenUpdateArgs) -> u8 {
         Ok(token) => token,
         Err(e) => return fail(format!("Error when retrieving current token: {e}")),
     };
-    let (services, nodes) = match identities_body(&args.service_identities, &args.node_identities) {
+    let (services, nodes) = match identities_body(
+        &args.grants.service_identities,
+        &args.grants.node_identities,
+    ) {
         Ok(both) => both,
         Err(e) => return fail(e),
     };
@@ -685,8 +688,11 @@ async fn update_token(args: TokenUpdateArgs) -> u8 {
         "ServiceIdentities": token.get("ServiceIdentities").cloned().unwrap_or(json!([])),
         "NodeIdentities": token.get("NodeIdentities").cloned().unwrap_or(json!([])),
     });
-    if !args.policy_ids.is_empty() || !args.policy_names.is_empty() {
-        body["Policies"] = json!(links_body(&args.policy_ids, &args.policy_names));
+    if !args.grants.policy_ids.is_empty() || !args.grants.policy_names.is_empty() {
+        body["Policies"] = json!(links_body(
+            &args.grants.policy_ids,
+            &args.grants.policy_names
+        ));
     }
     if !args.role_ids.is_empty() || !args.role_names.is_empty() {
         body["Roles"] = json!(links_body(&args.role_ids, &args.role_names));

@@ -6,7 +6,10 @@ use legate_types::acl::AclRole;
 use reqwest::Method;
 use serde_json::json;
 
-use super::acl::{identities_body, links_body, pretty_identities, pretty_links, print_json, put};
+use super::acl::{
+    identities_body, links_body, pretty_identities, pretty_links, print_json, put, GrantFlags,
+    IdOrNameArgs,
+};
 use super::fail;
 use crate::client::{Client, HttpFlags};
 
@@ -16,13 +19,13 @@ pub enum RoleCommand {
     /// Creates a role.
     Create(Box<RoleWriteArgs>),
     /// Reads a role by -id or -name.
-    Read(RoleFindArgs),
+    Read(IdOrNameArgs),
     /// Updates a role by -id or -name: new links and identities are added.
     Update(Box<RoleWriteArgs>),
     /// Lists roles.
-    List(RoleFindArgs),
+    List(IdOrNameArgs),
     /// Deletes a role by -id or -name.
-    Delete(RoleFindArgs),
+    Delete(IdOrNameArgs),
 }
 
 /// Flags of `acl role create` and `acl role update`.
@@ -39,34 +42,8 @@ pub struct RoleWriteArgs {
     /// Free text.
     #[arg(long)]
     description: Option<String>,
-    /// A policy by name (repeatable).
-    #[arg(long = "policy-name")]
-    policy_names: Vec<String>,
-    /// A policy by ID (repeatable).
-    #[arg(long = "policy-id")]
-    policy_ids: Vec<String>,
-    /// `name[:dc1,dc2]` (repeatable).
-    #[arg(long = "service-identity")]
-    service_identities: Vec<String>,
-    /// `name:dc` (repeatable).
-    #[arg(long = "node-identity")]
-    node_identities: Vec<String>,
-    /// `pretty` or `json`.
-    #[arg(long, default_value = "pretty")]
-    format: String,
-}
-
-/// `-id` or `-name` (and `-format`).
-#[derive(Args, Debug)]
-pub struct RoleFindArgs {
     #[command(flatten)]
-    http: HttpFlags,
-    /// The role's ID.
-    #[arg(long)]
-    id: Option<String>,
-    /// The role's name.
-    #[arg(long)]
-    name: Option<String>,
+    grants: GrantFlags,
     /// `pretty` or `json`.
     #[arg(long, default_value = "pretty")]
     format: String,
@@ -175,21 +152,24 @@ async fn create(args: RoleWriteArgs) -> u8 {
     let Some(name) = &args.name else {
         return fail("Missing required '-name' flag");
     };
-    if args.policy_names.is_empty()
-        && args.policy_ids.is_empty()
-        && args.service_identities.is_empty()
-        && args.node_identities.is_empty()
+    if args.grants.policy_names.is_empty()
+        && args.grants.policy_ids.is_empty()
+        && args.grants.service_identities.is_empty()
+        && args.grants.node_identities.is_empty()
     {
         return fail("Cannot create a role without specifying -policy-name, -policy-id, -service-identity, or -node-identity at least once");
     }
-    let (services, nodes) = match identities_body(&args.service_identities, &args.node_identities) {
+    let (services, nodes) = match identities_body(
+        &args.grants.service_identities,
+        &args.grants.node_identities,
+    ) {
         Ok(both) => both,
         Err(e) => return fail(e),
     };
     let body = json!({
         "Name": name,
         "Description": args.description.clone().unwrap_or_default(),
-        "Policies": links_body(&args.policy_ids, &args.policy_names),
+        "Policies": links_body(&args.grants.policy_ids, &args.grants.policy_names),
         "ServiceIdentities": services,
         "NodeIdentities": nodes,
     });
@@ -218,7 +198,10 @@ async fn update(args: RoleWriteArgs) -> u8 {
         Ok(role) => role,
         Err(e) => return fail(e),
     };
-    let (services, nodes) = match identities_body(&args.service_identities, &args.node_identities) {
+    let (services, nodes) = match identities_body(
+        &args.grants.service_identities,
+        &args.grants.node_identities,
+    ) {
         Ok(both) => both,
         Err(e) => return fail(e),
     };
@@ -227,7 +210,10 @@ async fn update(args: RoleWriteArgs) -> u8 {
         .iter()
         .map(|l| json!({ "ID": l.id }))
         .collect();
-    policies.extend(links_body(&args.policy_ids, &args.policy_names));
+    policies.extend(links_body(
+        &args.grants.policy_ids,
+        &args.grants.policy_names,
+    ));
     let mut service_identities = serde_json::to_value(&role.service_identities).unwrap_or_default();
     if let Some(list) = service_identities.as_array_mut() {
         list.extend(services);
