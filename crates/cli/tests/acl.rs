@@ -649,16 +649,7 @@ fn the_agent_endpoints_check_the_request_token() {
 #[test]
 fn the_acl_cli_makes_reads_and_deletes_tokens_and_policies() {
     let acl = Acl::start();
-    let cli = |args: &[&str]| {
-        let mut full: Vec<&str> = args.to_vec();
-        full.extend(["-token", ROOT]);
-        let out = acl.agent.cli(&full);
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let cli = |args: &[&str]| acl.cli_as_root(args);
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("web.hcl");
     std::fs::write(&rules, "service \"web\" { policy = \"write\" }\n").unwrap();

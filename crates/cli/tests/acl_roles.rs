@@ -4,22 +4,13 @@
 
 mod common;
 
-use common::acl::{Acl, ROOT};
+use common::acl::Acl;
 use serde_json::Value;
 
 #[test]
 fn roles_and_token_clone_and_update_through_the_cli() {
     let acl = Acl::start();
-    let cli = |args: &[&str]| {
-        let mut full: Vec<&str> = args.to_vec();
-        full.extend(["-token", ROOT]);
-        let out = acl.agent.cli(&full);
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let cli = |args: &[&str]| acl.cli_as_root(args);
     let (code, _, err) = cli(&[
         "acl",
         "policy",

@@ -74,6 +74,19 @@ impl Acl {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
     }
 
+    /// Runs the CLI with `-token` set to the management token: its exit
+    /// code, standard output and standard error.
+    pub fn cli_as_root(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend(["-token", ROOT]);
+        let out = self.agent.cli(&full);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+
     /// A new token holding one new policy with `rules`; its secret.
     pub fn token_with_rules(&self, name: &str, rules: &str) -> String {
         let body = serde_json::json!({"Name": name, "Rules": rules}).to_string();
