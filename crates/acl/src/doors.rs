@@ -681,6 +681,11 @@ pub const RPC: &[Door] = &[
         "an agent resolving the token of a request it answers",
     ),
     noted(
+        "acl_resolve_for",
+        Needs::KnownToken,
+        "a secondary's server resolving, in the primary, the token of a request it answers",
+    ),
+    noted(
         "acl_authorize",
         Needs::Nothing,
         "answers what the request's own token may do",

@@ -8,8 +8,10 @@
 
 pub mod authorizer;
 pub mod doors;
+pub mod down;
 pub mod identities;
 pub mod rules;
 
 pub use authorizer::{denial, Access, Authorizer, Decision, DefaultPolicy, PolicyAuthorizer};
+pub use down::{DownAnswer, DownPolicy};
 pub use rules::{parse, Level, Resource, Rule, Rules};

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use legate_acl::{Access, Authorizer, DefaultPolicy, PolicyAuthorizer, Resource};
+use legate_acl::{
+    Access, Authorizer, DefaultPolicy, DownAnswer, DownPolicy, PolicyAuthorizer, Resource,
+};
 use legate_types::acl::ANONYMOUS_TOKEN_ID;
 use legate_types::rpc::{ServerRpc, Watched};
 use legate_types::{Consistency, QueryOptions, RpcError};
@@ -175,7 +177,8 @@ impl AclResolver {
         }
         match self.fetch(&*self.rpc, &secret).await {
             Ok(token) => Ok(Some(token)),
-            Err(RpcError::AclNotFound) => Err(RpcError::AclNotFound),
+            // Unknown, or refused (another datacenter's local token).
+            Err(e @ (RpcError::AclNotFound | RpcError::PermissionDenied(_))) => Err(e),
             Err(RpcError::AclDisabled) => {
                 *self
                     .disabled_until
@@ -194,11 +197,10 @@ impl AclResolver {
         error: RpcError,
     ) -> Result<Arc<ResolvedToken>, RpcError> {
         tracing::warn!(error = %error, policy = %self.config.down_policy, "acl: resolving a token failed; applying down_policy");
-        match self.config.down_policy.as_str() {
-            "allow" => Ok(self.static_token(DefaultPolicy::Allow)),
-            "deny" => Ok(self.static_token(DefaultPolicy::Deny)),
-            // extend-cache, async-cache: the last known answer, else the default.
-            _ => Ok(stale.unwrap_or_else(|| self.static_token(self.default_policy()))),
+        let policy = DownPolicy::parse(&self.config.down_policy).unwrap_or_default();
+        match policy.answer(stale, self.default_policy()) {
+            DownAnswer::Stale(token) => Ok(token),
+            DownAnswer::Static(default) => Ok(self.static_token(default)),
         }
     }
 

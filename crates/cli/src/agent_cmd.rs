@@ -604,6 +604,8 @@ async fn start_server(
             enable_key_list_policy: config.acl.enable_key_list_policy,
             token_cache_capacity: config.acl.token_cache_size.unwrap_or(10 * 1024),
             policy_cache_capacity: config.acl.policy_cache_size.unwrap_or(4096),
+            down_policy: legate_acl::DownPolicy::parse(&config.acl.down_policy).unwrap_or_default(),
+            token_ttl: config.acl.token_ttl,
         },
     })
     .await
@@ -612,8 +614,15 @@ async fn start_server(
     let mut wan_membership = None;
     let rpc: Arc<dyn ServerRpc> = match cross_dc {
         Some(cross) => Arc::new(
-            legate_rpc::Forwarding::new(server.clone(), server.clone(), pool.clone())
-                .with_cross(cross),
+            legate_rpc::Forwarding::new(
+                Arc::new(legate_rpc::Prepared::new(
+                    server.clone(),
+                    server.token_hook(),
+                )),
+                server.clone(),
+                pool.clone(),
+            )
+            .with_cross(cross),
         ),
         None => server.clone(),
     };

@@ -6,7 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, try_http_request_full, TestAgent};
+use common::acl::try_call_with_token;
+use common::{eventually, TestAgent};
 
 const ROOT: &str = "3c0f9a52-6c51-4d3a-b0e2-7f1d2a9e4b11";
 
@@ -23,15 +24,7 @@ fn call(
     token: &str,
     body: Option<&str>,
 ) -> Option<(u16, String)> {
-    let headers = [("X-Consul-Token", token)];
-    try_http_request_full(
-        agent.http_port,
-        method,
-        path,
-        &headers,
-        body.map(|b| b.as_bytes().to_vec()),
-    )
-    .map(|(status, _, body)| (status, String::from_utf8_lossy(&body).to_string()))
+    try_call_with_token(agent.http_port, method, path, token, body)
 }
 
 fn client(ip: &str, dir: &tempfile::TempDir, down_policy: &str) -> TestAgent {

@@ -21,7 +21,8 @@ pub use listener::{FrameHandler, Listener};
 pub use pool::{CallError, Pool};
 pub use router::Router;
 pub use server_rpc::{
-    serve_rpc, CrossDatacenter, Forwarding, Leadership, RemoteRpc, RpcHandler, ServerPool, CALLS,
+    serve_rpc, CrossDatacenter, Forwarding, Leadership, Prepared, RemoteRpc, RpcHandler,
+    ServerPool, TokenHook, CALLS,
 };
 pub use tls::TlsSettings;
 

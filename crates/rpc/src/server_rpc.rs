@@ -199,6 +199,19 @@ macro_rules! server_rpc_calls {
         }
 
         #[async_trait]
+        impl ServerRpc for Prepared {
+            $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
+                $( self.hook.prepare(token_of($opts)).await; )?
+                self.inner.$name( $( $opts, )? $( $arg ),* ).await
+            } )*
+
+            async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
+                self.hook.prepare(&opts.token).await;
+                self.inner.txn(opts, ops).await
+            }
+        }
+
+        #[async_trait]
         impl ServerRpc for RemoteRpc {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
                 self.call(Call::$name { $( $opts: $opts.clone(), )? $( $arg ),* }).await
@@ -277,6 +290,50 @@ impl Routed for WriteOptions {
 
 fn datacenter_of<T: Routed>(opts: &T) -> &str {
     opts.datacenter()
+}
+
+/// The token a call carries.
+trait Authenticated {
+    fn token(&self) -> &str;
+}
+
+impl Authenticated for QueryOptions {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl Authenticated for WriteOptions {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+fn token_of<T: Authenticated>(opts: &T) -> &str {
+    opts.token()
+}
+
+/// Work a server does with a call's token before answering it, such as
+/// a secondary fetching from its primary a token it does not hold (so
+/// the synchronous checks inside the call find it resolved).
+#[async_trait]
+pub trait TokenHook: Send + Sync + 'static {
+    /// Readies `token` (a SecretID; empty for the anonymous token).
+    async fn prepare(&self, token: &str);
+}
+
+/// `ServerRpc` over a local server whose calls first let a
+/// [`TokenHook`] ready their tokens.
+pub struct Prepared {
+    inner: Arc<dyn ServerRpc>,
+    hook: Arc<dyn TokenHook>,
+}
+
+impl Prepared {
+    /// Calls to `inner`, each after `hook` readied its token.
+    pub fn new(inner: Arc<dyn ServerRpc>, hook: Arc<dyn TokenHook>) -> Prepared {
+        Prepared { inner, hook }
+    }
 }
 
 /// Whether a call only reads, so repeating it after an unknown outcome
@@ -633,6 +690,7 @@ server_rpc_calls! {
     acl_role_list(opts: &QueryOptions; policy: String) -> Queried<Vec<legate_types::acl::AclRole>>;
     acl_role_delete(opts: &WriteOptions; id: String) -> ();
     acl_resolve(opts: &QueryOptions;) -> legate_types::acl::AclIdentity;
+    acl_resolve_for(opts: &QueryOptions; datacenter: String) -> legate_types::acl::AclIdentity;
     acl_authorize(opts: &QueryOptions; checks: Vec<legate_types::acl::AclAuthorizationCheck>) -> Vec<legate_types::acl::AclAuthorizationCheck>;
     intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;
     intention_list(opts: &QueryOptions;) -> Queried<Vec<Intention>>;

@@ -33,6 +33,10 @@ pub struct AclSettings {
     /// Recursive KV reads (`?recurse`, `?keys`) need `key:list` on the
     /// prefix first (`acl.enable_key_list_policy`).
     pub enable_key_list_policy: bool,
+    /// What a secondary does when the primary cannot resolve a token.
+    pub down_policy: legate_acl::DownPolicy,
+    /// How long a secondary keeps a token the primary resolved.
+    pub token_ttl: std::time::Duration,
 }
 
 impl Default for AclSettings {
@@ -44,6 +48,8 @@ impl Default for AclSettings {
             token_cache_capacity: 10 * 1024,
             policy_cache_capacity: 4096,
             enable_key_list_policy: false,
+            down_policy: legate_acl::DownPolicy::ExtendCache,
+            token_ttl: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -60,7 +66,7 @@ pub struct ResolvedToken {
 }
 
 impl ResolvedToken {
-    fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         self.expires_at
             .is_some_and(|at| at <= std::time::SystemTime::now())
     }
@@ -85,7 +91,7 @@ struct CacheState {
 
 /// Counts entries a server's ACL cache let go to make room
 /// (`legate.acl.cache.evictions`, `side=server`).
-fn count_evictions(cache: &str, evicted: usize) {
+pub(crate) fn count_evictions(cache: &str, evicted: usize) {
     if evicted > 0 {
         legate_types::metrics::counter_add(
             "legate.acl.cache.evictions",
@@ -147,10 +153,13 @@ impl Server {
                 cache.tokens.clear();
             }
         }
-        let token = tables
-            .acl_token_by_secret(secret)
-            .filter(|t| !expired(t))
-            .ok_or(RpcError::AclNotFound)?;
+        let Some(token) = tables.acl_token_by_secret(secret) else {
+            drop(tables);
+            return self.remotely_resolved(secret);
+        };
+        if expired(token) {
+            return Err(RpcError::AclNotFound);
+        }
         let rules = self.token_rules(&tables, token);
         let resolved = Arc::new(ResolvedToken {
             accessor_id: token.accessor_id.clone(),
@@ -179,10 +188,22 @@ impl Server {
         Ok(resolved)
     }
 
+    /// A token this server does not hold, as the primary resolved it
+    /// (remote resolution in a secondary; see [`crate::acl_remote`]).
+    fn remotely_resolved(&self, secret: &str) -> Result<Arc<ResolvedToken>, RpcError> {
+        use crate::acl_remote::RemoteAnswer;
+        match self.remote_token(secret) {
+            Some(RemoteAnswer::Resolved { token, .. }) if !token.expired() => Ok(token),
+            Some(RemoteAnswer::Refused(e)) => Err(e),
+            Some(RemoteAnswer::Down { token, .. }) => Ok(token),
+            _ => Err(RpcError::AclNotFound),
+        }
+    }
+
     /// Every rule set a token carries in this datacenter: its policies,
     /// its roles' policies, and its (and its roles') identities.
     fn token_rules(&self, tables: &Tables, token: &AclToken) -> Vec<Arc<Rules>> {
-        self.token_rule_texts(tables, token)
+        self.token_rule_texts(tables, token, &self.config.datacenter)
             .into_iter()
             .filter_map(|(version, text)| match version {
                 Some((id, modify_index)) => self.parsed_rules(&id, modify_index, &text),
@@ -191,15 +212,16 @@ impl Server {
             .collect()
     }
 
-    /// The rules texts a token carries here, each with its policy's (ID,
-    /// ModifyIndex) when it is a stored policy (identities' synthetic
-    /// policies have none).
+    /// The rules texts a token carries in datacenter `dc`, each with its
+    /// policy's (ID, ModifyIndex) when it is a stored policy (identities'
+    /// synthetic policies have none).
     fn token_rule_texts(
         &self,
         tables: &Tables,
         token: &AclToken,
+        dc: &str,
     ) -> Vec<(Option<(String, u64)>, String)> {
-        let dc = &self.config.datacenter;
+        let applies_here = |datacenters: &[String]| datacenters.iter().any(|d| d == dc);
         let mut out = Vec::new();
         let mut policy_ids: Vec<&str> = token.policies.iter().map(|l| l.id.as_str()).collect();
         let mut services = token.service_identities.clone();
@@ -215,7 +237,7 @@ impl Server {
             let Some(policy) = tables.acl_policy(id).1 else {
                 continue; // deleted policies stop contributing
             };
-            if !policy.datacenters.is_empty() && !policy.datacenters.contains(dc) {
+            if !policy.datacenters.is_empty() && !applies_here(&policy.datacenters) {
                 continue;
             }
             out.push((
@@ -224,22 +246,47 @@ impl Server {
             ));
         }
         for identity in services {
-            if identity.datacenters.is_empty() || identity.datacenters.contains(dc) {
+            if identity.datacenters.is_empty() || applies_here(&identity.datacenters) {
                 out.push((None, service_identity_rules(&identity.service_name)));
             }
         }
         for identity in nodes {
-            if &identity.datacenter == dc {
+            if identity.datacenter == dc {
                 out.push((None, node_identity_rules(&identity.node_name)));
             }
         }
         out
     }
 
-    /// `ACL.ResolveToken` for agents: the request's token and its rules.
+    /// `ACL.ResolveToken` for agents: the request's token and its rules
+    /// here (as the primary resolved it, in a secondary that does not
+    /// hold it).
     pub(crate) fn acl_identity(
         &self,
         opts: &legate_types::QueryOptions,
+    ) -> Result<legate_types::acl::AclIdentity, RpcError> {
+        use crate::acl_remote::RemoteAnswer;
+        match self.acl_identity_for(opts, &self.config.datacenter) {
+            Err(RpcError::AclNotFound) => match self.remote_token(&opts.token) {
+                Some(RemoteAnswer::Resolved { identity, token }) if !token.expired() => {
+                    Ok(identity)
+                }
+                Some(RemoteAnswer::Refused(e)) | Some(RemoteAnswer::Down { error: e, .. }) => {
+                    Err(e)
+                }
+                _ => Err(RpcError::AclNotFound),
+            },
+            other => other,
+        }
+    }
+
+    /// The request's token as this server holds it, with the rules that
+    /// apply in datacenter `dc` (`ACL.ResolveToken`, and the primary's
+    /// answer to a secondary's remote resolution).
+    pub(crate) fn acl_identity_for(
+        &self,
+        opts: &legate_types::QueryOptions,
+        dc: &str,
     ) -> Result<legate_types::acl::AclIdentity, RpcError> {
         if !self.config.acl.enabled {
             return Err(RpcError::AclDisabled);
@@ -257,10 +304,13 @@ impl Server {
         Ok(legate_types::acl::AclIdentity {
             accessor_id: token.accessor_id.clone(),
             rules: self
-                .token_rule_texts(&tables, token)
+                .token_rule_texts(&tables, token, dc)
                 .into_iter()
                 .map(|(_, text)| text)
                 .collect(),
+            local: token.local,
+            source_datacenter: self.config.datacenter.clone(),
+            expiration_time: token.expiration_time.clone(),
         })
     }
 

@@ -1188,6 +1188,15 @@ impl ServerRpc for Server {
         self.acl_identity(opts)
     }
 
+    async fn acl_resolve_for(
+        &self,
+        opts: &QueryOptions,
+        datacenter: String,
+    ) -> Result<acl::AclIdentity, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_identity_for(opts, &datacenter)
+    }
+
     async fn acl_authorize(
         &self,
         opts: &QueryOptions,

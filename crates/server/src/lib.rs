@@ -7,6 +7,7 @@
 
 mod acl;
 mod acl_endpoints;
+mod acl_remote;
 mod authorizer;
 pub mod autopilot;
 mod blocking;
@@ -175,6 +176,8 @@ pub struct Server {
     raft: RaftNode,
     store: Arc<StateStore>,
     acl_cache: acl::AclCache,
+    /// Tokens this secondary's server resolved in the primary.
+    remote_tokens: acl_remote::RemoteTokens,
     session_timers: SessionTimers,
     ca: ca::CaManager,
     /// Gossip membership the leader reconciles into the catalog.
@@ -223,6 +226,7 @@ impl Server {
             raft,
             store,
             acl_cache: Default::default(),
+            remote_tokens: Default::default(),
             session_timers: SessionTimers::default(),
             members: std::sync::Mutex::new(Vec::new()),
             autopilot: Default::default(),

@@ -206,4 +206,13 @@ pub struct AclIdentity {
     pub accessor_id: String,
     /// The rules of every policy the token carries in this datacenter.
     pub rules: Vec<String>,
+    /// Whether the token is local to the datacenter that answered.
+    #[serde(default)]
+    pub local: bool,
+    /// The datacenter that answered (where a local token lives).
+    #[serde(default)]
+    pub source_datacenter: String,
+    /// When the token stops being valid (`ExpirationTime`, RFC 3339).
+    #[serde(default)]
+    pub expiration_time: Option<String>,
 }

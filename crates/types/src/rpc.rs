@@ -648,6 +648,14 @@ pub trait ServerRpc: Send + Sync + 'static {
     /// The request's token resolved for an agent: its AccessorID and the
     /// rules of every policy it carries here (identities' included).
     async fn acl_resolve(&self, opts: &QueryOptions) -> Result<crate::acl::AclIdentity, RpcError>;
+    /// The request's token resolved in the primary for a server of
+    /// `datacenter` that does not hold it (Consul's remote token
+    /// resolution): the rules that apply there, and whether it is local.
+    async fn acl_resolve_for(
+        &self,
+        opts: &QueryOptions,
+        datacenter: String,
+    ) -> Result<crate::acl::AclIdentity, RpcError>;
     /// Answers what the request's token may do (`/v1/internal/acl/authorize`).
     async fn acl_authorize(
         &self,

@@ -10,6 +10,26 @@ use super::{eventually, http_request_full, try_http_request_full, TestAgent};
 /// The initial management token's secret.
 pub const ROOT: &str = "8f2b5c1e-4a7d-4c3e-9b1a-2d6e7f8a9b0c";
 
+/// A request to the agent on `http_port` with `token` in
+/// `X-Consul-Token`: status and body (`None` when nothing answers).
+pub fn try_call_with_token(
+    http_port: u16,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
+    let headers = [("X-Consul-Token", token)];
+    let (status, _, body) = try_http_request_full(
+        http_port,
+        method,
+        path,
+        &headers,
+        body.map(|b| b.as_bytes().to_vec()),
+    )?;
+    Some((status, String::from_utf8_lossy(&body).to_string()))
+}
+
 /// A dev agent denying by default.
 pub struct Acl {
     pub agent: TestAgent,
