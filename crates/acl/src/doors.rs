@@ -685,6 +685,10 @@ pub const RPC: &[Door] = &[
         Needs::KnownToken,
         "a secondary's server resolving, in the primary, the token of a request it answers",
     ),
+    row(
+        "catalog_service_dump",
+        Needs::Filtered(&[read(R::Service, Each("Service")), read(R::Node, Each("Node"))]),
+    ),
     noted(
         "acl_authorize",
         Needs::Nothing,

@@ -15,6 +15,7 @@ pub mod checks;
 pub mod config;
 pub mod coordinate_sync;
 pub mod dns_config;
+pub mod gateway_validation;
 pub mod intention_cache;
 pub mod leaf;
 pub mod limits;

@@ -12,6 +12,7 @@ use legate_types::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::gateway_validation::{validate_gateway, GATEWAY_KINDS};
 use crate::AgentError;
 
 /// Suffix of generated sidecar ids and names.
@@ -189,20 +190,14 @@ fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError>
     if def.name.is_empty() {
         return Err(AgentError::BadRequest("Missing service name".into()));
     }
-    if !matches!(
-        def.kind.as_str(),
-        "" | "connect-proxy"
-            | "mesh-gateway"
-            | "terminating-gateway"
-            | "ingress-gateway"
-            | "api-gateway"
-    ) {
+    let gateway = GATEWAY_KINDS.contains(&def.kind.as_str());
+    if !gateway && !matches!(def.kind.as_str(), "" | "connect-proxy") {
         return Err(AgentError::BadRequest(format!(
             "Invalid service kind {:?}",
             def.kind
         )));
     }
-    legate_types::meta::validate(&def.meta, false)
+    legate_types::meta::validate_service(&def.kind, &def.meta)
         .map_err(|e| AgentError::BadRequest(format!("Invalid Service Meta: {e}")))?;
     let id = if def.id.is_empty() {
         def.name.clone()
@@ -232,7 +227,9 @@ fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError>
         connect,
         raft: Default::default(),
     };
-    if service.is_sidecar_proxy() {
+    if gateway {
+        validate_gateway(def, &service)?;
+    } else if service.is_sidecar_proxy() {
         let proxy = service.proxy.as_ref();
         if proxy.is_none_or(|p| p.destination_service_name.is_empty()) {
             return Err(AgentError::BadRequest(

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use legate_acl::{Access, Authorizer, Resource};
-use legate_proxycfg::ConnectProxySnapshot;
+use legate_proxycfg::gateway::MeshGatewayState;
+use legate_proxycfg::{ConnectProxySnapshot, Endpoint};
 use legate_types::RpcError;
 
 use crate::acl::ResolvedToken;
@@ -38,9 +39,13 @@ impl std::fmt::Display for ProxyRefusal {
 
 impl Agent {
     /// The service a local proxy (or Connect-native service) fronts: a
-    /// sidecar's `Proxy.DestinationServiceName`, a native service itself.
+    /// sidecar's `Proxy.DestinationServiceName`, a native service or a
+    /// mesh gateway itself.
     pub fn proxy_destination(&self, proxy_id: &str) -> Option<String> {
         let service = self.service(proxy_id)?;
+        if service.kind == crate::proxy_sources::MESH_GATEWAY_KIND {
+            return Some(service.service);
+        }
         if service.kind == "connect-proxy" {
             return service
                 .proxy
@@ -123,6 +128,9 @@ pub fn visible_snapshot(
 ) -> Arc<ConnectProxySnapshot> {
     let may_read =
         |resource: Resource, name: &str| authorizer.allowed(resource, name, Access::Read);
+    if let Some(gateway) = &snapshot.mesh_gateway {
+        return visible_gateway(snapshot, gateway, &may_read);
+    }
     let hides = snapshot.upstreams.iter().any(|u| {
         u.endpoints.iter().any(|(target, endpoints)| {
             let service = u.chain.targets.get(target).map(|t| t.service.as_str());
@@ -155,4 +163,40 @@ pub fn visible_snapshot(
             .collect();
     }
     Arc::new(visible)
+}
+
+/// [`visible_snapshot`] of a mesh gateway: the local services its token
+/// may read, on the nodes it may read, and the other datacenters'
+/// gateways on nodes it may read.
+fn visible_gateway(
+    snapshot: &Arc<ConnectProxySnapshot>,
+    gateway: &MeshGatewayState,
+    may_read: &dyn Fn(Resource, &str) -> bool,
+) -> Arc<ConnectProxySnapshot> {
+    let node_readable = |list: &Vec<Endpoint>| -> Vec<Endpoint> {
+        list.iter()
+            .filter(|e| may_read(Resource::Node, &e.node))
+            .cloned()
+            .collect()
+    };
+    let mut visible = gateway.clone();
+    visible.services = gateway
+        .services
+        .iter()
+        .filter(|(name, _)| may_read(Resource::Service, name))
+        .map(|(name, list)| (name.clone(), node_readable(list)))
+        .filter(|(_, list)| !list.is_empty())
+        .collect();
+    visible.remote_gateways = gateway
+        .remote_gateways
+        .iter()
+        .map(|(dc, list)| (dc.clone(), node_readable(list)))
+        .filter(|(_, list)| !list.is_empty())
+        .collect();
+    if visible == *gateway {
+        return snapshot.clone();
+    }
+    let mut shown = (**snapshot).clone();
+    shown.mesh_gateway = Some(Arc::new(visible));
+    Arc::new(shown)
 }

@@ -8,14 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
-use legate_proxycfg::{
-    DataSources, Endpoint, EndpointHealth, Fetched, Manager, ProxyRegistration, Subscription,
-};
+use legate_proxycfg::gateway::{GatewayAddress, GatewayRegistration};
+use legate_proxycfg::{DataSources, Endpoint, Fetched, Manager, ProxyRegistration, Subscription};
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
 use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched};
-use legate_types::{Consistency, HealthStatus, QueryOptions};
+use legate_types::{CheckServiceNode, Consistency, QueryOptions};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 use crate::acl_tokens::TokenStore;
 use crate::changes_rpc::batched_changes;
@@ -49,6 +49,17 @@ pub struct AgentSources {
     chains: Arc<SharedWatch<(String, String), Arc<CompiledChain>>>,
     /// Keyed by (service, datacenter, subset filter).
     endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
+    /// Mesh gateways' own reads (one gateway per agent, as a rule: not
+    /// shared).
+    gateway_reads: GatewayReads,
+}
+
+/// A mesh gateway's reads of the catalog and the federation states,
+/// with the agent's token.
+struct GatewayReads {
+    rpc: Arc<dyn ServerRpc>,
+    tokens: Arc<TokenStore>,
+    datacenter: String,
 }
 
 /// A blocking read of the shared caches, made with the agent's own token
@@ -102,6 +113,11 @@ impl AgentSources {
             CACHE_CAPACITY,
             CACHE_IDLE_TTL,
         );
+        let gateway_reads = GatewayReads {
+            rpc: rpc.clone(),
+            tokens: tokens.clone(),
+            datacenter: datacenter.clone(),
+        };
         let (r, local_dc, t) = (rpc.clone(), datacenter, tokens.clone());
         let endpoints = SharedWatch::batched(
             Arc::new(
@@ -136,17 +152,9 @@ impl AgentSources {
             intentions,
             chains,
             endpoints,
+            gateway_reads,
         }
     }
-}
-
-/// Weight of an instance as Consul sends it (1..=128).
-fn weight(status: HealthStatus, weights: &legate_types::Weights) -> u32 {
-    let w = match status {
-        HealthStatus::Warning => weights.warning,
-        _ => weights.passing,
-    };
-    w.clamp(1, 128) as u32
 }
 
 async fn fetch_roots(
@@ -230,22 +238,7 @@ async fn fetch_endpoints(
     let endpoints = q
         .value
         .iter()
-        .map(|csn| {
-            let status = csn.aggregate_status();
-            let (address, port) = csn.best_address(wan);
-            Endpoint {
-                node: csn.node.node.clone(),
-                service_id: csn.service.id.clone(),
-                address,
-                port,
-                health: match status {
-                    HealthStatus::Passing => EndpointHealth::Passing,
-                    HealthStatus::Warning => EndpointHealth::Warning,
-                    _ => EndpointHealth::Critical,
-                },
-                weight: weight(status, &csn.service.weights),
-            }
-        })
+        .map(|csn| Endpoint::of_instance(csn, wan))
         .collect();
     Ok(Fetched {
         index: q.meta.index,
@@ -311,6 +304,67 @@ impl DataSources for AgentSources {
         self.default_allow
     }
 
+    async fn services(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<String>>, String> {
+        let g = &self.gateway_reads;
+        let q = g
+            .rpc
+            .catalog_services(&opts(datacenter, min_index, g.tokens.agent_token()))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fetched {
+            index: q.meta.index,
+            value: q.value.into_keys().collect(),
+        })
+    }
+
+    async fn mesh_gateways(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<CheckServiceNode>>, String> {
+        let g = &self.gateway_reads;
+        let q = g
+            .rpc
+            .catalog_service_dump(
+                &opts(datacenter, min_index, g.tokens.agent_token()),
+                MESH_GATEWAY_KIND.into(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fetched {
+            index: q.meta.index,
+            value: q.value,
+        })
+    }
+
+    async fn federation_gateways(
+        &self,
+        min_index: u64,
+    ) -> Result<Fetched<BTreeMap<String, Vec<CheckServiceNode>>>, String> {
+        let g = &self.gateway_reads;
+        let q = g
+            .rpc
+            .federation_state_mesh_gateways(&opts(&g.datacenter, min_index, g.tokens.agent_token()))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fetched {
+            index: q.meta.index,
+            value: q.value,
+        })
+    }
+
+    async fn datacenters(&self) -> Result<Vec<String>, String> {
+        self.gateway_reads
+            .rpc
+            .catalog_datacenters()
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     fn follow_chain(
         self: Arc<Self>,
         service: String,
@@ -336,9 +390,12 @@ fn endpoints_key(target: &Target) -> (String, String, String) {
     (target.service.clone(), target.datacenter.clone(), filter)
 }
 
+/// The service kind of mesh gateways.
+pub const MESH_GATEWAY_KIND: &str = "mesh-gateway";
+
 /// The local registrations proxycfg serves: `connect-proxy` services
-/// (sidecars) and Connect-native services (proxyless gRPC clients, whose
-/// upstreams follow what they ask for).
+/// (sidecars), Connect-native services (proxyless gRPC clients, whose
+/// upstreams follow what they ask for) and mesh gateways.
 fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
     let datacenter = agent.config().datacenter.clone();
     agent
@@ -346,6 +403,7 @@ fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
         .into_values()
         .filter_map(|s| {
             let native = s.kind.is_empty() && s.connect.as_ref().is_some_and(|c| c.native);
+            let mut gateway = None;
             let proxy = if native {
                 legate_types::ConnectProxyConfig {
                     destination_service_name: s.service.clone(),
@@ -354,6 +412,22 @@ fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
                 }
             } else if s.kind == "connect-proxy" {
                 s.proxy.as_deref()?.clone()
+            } else if s.kind == MESH_GATEWAY_KIND {
+                gateway = Some(GatewayRegistration {
+                    tagged_addresses: s
+                        .tagged_addresses
+                        .iter()
+                        .map(|(tag, a)| {
+                            let address = GatewayAddress {
+                                address: a.address.clone(),
+                                port: a.port,
+                            };
+                            (tag.clone(), address)
+                        })
+                        .collect(),
+                    meta: s.meta.clone(),
+                });
+                s.proxy.as_deref().cloned().unwrap_or_default()
             } else {
                 return None;
             };
@@ -365,6 +439,7 @@ fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
                 proxy,
                 datacenter: datacenter.clone(),
                 native,
+                gateway,
             })
         })
         .collect()

@@ -821,8 +821,12 @@ fn maintenance_and_events() {
     let fired: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(fired["Name"], "deploy");
     assert_eq!(fired["Payload"], "cGF5bG9hZA==");
-    let list = agent.get("/v1/event/list?name=deploy").unwrap();
-    assert_eq!(list[0]["ID"], fired["ID"]);
+    // The event reaches this agent's list by gossip, a moment later.
+    let list = eventually(Duration::from_secs(10), || {
+        let list = agent.get("/v1/event/list?name=deploy").ok()?;
+        (list[0]["ID"] == fired["ID"]).then_some(list)
+    });
+    assert_eq!(list[0]["Name"], "deploy");
     assert_eq!(agent.put("/v1/event/fire/x?tag=a", "").0, 400);
 }
 

@@ -10,6 +10,7 @@
 //! proxycfg never touches the state store or RPC: it sees [`DataSources`].
 //! Depends on `legate-types` and `legate-chain` only.
 
+pub mod gateway;
 mod manager;
 mod snapshot;
 

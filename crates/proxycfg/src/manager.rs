@@ -12,7 +12,7 @@ use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
-use legate_types::{ConnectProxyConfig, Upstream};
+use legate_types::{CheckServiceNode, ConnectProxyConfig, Upstream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -62,6 +62,42 @@ pub trait DataSources: Send + Sync + 'static {
     /// What intentions decide when none matches.
     fn default_allow(&self) -> bool;
 
+    /// The names of the services in `datacenter`'s catalog (a mesh
+    /// gateway's local services).
+    async fn services(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<String>>, String> {
+        let _ = (datacenter, min_index);
+        Err("this source serves no mesh gateways".into())
+    }
+
+    /// The `mesh-gateway` instances in `datacenter`'s catalog.
+    async fn mesh_gateways(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<CheckServiceNode>>, String> {
+        let _ = (datacenter, min_index);
+        Err("this source serves no mesh gateways".into())
+    }
+
+    /// Every datacenter's gateways as the federation states (replicated
+    /// from the primary) name them.
+    async fn federation_gateways(
+        &self,
+        min_index: u64,
+    ) -> Result<Fetched<BTreeMap<String, Vec<CheckServiceNode>>>, String> {
+        let _ = min_index;
+        Err("this source serves no mesh gateways".into())
+    }
+
+    /// The datacenters known now (not blocking).
+    async fn datacenters(&self) -> Result<Vec<String>, String> {
+        Err("this source serves no mesh gateways".into())
+    }
+
     /// Follows the compiled chain of `service` as seen from `datacenter`:
     /// every value newer than the last. By default, blocking reads of
     /// [`DataSources::chain`]; a source that keeps values itself answers
@@ -93,7 +129,7 @@ pub type Subscription<T> = Pin<Box<dyn Stream<Item = T> + Send>>;
 
 /// Follows blocking reads: each value read at a new index (failures are
 /// retried after a growing pause).
-fn follow_reads<T, F, Fut>(read: F) -> Subscription<T>
+pub(crate) fn follow_reads<T, F, Fut>(read: F) -> Subscription<T>
 where
     T: Send + 'static,
     F: Fn(u64) -> Fut + Send + 'static,
@@ -145,6 +181,9 @@ pub struct ProxyRegistration {
     /// no public listener, and its upstreams are whatever its xDS clients
     /// ask for (see [`Manager::want_upstreams`]) rather than registered ones.
     pub native: bool,
+    /// A mesh gateway (`Kind: mesh-gateway`): what it is configured from
+    /// beyond any proxy.
+    pub gateway: Option<crate::gateway::GatewayRegistration>,
 }
 
 /// Which upstreams each xDS session of a native service asks for.
@@ -209,12 +248,20 @@ impl Manager {
             }
             let snapshot = watch::channel(None).0;
             let wanted = watch::channel(Wanted::new()).0;
-            let task = tokio::spawn(run_proxy(
-                self.sources.clone(),
-                registration.clone(),
-                snapshot.clone(),
-                wanted.subscribe(),
-            ));
+            let task = if registration.gateway.is_some() {
+                tokio::spawn(crate::gateway::run_gateway(
+                    self.sources.clone(),
+                    registration.clone(),
+                    snapshot.clone(),
+                ))
+            } else {
+                tokio::spawn(run_proxy(
+                    self.sources.clone(),
+                    registration.clone(),
+                    snapshot.clone(),
+                    wanted.subscribe(),
+                ))
+            };
             proxies.insert(
                 id,
                 Proxy {
@@ -397,6 +444,7 @@ impl Building {
             protocol,
             upstreams,
             pending_upstreams,
+            mesh_gateway: None,
             changed_at: None,
         })
     }

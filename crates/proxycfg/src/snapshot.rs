@@ -37,6 +37,33 @@ pub struct Endpoint {
     pub weight: u32,
 }
 
+impl Endpoint {
+    /// An instance as a proxy dials it: its `best_address` (WAN ones from
+    /// another datacenter), its checks' health and Consul's weight.
+    pub fn of_instance(instance: &legate_types::CheckServiceNode, wan: bool) -> Endpoint {
+        use legate_types::HealthStatus;
+        let status = instance.aggregate_status();
+        let (address, port) = instance.best_address(wan);
+        let weights = &instance.service.weights;
+        let weight = match status {
+            HealthStatus::Warning => weights.warning,
+            _ => weights.passing,
+        };
+        Endpoint {
+            node: instance.node.node.clone(),
+            service_id: instance.service.id.clone(),
+            address,
+            port,
+            health: match status {
+                HealthStatus::Passing => EndpointHealth::Passing,
+                HealthStatus::Warning => EndpointHealth::Warning,
+                _ => EndpointHealth::Critical,
+            },
+            weight: weight.clamp(1, 128) as u32,
+        }
+    }
+}
+
 /// One upstream with its compiled chain and endpoints per target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamSnapshot {
@@ -166,6 +193,10 @@ pub struct ConnectProxySnapshot {
     /// endpoints are not known yet (always empty for sidecars).
     #[serde(default)]
     pub pending_upstreams: Vec<String>,
+    /// A mesh gateway's own configuration (`None` for sidecars and
+    /// native services, whose fields above are theirs alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mesh_gateway: Option<Arc<crate::gateway::MeshGatewayState>>,
     /// When the change that produced this snapshot reached proxycfg (for
     /// push-latency metrics; not part of the configuration).
     #[serde(skip)]

@@ -114,6 +114,7 @@ fn registration(id: &str, native: bool, upstreams: &[&str]) -> ProxyRegistration
         },
         datacenter: "dc1".into(),
         native,
+        gateway: None,
     }
 }
 

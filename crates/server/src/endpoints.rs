@@ -66,7 +66,7 @@ impl Server {
             }
             // Consul checks service metadata (not node metadata) here,
             // answering 500 with this text.
-            legate_types::meta::validate(&service.meta, false).map_err(|e| {
+            legate_types::meta::validate_service(&service.kind, &service.meta).map_err(|e| {
                 RpcError::Internal(format!(
                     "Invalid Service Meta for node {} and serviceID {}: {e}",
                     req.node, service.id
@@ -1186,6 +1186,26 @@ impl ServerRpc for Server {
     async fn acl_resolve(&self, opts: &QueryOptions) -> Result<acl::AclIdentity, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.acl_identity(opts)
+    }
+
+    async fn catalog_service_dump(
+        &self,
+        opts: &QueryOptions,
+        kind: String,
+    ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
+        let answer = self
+            .blocking_query(
+                opts,
+                |w| w.tables(&[Table::Nodes, Table::Services, Table::Checks]),
+                |t| Ok(t.check_service_nodes_of_kind(&kind)),
+            )
+            .await?;
+        self.filter_by_acl(&opts.token, answer, |csn: &CheckServiceNode| {
+            vec![
+                (legate_acl::Resource::Service, csn.service.service.clone()),
+                (legate_acl::Resource::Node, csn.node.node.clone()),
+            ]
+        })
     }
 
     async fn acl_resolve_for(

@@ -515,6 +515,9 @@ impl Harness {
             "acl_role_delete" => plain(rpc.acl_role_delete(&w, fx.role.clone()).await),
             "acl_resolve" => plain(rpc.acl_resolve(&q).await),
             "acl_resolve_for" => plain(rpc.acl_resolve_for(&q, "dc1".into()).await),
+            "catalog_service_dump" => {
+                queried(rpc.catalog_service_dump(&q, String::new()).await)
+            }
             "acl_authorize" => plain(rpc.acl_authorize(&q, Vec::new()).await),
             "intention_apply" => plain(
                 rpc.intention_apply(

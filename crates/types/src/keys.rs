@@ -326,6 +326,11 @@ pub fn canonicalize_keys(value: Value) -> Value {
 fn canonicalize_object(map: Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::with_capacity(map.len());
     for (key, value) in map {
+        // Go decodes `null` as the field's zero value: as if absent (Go
+        // clients send `"Checks": null` and the like).
+        if value.is_null() {
+            continue;
+        }
         let canonical = canonical_key(&key);
         let already_canonical = key == canonical;
         let value = if OPAQUE_MAPS.contains(&canonical.as_str()) && value.is_object() {
@@ -355,6 +360,15 @@ fn canonicalize_object(map: Map<String, Value>) -> Map<String, Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn null_fields_read_as_absent_as_go_decodes_them() {
+        let given = json!({"Name": "gw", "Checks": null, "check": null, "Meta": {"a": null}});
+        assert_eq!(
+            canonicalize_keys(given),
+            json!({"Name": "gw", "Meta": {"a": null}})
+        );
+    }
 
     /// Field names declared by this crate's wire types (`pub field:` lines,
     /// honouring `rename = "..."`), read from the sources themselves.

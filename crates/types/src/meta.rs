@@ -17,6 +17,25 @@ pub const RESERVED_PREFIX: &str = "consul-";
 /// Checks `meta`; `allow_reserved` lets `consul-` keys through (the
 /// agent's own node metadata).
 pub fn validate(meta: &Meta, allow_reserved: bool) -> Result<(), String> {
+    validate_allowing(meta, allow_reserved, &[])
+}
+
+/// The meta key that makes a mesh gateway carry the servers' traffic:
+/// the one `consul-` key a service (a mesh gateway) may carry.
+pub const WAN_FEDERATION_KEY: &str = "consul-wan-federation";
+
+/// Checks a service's `meta` as Consul does for its `kind`: a mesh
+/// gateway may carry [`WAN_FEDERATION_KEY`].
+pub fn validate_service(kind: &str, meta: &Meta) -> Result<(), String> {
+    let allowed: &[&str] = if kind == "mesh-gateway" {
+        &[WAN_FEDERATION_KEY]
+    } else {
+        &[]
+    };
+    validate_allowing(meta, false, allowed)
+}
+
+fn validate_allowing(meta: &Meta, allow_reserved: bool, allowed: &[&str]) -> Result<(), String> {
     if meta.len() > MAX_PAIRS {
         // Consul says "Node" whichever map it checks.
         return Err(format!(
@@ -24,8 +43,12 @@ pub fn validate(meta: &Meta, allow_reserved: bool) -> Result<(), String> {
         ));
     }
     for (key, value) in meta {
-        check_pair(key, value, allow_reserved)
-            .map_err(|why| format!("Couldn't load metadata pair ('{key}', '{value}'): {why}"))?;
+        check_pair(
+            key,
+            value,
+            allow_reserved || allowed.contains(&key.as_str()),
+        )
+        .map_err(|why| format!("Couldn't load metadata pair ('{key}', '{value}'): {why}"))?;
     }
     Ok(())
 }

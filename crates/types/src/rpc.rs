@@ -656,6 +656,14 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
         datacenter: String,
     ) -> Result<crate::acl::AclIdentity, RpcError>;
+    /// Every instance of the services of `kind` (`mesh-gateway`, ...) with
+    /// its node and checks (Consul's `Internal.ServiceDump` by kind;
+    /// blocking), those the token may read (service and node).
+    async fn catalog_service_dump(
+        &self,
+        opts: &QueryOptions,
+        kind: String,
+    ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError>;
     /// Answers what the request's token may do (`/v1/internal/acl/authorize`).
     async fn acl_authorize(
         &self,

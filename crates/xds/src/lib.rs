@@ -9,6 +9,7 @@ pub mod bootstrap;
 pub mod grpc;
 pub mod json;
 pub mod l7;
+pub mod mesh_gateway;
 pub mod resources;
 pub mod server;
 

@@ -78,7 +78,7 @@ impl Resources {
     }
 }
 
-fn socket_address(address: &str, port: u16) -> core::Address {
+pub(crate) fn socket_address(address: &str, port: u16) -> core::Address {
     core::Address {
         address: Some(core::address::Address::SocketAddress(core::SocketAddress {
             address: address.to_string(),
@@ -739,8 +739,11 @@ fn public_listener_override(
     Some(custom)
 }
 
-/// Generates every resource of a connect-proxy snapshot.
+/// Generates every resource of a connect-proxy (or mesh gateway) snapshot.
 pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
+    if let Some(gateway) = &snapshot.mesh_gateway {
+        return crate::mesh_gateway::generate(snapshot, gateway);
+    }
     let mut out = Resources::default();
     let mut public = public_listener(snapshot);
     if let Some(custom) = public_listener_override(snapshot, &public) {

@@ -106,6 +106,7 @@ fn snapshot(
         protocol: protocol.into(),
         upstreams,
         pending_upstreams: Vec::new(),
+        mesh_gateway: None,
         changed_at: None,
     }
 }

@@ -50,9 +50,12 @@ pub struct ProxyArgs {
     /// Log level (trace, debug, info, warn, err).
     #[arg(long = "log-level", default_value = "info")]
     log_level: String,
-    /// Dev form: register a proxy for this service while the proxy runs.
+    /// Dev form: register a proxy for this service while the proxy runs
+    /// (with -gateway: the gateway's service name).
     #[arg(long)]
     service: Option<String>,
+    #[command(flatten)]
+    gateway: super::gateway::GatewayArgs,
     /// Dev form: an upstream `name:local_port` (repeatable).
     #[arg(long = "upstream")]
     upstreams: Vec<String>,
@@ -94,6 +97,11 @@ pub struct EnvoyArgs {
     /// Print the bootstrap JSON and exit.
     #[arg(long)]
     bootstrap: bool,
+    /// The gateway's service name with -gateway -register (default mesh-gateway).
+    #[arg(long)]
+    service: Option<String>,
+    #[command(flatten)]
+    gateway: super::gateway::GatewayArgs,
     /// The Envoy binary (default: `envoy` on PATH).
     #[arg(long = "envoy-binary")]
     envoy_binary: Option<String>,
@@ -161,7 +169,7 @@ pub async fn find_proxy(
     match (sidecar_for, proxy_id) {
         (_, Some(id)) => services
             .get(id)
-            .filter(|s| s["Kind"] == "connect-proxy")
+            .filter(|s| s["Kind"] == "connect-proxy" || s["Kind"] == "mesh-gateway")
             .cloned()
             .ok_or_else(|| format!("No proxy with ID {id:?} is registered with the local agent")),
         (Some(service), None) => {
@@ -187,9 +195,9 @@ pub async fn find_proxy(
                 )),
             }
         }
-        (None, None) => {
-            Err("No proxy ID specified. One of -proxy-id or -sidecar-for is required".into())
-        }
+        (None, None) => Err(
+            "No proxy ID specified. One of -proxy-id, -sidecar-for, or -gateway is required".into(),
+        ),
     }
 }
 
@@ -313,13 +321,28 @@ pub(crate) async fn grpc_address(
 
 async fn envoy(args: EnvoyArgs) -> u8 {
     let client = Client::new(&args.http);
-    let proxy = match find_proxy(
+    let gateway = super::gateway::gateway_proxy(
         &client,
-        args.sidecar_for.as_deref(),
+        &args.gateway,
+        args.service.as_deref(),
         args.proxy_id.as_deref(),
+        args.sidecar_for.as_deref(),
+        args.bootstrap,
     )
-    .await
-    {
+    .await;
+    let found = match gateway {
+        Ok(Some(gateway)) => Ok(gateway),
+        Ok(None) => {
+            find_proxy(
+                &client,
+                args.sidecar_for.as_deref(),
+                args.proxy_id.as_deref(),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let proxy = match found {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -438,7 +461,21 @@ async fn proxy(args: ProxyArgs) -> u8 {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
     let client = Client::new(&args.http);
     let mut registered: Option<String> = None;
-    let proxy = if let Some(service) = &args.service {
+    let gateway = super::gateway::gateway_proxy(
+        &client,
+        &args.gateway,
+        args.service.as_deref(),
+        args.proxy_id.as_deref(),
+        args.sidecar_for.as_deref(),
+        false,
+    )
+    .await;
+    let proxy = if let Some(gateway) = gateway.transpose() {
+        match gateway {
+            Ok(g) => g,
+            Err(e) => return fail(e),
+        }
+    } else if let Some(service) = &args.service {
         match register_dev_proxy(&client, service, &args).await {
             Ok(p) => {
                 registered = p["ID"].as_str().map(String::from);

@@ -1,0 +1,428 @@
+//! Mesh gateways: what one needs beyond the CA roots — the local
+//! services with their mesh instances (reached by SNI through the
+//! gateway's catch-all chain), and each other datacenter's gateways, from
+//! that datacenter's catalog and from the replicated federation states,
+//! whichever is fresher (Consul #10132, #11522). A task per gateway
+//! follows them and publishes a snapshot as the sidecars' task does.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{AbortHandle, Abortable, SelectAll, StreamExt};
+use legate_chain::compile::Target;
+use legate_types::connect::IndexedCaRoots;
+use legate_types::CheckServiceNode;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::manager::{follow_reads, DataSources, ProxyRegistration, Subscription, DEBOUNCE};
+use crate::snapshot::{ConnectProxySnapshot, Endpoint};
+
+/// How often a gateway asks again which datacenters exist (Consul's
+/// cached `Catalog.ListDatacenters` lives 30 s).
+const DATACENTERS_EVERY: Duration = Duration::from_secs(30);
+
+/// The service meta that makes a gateway carry the servers' traffic.
+pub const WAN_FEDERATION_META: &str = "consul-wan-federation";
+
+/// An address and port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GatewayAddress {
+    /// Address (an IP, or a host name).
+    pub address: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// What a gateway's registration says of it beyond any proxy's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GatewayRegistration {
+    /// Its tagged addresses (`lan`, `wan`, ...).
+    pub tagged_addresses: BTreeMap<String, GatewayAddress>,
+    /// Its service meta.
+    pub meta: BTreeMap<String, String>,
+}
+
+/// A mesh gateway's configuration beyond any proxy's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct MeshGatewayState {
+    /// The gateway's tagged addresses (for `envoy_gateway_bind_tagged_addresses`).
+    pub tagged_addresses: BTreeMap<String, GatewayAddress>,
+    /// Whether it carries the servers' traffic (`consul-wan-federation`).
+    pub wan_federation: bool,
+    /// The local services with at least one mesh instance (sidecar or
+    /// Connect-native), each with them at their LAN addresses.
+    pub services: BTreeMap<String, Vec<Endpoint>>,
+    /// Each other datacenter with gateways, with them at their WAN
+    /// addresses.
+    pub remote_gateways: BTreeMap<String, Vec<Endpoint>>,
+}
+
+impl MeshGatewayState {
+    /// The gateways of `datacenter` from whichever source is fresher: its
+    /// catalog or the federation states (the highest service
+    /// `ModifyIndex` wins; the catalog on a tie).
+    pub fn fresher(
+        catalog: Option<&Vec<CheckServiceNode>>,
+        federation: Option<&Vec<CheckServiceNode>>,
+    ) -> Vec<Endpoint> {
+        let newest = |list: &Vec<CheckServiceNode>| {
+            list.iter()
+                .map(|g| g.service.raft.modify_index)
+                .max()
+                .unwrap_or(0)
+        };
+        let chosen = match (catalog, federation) {
+            (Some(c), Some(f)) if newest(f) > newest(c) => f,
+            (Some(c), _) if !c.is_empty() => c,
+            (_, Some(f)) => f,
+            (Some(c), None) => c,
+            (None, None) => return Vec::new(),
+        };
+        chosen
+            .iter()
+            .map(|g| Endpoint::of_instance(g, true))
+            .collect()
+    }
+}
+
+/// The target whose endpoints are a local service's mesh instances.
+fn local_service_target(service: &str, datacenter: &str) -> Target {
+    Target {
+        id: format!("{service}.default.default.{datacenter}"),
+        service: service.to_string(),
+        service_subset: String::new(),
+        namespace: "default".into(),
+        partition: "default".into(),
+        datacenter: datacenter.to_string(),
+        mesh_gateway: Default::default(),
+        subset: serde_json::Value::Object(Default::default()),
+        connect_timeout: String::new(),
+        sni: String::new(),
+        name: String::new(),
+    }
+}
+
+enum Update {
+    Roots(IndexedCaRoots),
+    Services(Vec<String>),
+    Datacenters(Vec<String>),
+    Federation(BTreeMap<String, Vec<CheckServiceNode>>),
+    ServiceEndpoints(String, Vec<Endpoint>),
+    CatalogGateways(String, Vec<CheckServiceNode>),
+}
+
+/// What a gateway has heard so far.
+#[derive(Default)]
+struct Heard {
+    roots: Option<IndexedCaRoots>,
+    services: Option<BTreeSet<String>>,
+    endpoints: BTreeMap<String, Vec<Endpoint>>,
+    catalog_gateways: BTreeMap<String, Vec<CheckServiceNode>>,
+    federation: BTreeMap<String, Vec<CheckServiceNode>>,
+}
+
+/// Subscriptions a gateway's task polls, each stoppable by key.
+struct Followed {
+    handles: HashMap<String, AbortHandle>,
+    streams: SelectAll<Subscription<Update>>,
+}
+
+impl Followed {
+    fn new() -> Followed {
+        Followed {
+            handles: HashMap::new(),
+            streams: SelectAll::new(),
+        }
+    }
+
+    fn add<T: Send + 'static>(
+        &mut self,
+        key: String,
+        subscription: Subscription<T>,
+        wrap: impl Fn(T) -> Update + Send + 'static,
+    ) {
+        let (handle, registration) = AbortHandle::new_pair();
+        self.streams.push(Box::pin(Abortable::new(
+            subscription.map(wrap),
+            registration,
+        )));
+        self.handles.insert(key, handle);
+    }
+
+    /// Stops every subscription whose key starts with `prefix` and is not
+    /// in `keep`.
+    fn retain(&mut self, prefix: &str, keep: &BTreeSet<String>) {
+        self.handles.retain(|key, handle| {
+            let stale = key
+                .strip_prefix(prefix)
+                .is_some_and(|rest| !keep.contains(rest));
+            if stale {
+                handle.abort();
+            }
+            !stale
+        });
+    }
+
+    async fn next(&mut self) -> Update {
+        loop {
+            if self.streams.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            if let Some(update) = self.streams.next().await {
+                return update;
+            }
+        }
+    }
+}
+
+const SERVICE: &str = "service:";
+const DATACENTER: &str = "dc:";
+
+/// Runs one mesh gateway: follows its sources and publishes a snapshot
+/// whenever they change (debounced), once the roots and the local
+/// service list are known.
+pub(crate) async fn run_gateway(
+    sources: Arc<dyn DataSources>,
+    registration: ProxyRegistration,
+    out: watch::Sender<Option<Arc<ConnectProxySnapshot>>>,
+) {
+    let gateway = registration.gateway.clone().unwrap_or_default();
+    let local = registration.datacenter.clone();
+    let mut followed = Followed::new();
+    let s = sources.clone();
+    followed.add(
+        "roots".into(),
+        follow_reads(move |i| {
+            let s = s.clone();
+            async move { s.roots(i).await }
+        }),
+        Update::Roots,
+    );
+    let (s, dc) = (sources.clone(), local.clone());
+    followed.add(
+        "services".into(),
+        follow_reads(move |i| {
+            let (s, dc) = (s.clone(), dc.clone());
+            async move { s.services(&dc, i).await }
+        }),
+        Update::Services,
+    );
+    let s = sources.clone();
+    followed.add(
+        "federation".into(),
+        follow_reads(move |i| {
+            let s = s.clone();
+            async move { s.federation_gateways(i).await }
+        }),
+        Update::Federation,
+    );
+    let s = sources.clone();
+    followed.add(
+        "datacenters".into(),
+        Box::pin(futures::stream::unfold(true, move |first| {
+            let s = s.clone();
+            async move {
+                if !first {
+                    tokio::time::sleep(DATACENTERS_EVERY).await;
+                }
+                loop {
+                    match s.datacenters().await {
+                        Ok(list) => return Some((list, false)),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "mesh gateway: listing datacenters failed");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            }
+        })),
+        Update::Datacenters,
+    );
+    let mut heard = Heard::default();
+    let wan_federation = gateway
+        .meta
+        .get(WAN_FEDERATION_META)
+        .is_some_and(|v| v == "1");
+    loop {
+        let first = followed.next().await;
+        let received = std::time::Instant::now();
+        let mut pending = vec![first];
+        let deadline = tokio::time::Instant::now() + DEBOUNCE;
+        while let Ok(more) = tokio::time::timeout_at(deadline, followed.next()).await {
+            pending.push(more);
+        }
+        for update in pending {
+            match update {
+                Update::Roots(roots) => heard.roots = Some(roots),
+                Update::Services(names) => {
+                    let names: BTreeSet<String> = names.into_iter().collect();
+                    followed.retain(SERVICE, &names);
+                    heard.endpoints.retain(|name, _| names.contains(name));
+                    for name in &names {
+                        let key = format!("{SERVICE}{name}");
+                        if followed.handles.contains_key(&key) {
+                            continue;
+                        }
+                        let target = local_service_target(name, &local);
+                        let tag = name.clone();
+                        followed.add(key, sources.clone().follow_endpoints(target), move |e| {
+                            Update::ServiceEndpoints(tag.clone(), e)
+                        });
+                    }
+                    heard.services = Some(names);
+                }
+                Update::ServiceEndpoints(name, list) => {
+                    if heard.services.as_ref().is_some_and(|s| s.contains(&name)) {
+                        heard.endpoints.insert(name, list);
+                    }
+                }
+                Update::Datacenters(list) => {
+                    let remote: BTreeSet<String> =
+                        list.into_iter().filter(|dc| *dc != local).collect();
+                    followed.retain(DATACENTER, &remote);
+                    heard.catalog_gateways.retain(|dc, _| remote.contains(dc));
+                    for dc in remote {
+                        let key = format!("{DATACENTER}{dc}");
+                        if followed.handles.contains_key(&key) {
+                            continue;
+                        }
+                        let s = sources.clone();
+                        let d = dc.clone();
+                        let reads = follow_reads(move |i| {
+                            let (s, d) = (s.clone(), d.clone());
+                            async move { s.mesh_gateways(&d, i).await }
+                        });
+                        followed.add(key, reads, move |list| {
+                            Update::CatalogGateways(dc.clone(), list)
+                        });
+                    }
+                }
+                Update::CatalogGateways(dc, list) => {
+                    if followed.handles.contains_key(&format!("{DATACENTER}{dc}")) {
+                        heard.catalog_gateways.insert(dc, list);
+                    }
+                }
+                Update::Federation(states) => heard.federation = states,
+            }
+        }
+        let Some(mut snapshot) = heard.snapshot(&registration, &gateway, wan_federation) else {
+            continue;
+        };
+        let changed = out.borrow().as_ref().is_none_or(|current| {
+            snapshot.changed_at = current.changed_at;
+            **current != snapshot
+        });
+        if changed {
+            snapshot.changed_at = Some(received);
+            out.send_replace(Some(Arc::new(snapshot)));
+        }
+    }
+}
+
+impl Heard {
+    fn snapshot(
+        &self,
+        registration: &ProxyRegistration,
+        gateway: &GatewayRegistration,
+        wan_federation: bool,
+    ) -> Option<ConnectProxySnapshot> {
+        let roots = self.roots.as_ref()?;
+        self.services.as_ref()?;
+        let local = &registration.datacenter;
+        let services = self
+            .endpoints
+            .iter()
+            .filter(|(_, list)| !list.is_empty())
+            .map(|(name, list)| (name.clone(), list.clone()))
+            .collect();
+        let datacenters: BTreeSet<&String> = self
+            .catalog_gateways
+            .keys()
+            .chain(self.federation.keys())
+            .filter(|dc| *dc != local)
+            .collect();
+        let remote_gateways = datacenters
+            .into_iter()
+            .map(|dc| {
+                let list = MeshGatewayState::fresher(
+                    self.catalog_gateways.get(dc),
+                    self.federation.get(dc),
+                );
+                (dc.clone(), list)
+            })
+            .filter(|(_, list)| !list.is_empty())
+            .collect();
+        Some(ConnectProxySnapshot {
+            proxy_id: registration.proxy_id.clone(),
+            proxy_service: registration.service.clone(),
+            destination_service: String::new(),
+            native: false,
+            address: registration.address.clone(),
+            port: registration.port,
+            local_service_address: String::new(),
+            local_service_port: 0,
+            config: registration.proxy.config.clone(),
+            datacenter: local.clone(),
+            trust_domain: roots.trust_domain.clone(),
+            roots: roots.roots.iter().map(|r| r.root_cert.clone()).collect(),
+            leaf_cert: String::new(),
+            leaf_key: String::new(),
+            intentions: Arc::new(Vec::new()),
+            default_allow: false,
+            protocol: "tcp".into(),
+            upstreams: Vec::new(),
+            pending_upstreams: Vec::new(),
+            mesh_gateway: Some(Arc::new(MeshGatewayState {
+                tagged_addresses: gateway.tagged_addresses.clone(),
+                wan_federation,
+                services,
+                remote_gateways,
+            })),
+            changed_at: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gateway(address: &str, wan: &str, modify_index: u64) -> CheckServiceNode {
+        let mut g = CheckServiceNode::default();
+        g.node.node = format!("n-{address}");
+        g.node.address = address.into();
+        g.service.kind = "mesh-gateway".into();
+        g.service.address = address.into();
+        g.service.port = 8443;
+        g.service.tagged_addresses.insert(
+            "wan".into(),
+            legate_types::ServiceAddress {
+                address: wan.into(),
+                port: 443,
+            },
+        );
+        g.service.raft.modify_index = modify_index;
+        g
+    }
+
+    #[test]
+    fn the_fresher_source_of_a_datacenters_gateways_wins_at_their_wan_addresses() {
+        let catalog = vec![gateway("10.0.2.1", "198.18.2.1", 7)];
+        let federation = vec![gateway("10.0.2.9", "198.18.2.9", 9)];
+        let chosen = MeshGatewayState::fresher(Some(&catalog), Some(&federation));
+        assert_eq!(
+            (chosen[0].address.as_str(), chosen[0].port),
+            ("198.18.2.9", 443)
+        );
+        let chosen = MeshGatewayState::fresher(Some(&federation), Some(&catalog));
+        assert_eq!(chosen[0].address, "198.18.2.9", "the catalog, fresher");
+        let chosen = MeshGatewayState::fresher(None, Some(&catalog));
+        assert_eq!(chosen[0].address, "198.18.2.1");
+        assert!(MeshGatewayState::fresher(None, None).is_empty());
+        // A catalog that lost its gateways defers to the federation state.
+        let chosen = MeshGatewayState::fresher(Some(&Vec::new()), Some(&catalog));
+        assert_eq!(chosen.len(), 1);
+    }
+}
