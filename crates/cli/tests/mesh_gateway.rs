@@ -322,3 +322,146 @@ async fn the_gateways_stream_serves_its_listener_and_the_local_mesh_services() {
         assert_eq!(last.filters[0].name, "envoy.filters.network.sni_cluster");
     }
 }
+
+/// `openssl s_client` through the gateway at `port` presenting `sni`
+/// and web's leaf; what came back for `line` (empty when the connection
+/// was closed).
+fn through_gateway(port: u16, sni: &str, files: &std::path::Path, line: &str) -> String {
+    use std::io::{Read, Write};
+    let mut child = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.15:{port}"),
+        ])
+        .args(["-servername", sni])
+        .arg("-cert")
+        .arg(files.join("web.pem"))
+        .arg("-key")
+        .arg(files.join("web.key"))
+        .arg("-CAfile")
+        .arg(files.join("roots.pem"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl");
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(format!("{line}\n").as_bytes())
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if got.ends_with(b"\n") {
+                break;
+            }
+        }
+        let _ = tx.send(String::from_utf8_lossy(&got).to_string());
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(15)).unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    answer.trim().to_string()
+}
+
+#[test]
+fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
+    use common::mesh::{echo_server, proxy_stat, seed_demo_on, start_proxy, Proxy};
+    let dir = tempfile::tempdir().unwrap();
+    let (echo, web_sidecar, db_sidecar, upstream) =
+        (free_port(), free_port(), free_port(), free_port());
+    let _received = echo_server(echo);
+    let file = common::write(
+        dir.path(),
+        "demo.hcl",
+        &seed_demo_on(echo, web_sidecar, db_sidecar, upstream),
+    );
+    let grpc = free_port();
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-dns-port=-1",
+            "-grpc-tls-port=-1",
+            &format!("-grpc-port={grpc}"),
+            "-config-file",
+            file.to_str().unwrap(),
+        ],
+        false,
+    );
+    let _db = start_proxy(&agent, "db", &dir.path().join("db.log"));
+    let lan = free_port();
+    let gateway_log = dir.path().join("gateway.log");
+    let _gateway = Proxy(
+        std::process::Command::new(common::binary())
+            .args(["connect", "proxy", "-gateway=mesh", "-register"])
+            .args(["-address", &format!("127.0.0.15:{lan}")])
+            .args(["-admin-bind", "127.0.0.1:0"])
+            .env("CONSUL_HTTP_ADDR", agent.addr())
+            .stdout(std::fs::File::create(&gateway_log).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("gateway.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // web's leaf and the roots, as a sidecar of web would hold them.
+    let leaf = agent.get("/v1/agent/connect/ca/leaf/web").unwrap();
+    std::fs::write(
+        dir.path().join("web.pem"),
+        leaf["CertPEM"].as_str().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("web.key"),
+        leaf["PrivateKeyPEM"].as_str().unwrap(),
+    )
+    .unwrap();
+    let roots = agent.get("/v1/agent/connect/ca/roots").unwrap();
+    let pem: String = roots["Roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["RootCert"].as_str().unwrap().to_string())
+        .collect();
+    std::fs::write(dir.path().join("roots.pem"), pem).unwrap();
+    let td = roots["TrustDomain"].as_str().unwrap().to_string();
+    let db_sni = format!("db.default.dc1.internal.{td}");
+    // Through the gateway (untouched mTLS) to db's sidecar, then db.
+    let answer = eventually(Duration::from_secs(30), || {
+        let got = through_gateway(lan, &db_sni, dir.path(), "hello through the gateway");
+        (!got.is_empty()).then_some(got)
+    });
+    assert_eq!(answer, "hello through the gateway");
+    let counted = proxy_stat(
+        &gateway_log,
+        &format!("legate_proxy_cluster_connections_total{{cluster=\"{db_sni}\"}}"),
+    );
+    assert!(counted >= 1, "the gateway counted the connection to db");
+    // A name no chain or cluster has, and no TLS at all: closed, counted.
+    let before = proxy_stat(&gateway_log, "legate_proxy_sni_refusals_total");
+    let nothing = through_gateway(lan, "nosuch.default.dc1.internal.example", dir.path(), "x");
+    assert_eq!(nothing, "");
+    let mut plain = std::net::TcpStream::connect(("127.0.0.15", lan)).unwrap();
+    use std::io::{Read, Write};
+    plain.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        plain.read(&mut buf).unwrap_or(0),
+        0,
+        "closed, nothing forwarded"
+    );
+    let after = proxy_stat(&gateway_log, "legate_proxy_sni_refusals_total");
+    assert_eq!(after, before + 2);
+}

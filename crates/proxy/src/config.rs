@@ -156,6 +156,9 @@ pub struct ListenerConfig {
     pub destination: Destination,
     /// The route configuration to take the destination from (HTTP upstreams).
     pub route_name: Option<String>,
+    /// A mesh gateway's listener: connections routed by their SNI and
+    /// passed through (empty for every other listener).
+    pub sni_routes: Vec<crate::sni::SniRoute>,
 }
 
 /// A cluster as the data plane runs it.
@@ -221,7 +224,7 @@ fn material(common: &tls::CommonTlsContext, sni: &str) -> TlsMaterial {
     }
 }
 
-fn socket(address: &Option<core::Address>) -> Option<SocketAddr> {
+pub(crate) fn socket(address: &Option<core::Address>) -> Option<SocketAddr> {
     match address.as_ref()?.address.as_ref()? {
         core::address::Address::SocketAddress(sa) => {
             let port = match sa.port_specifier.as_ref()? {
@@ -235,11 +238,11 @@ fn socket(address: &Option<core::Address>) -> Option<SocketAddr> {
     }
 }
 
-fn decode<T: Message + Default>(any: &Any) -> Option<T> {
+pub(crate) fn decode<T: Message + Default>(any: &Any) -> Option<T> {
     T::decode(any.value.as_slice()).ok()
 }
 
-fn typed(filter: &listener::Filter) -> Option<&Any> {
+pub(crate) fn typed(filter: &listener::Filter) -> Option<&Any> {
     match filter.config_type.as_ref()? {
         listener::filter::ConfigType::TypedConfig(any) => Some(any),
         _ => None,
@@ -309,6 +312,12 @@ pub fn authorization(rules: &rbac::Rbac, l4_only: bool) -> Authorization {
 
 /// Translates one listener; `None` for shapes the built-in proxy does not serve.
 pub fn listener_config(l: &listener::Listener) -> Option<ListenerConfig> {
+    if l.listener_filters
+        .iter()
+        .any(|f| f.name == crate::sni::TLS_INSPECTOR)
+    {
+        return crate::sni::gateway_listener(l);
+    }
     let address = socket(&l.address)?;
     // One filter chain only: more would need filter-chain matching.
     let [chain] = l.filter_chains.as_slice() else {
@@ -400,6 +409,7 @@ pub fn listener_config(l: &listener::Listener) -> Option<ListenerConfig> {
         authorization,
         destination: destination?,
         route_name,
+        sni_routes: Vec::new(),
     })
 }
 

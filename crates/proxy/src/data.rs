@@ -36,6 +36,26 @@ pub struct Stats {
     pub rbac_denials: AtomicU64,
     /// Upstream connections that could not be made.
     pub upstream_failures: AtomicU64,
+    /// Connections to an SNI-routed (gateway) listener closed because
+    /// their ClientHello named no server, or one no chain or cluster has.
+    pub sni_refusals: AtomicU64,
+    /// Connections sent to each cluster.
+    pub cluster_connections: Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl Stats {
+    fn count_cluster(&self, cluster: &str) {
+        let mut counts = self
+            .cluster_connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match counts.get_mut(cluster) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(cluster.to_string(), 1);
+            }
+        }
+    }
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -299,6 +319,9 @@ impl DataPlane {
         peer: SocketAddr,
     ) -> Result<(), String> {
         let _ = conn.set_nodelay(true);
+        if !l.sni_routes.is_empty() {
+            return self.pass_through(l, conn, peer).await;
+        }
         match &l.tls {
             Some(material) => {
                 let acceptor = TlsAcceptor::from(self.tls.server(material)?);
@@ -377,19 +400,74 @@ impl DataPlane {
         }
     }
 
+    /// A gateway's connection: its ClientHello's SNI picks the cluster
+    /// (by the listener's chains) and every byte, the ClientHello first,
+    /// goes through untouched.
+    async fn pass_through(
+        &self,
+        l: &ListenerConfig,
+        mut conn: TcpStream,
+        peer: SocketAddr,
+    ) -> Result<(), String> {
+        use tokio::io::AsyncReadExt;
+        let mut hello = Vec::with_capacity(1024);
+        let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+        let sni = loop {
+            match crate::sni::client_hello_sni(&hello) {
+                crate::sni::Hello::Sni(name) => break Some(name),
+                crate::sni::Hello::NeedMore if hello.len() < MAX_CLIENT_HELLO => {}
+                _ => break None,
+            }
+            let mut chunk = [0u8; 4096];
+            let read = tokio::time::timeout_at(deadline, conn.read(&mut chunk)).await;
+            match read {
+                Ok(Ok(n)) if n > 0 => hello.extend_from_slice(&chunk[..n]),
+                _ => break None,
+            }
+        };
+        let rt = self.runtime.borrow().clone();
+        let cluster = sni
+            .as_deref()
+            .and_then(|name| crate::sni::route(&l.sni_routes, name))
+            .filter(|cluster| rt.clusters.contains_key(cluster));
+        let Some(cluster) = cluster else {
+            self.stats.sni_refusals.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(listener = %l.name, %peer, sni = sni.as_deref().unwrap_or(""), "no route for this server name; connection closed");
+            return Err("no route for the connection's server name".into());
+        };
+        let upstream = self.connect_cluster(&rt, &cluster).await?;
+        self.stats.count_cluster(&cluster);
+        let Upstream::Plain(mut up) = upstream else {
+            return Err("a gateway cluster never originates TLS".into());
+        };
+        up.write_all(&hello).await.map_err(|e| e.to_string())?;
+        self.stats
+            .bytes_up
+            .fetch_add(hello.len() as u64, Ordering::Relaxed);
+        self.pipe(conn, Upstream::Plain(up)).await
+    }
+
     async fn connect(&self, l: &ListenerConfig) -> Result<Upstream, String> {
         let rt = self.runtime.borrow().clone();
         let cluster_name = self
             .pick_cluster(&rt, l)
             .ok_or_else(|| format!("no cluster for listener {}", l.name))?;
+        let upstream = self.connect_cluster(&rt, &cluster_name).await?;
+        self.stats.count_cluster(&cluster_name);
+        Ok(upstream)
+    }
+
+    /// A connection to a healthy endpoint of `cluster_name`, over mTLS
+    /// when the cluster originates it.
+    async fn connect_cluster(&self, rt: &Runtime, cluster_name: &str) -> Result<Upstream, String> {
         let cluster: Arc<ClusterConfig> = rt
             .clusters
-            .get(&cluster_name)
+            .get(cluster_name)
             .cloned()
             .ok_or_else(|| format!("unknown cluster {cluster_name}"))?;
         // The first priority with a healthy endpoint (failover), round robin within it.
         let endpoints = rt
-            .endpoints_of(&cluster_name)
+            .endpoints_of(cluster_name)
             .into_iter()
             .find(|p| !p.is_empty())
             .ok_or_else(|| {
@@ -464,6 +542,9 @@ impl DataPlane {
         }
     }
 }
+
+/// The most a gateway reads looking for a ClientHello's server name.
+const MAX_CLIENT_HELLO: usize = 64 * 1024;
 
 /// How long a peer has to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

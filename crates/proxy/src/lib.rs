@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod data;
+pub mod sni;
 pub mod xds;
 
 use std::net::SocketAddr;
@@ -84,16 +85,7 @@ async fn admin(socket: tokio::net::TcpListener, plane: Arc<data::DataPlane>) {
             let mut buf = [0u8; 1024];
             let _ =
                 tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf)).await;
-            let s = &plane.stats;
-            let body = format!(
-                "legate_proxy_connections_total {}\nlegate_proxy_bytes_upstream_total {}\nlegate_proxy_bytes_downstream_total {}\nlegate_proxy_tls_handshake_failures_total {}\nlegate_proxy_rbac_denials_total {}\nlegate_proxy_upstream_connect_failures_total {}\n",
-                s.connections.load(Ordering::Relaxed),
-                s.bytes_up.load(Ordering::Relaxed),
-                s.bytes_down.load(Ordering::Relaxed),
-                s.handshake_failures.load(Ordering::Relaxed),
-                s.rbac_denials.load(Ordering::Relaxed),
-                s.upstream_failures.load(Ordering::Relaxed),
-            );
+            let body = stats_text(&plane.stats);
             let response = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
@@ -101,4 +93,31 @@ async fn admin(socket: tokio::net::TcpListener, plane: Arc<data::DataPlane>) {
             let _ = conn.write_all(response.as_bytes()).await;
         });
     }
+}
+
+/// The counters as Prometheus text: totals, then connections per cluster
+/// (`legate_proxy_cluster_connections_total{cluster="..."}`, as Envoy's
+/// `cluster.<name>.upstream_cx_total`).
+pub fn stats_text(s: &data::Stats) -> String {
+    let mut body = format!(
+        "legate_proxy_connections_total {}\nlegate_proxy_bytes_upstream_total {}\nlegate_proxy_bytes_downstream_total {}\nlegate_proxy_tls_handshake_failures_total {}\nlegate_proxy_rbac_denials_total {}\nlegate_proxy_upstream_connect_failures_total {}\nlegate_proxy_sni_refusals_total {}\n",
+        s.connections.load(Ordering::Relaxed),
+        s.bytes_up.load(Ordering::Relaxed),
+        s.bytes_down.load(Ordering::Relaxed),
+        s.handshake_failures.load(Ordering::Relaxed),
+        s.rbac_denials.load(Ordering::Relaxed),
+        s.upstream_failures.load(Ordering::Relaxed),
+        s.sni_refusals.load(Ordering::Relaxed),
+    );
+    let clusters = s
+        .cluster_connections
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    for (cluster, count) in clusters.iter() {
+        let escaped = cluster.replace('\\', "\\\\").replace('"', "\\\"");
+        body.push_str(&format!(
+            "legate_proxy_cluster_connections_total{{cluster=\"{escaped}\"}} {count}\n"
+        ));
+    }
+    body
 }
