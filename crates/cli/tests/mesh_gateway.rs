@@ -25,12 +25,17 @@ use tokio_stream::wrappers::ReceiverStream;
 struct Mesh {
     agent: TestAgent,
     grpc: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn start() -> Mesh {
+    start_with(SEED_DEMO)
+}
+
+/// A dev agent with xDS on and `config` (HCL) as a config file.
+fn start_with(config: &str) -> Mesh {
     let dir = tempfile::tempdir().unwrap();
-    let file = common::write(dir.path(), "demo.hcl", SEED_DEMO);
+    let file = common::write(dir.path(), "demo.hcl", config);
     let grpc = free_port();
     let agent = TestAgent::start_with(
         &[
@@ -46,7 +51,7 @@ fn start() -> Mesh {
     Mesh {
         agent,
         grpc,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -378,28 +383,12 @@ fn through_gateway(port: u16, sni: &str, files: &std::path::Path, line: &str) ->
 #[test]
 fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
     use common::mesh::{echo_server, proxy_stat, seed_demo_on, start_proxy, Proxy};
-    let dir = tempfile::tempdir().unwrap();
     let (echo, web_sidecar, db_sidecar, upstream) =
         (free_port(), free_port(), free_port(), free_port());
     let _received = echo_server(echo);
-    let file = common::write(
-        dir.path(),
-        "demo.hcl",
-        &seed_demo_on(echo, web_sidecar, db_sidecar, upstream),
-    );
-    let grpc = free_port();
-    let agent = TestAgent::start_with(
-        &[
-            "-dev",
-            "-dns-port=-1",
-            "-grpc-tls-port=-1",
-            &format!("-grpc-port={grpc}"),
-            "-config-file",
-            file.to_str().unwrap(),
-        ],
-        false,
-    );
-    let _db = start_proxy(&agent, "db", &dir.path().join("db.log"));
+    let mesh = start_with(&seed_demo_on(echo, web_sidecar, db_sidecar, upstream));
+    let (agent, dir) = (&mesh.agent, &mesh.dir);
+    let _db = start_proxy(agent, "db", &dir.path().join("db.log"));
     let lan = free_port();
     let gateway_log = dir.path().join("gateway.log");
     let _gateway = Proxy(
