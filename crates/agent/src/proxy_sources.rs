@@ -46,7 +46,8 @@ pub struct AgentSources {
     default_allow: bool,
     roots: Arc<SharedWatch<(), IndexedCaRoots>>,
     intentions: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
-    chains: Arc<SharedWatch<(String, String), Arc<CompiledChain>>>,
+    /// Keyed by (service, datacenter compiled in, mesh gateway mode override).
+    chains: Arc<SharedWatch<(String, String, String), Arc<CompiledChain>>>,
     /// Keyed by (service, datacenter, subset filter).
     endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
     /// Mesh gateways' own reads (one gateway per agent, as a rule: not
@@ -99,16 +100,21 @@ impl AgentSources {
         );
         let (r, dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let chains = SharedWatch::batched(
-            Arc::new(move |(service, compile_dc): (String, String), min| {
-                let (r, dc, token) = (r.clone(), dc.clone(), t.agent_token());
-                Box::pin(
-                    async move { fetch_chain(&*r, &dc, &service, &compile_dc, min, token).await },
-                )
-            }),
+            Arc::new(
+                move |(service, compile_dc, mode): (String, String, String), min| {
+                    let (r, dc, token) = (r.clone(), dc.clone(), t.agent_token());
+                    let read = ChainRead {
+                        service,
+                        compile_datacenter: compile_dc,
+                        mesh_gateway_mode: mode,
+                    };
+                    Box::pin(async move { fetch_chain(&*r, &dc, read, min, token).await })
+                },
+            ),
             // Every chain is compiled from the config entries.
             batched_changes(rpc.clone(), tokens.clone(), {
                 let dc = datacenter.clone();
-                move |_: &(String, String)| (dc.clone(), Watched::ConfigEntries)
+                move |_: &(String, String, String)| (dc.clone(), Watched::ConfigEntries)
             }),
             CACHE_CAPACITY,
             CACHE_IDLE_TTL,
@@ -176,20 +182,30 @@ async fn fetch_roots(
     })
 }
 
+/// One read of a compiled chain.
+struct ChainRead {
+    service: String,
+    compile_datacenter: String,
+    /// `OverrideMeshGateway.Mode` (empty: none).
+    mesh_gateway_mode: String,
+}
+
 async fn fetch_chain(
     rpc: &dyn ServerRpc,
     datacenter: &str,
-    service: &str,
-    compile_datacenter: &str,
+    read: ChainRead,
     min_index: u64,
     token: String,
 ) -> Result<Fetched<Arc<CompiledChain>>, String> {
     let q = rpc
         .discovery_chain(
             &opts(datacenter, min_index, token),
-            service.to_string(),
-            compile_datacenter.to_string(),
-            ChainOverrides::default(),
+            read.service,
+            read.compile_datacenter,
+            ChainOverrides {
+                mesh_gateway_mode: read.mesh_gateway_mode,
+                ..Default::default()
+            },
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -279,15 +295,15 @@ impl DataSources for AgentSources {
         &self,
         service: &str,
         datacenter: &str,
+        mesh_gateway_mode: &str,
         min_index: u64,
     ) -> Result<Fetched<Arc<CompiledChain>>, String> {
-        self.chains
-            .get(
-                (service.to_string(), datacenter.to_string()),
-                min_index,
-                WAIT,
-            )
-            .await
+        let key = (
+            service.to_string(),
+            datacenter.to_string(),
+            mesh_gateway_mode.to_string(),
+        );
+        self.chains.get(key, min_index, WAIT).await
     }
 
     async fn endpoints(
@@ -369,8 +385,12 @@ impl DataSources for AgentSources {
         self: Arc<Self>,
         service: String,
         datacenter: String,
+        mesh_gateway_mode: String,
     ) -> Subscription<Arc<CompiledChain>> {
-        Box::pin(self.chains.subscribe((service, datacenter)))
+        Box::pin(
+            self.chains
+                .subscribe((service, datacenter, mesh_gateway_mode)),
+        )
     }
 
     fn follow_endpoints(self: Arc<Self>, target: Target) -> Subscription<Vec<Endpoint>> {

@@ -52,7 +52,8 @@ impl CompileRequest {
             .map(|d| d.as_nanos())
             .hash(&mut hasher);
         self.override_mesh_gateway.hash(&mut hasher);
-        format!("{:x}", hasher.finish())
+        // Eight hex digits, as Consul's (`dd412229~s2.default...`).
+        format!("{:016x}", hasher.finish())[..8].to_string()
     }
 }
 

@@ -17,14 +17,7 @@ use common::{free_port, DatacenterServer, TestAgent};
 use serde_json::Value;
 
 fn server(name: &str, ip: &str, dc: &str, join: Option<&str>) -> DatacenterServer {
-    DatacenterServer::start_with(
-        name,
-        ip,
-        dc,
-        join,
-        &[],
-        &[format!("-grpc-port={}", free_port())],
-    )
+    DatacenterServer::with_xds(name, ip, dc, join, &[])
 }
 
 fn register(agent: &TestAgent, body: Value) {

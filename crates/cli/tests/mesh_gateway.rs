@@ -48,11 +48,7 @@ fn start_with(config: &str) -> Mesh {
         ],
         false,
     );
-    Mesh {
-        agent,
-        grpc,
-        dir,
-    }
+    Mesh { agent, grpc, dir }
 }
 
 fn run(agent: &TestAgent, args: &[&str]) -> (i32, String, String) {

@@ -425,6 +425,9 @@ impl DataPlane {
                 _ => break None,
             }
         };
+        if hello.is_empty() {
+            return Ok(()); // closed before a byte: a TCP health check
+        }
         let rt = self.runtime.borrow().clone();
         let cluster = sni
             .as_deref()

@@ -104,6 +104,82 @@ fn local_service_target(service: &str, datacenter: &str) -> Target {
     }
 }
 
+/// Whether a sidecar reaches `target` through mesh gateways: a target in
+/// another datacenter whose mode is `local` or `remote`.
+pub fn through_gateways(target: &Target, local_datacenter: &str) -> bool {
+    target.datacenter != local_datacenter
+        && matches!(target.mesh_gateway.mode.as_str(), "local" | "remote")
+}
+
+enum Seen {
+    Instances(Vec<Endpoint>),
+    Gateways(Vec<CheckServiceNode>),
+}
+
+/// A remote target's endpoints as a sidecar dials it through gateways:
+/// this datacenter's gateways at their LAN addresses (`local`), or the
+/// target datacenter's at their WAN addresses (`remote`). SNI and
+/// certificate checks stay the target's; only the endpoints change.
+/// The gateways count as healthy while any instance of the target is.
+pub(crate) fn via_gateways(
+    sources: Arc<dyn DataSources>,
+    target: Target,
+    local_datacenter: &str,
+) -> Subscription<Vec<Endpoint>> {
+    let (gateway_dc, wan) = if target.mesh_gateway.mode == "local" {
+        (local_datacenter.to_string(), false)
+    } else {
+        (target.datacenter.clone(), true)
+    };
+    let instances = sources
+        .clone()
+        .follow_endpoints(target)
+        .map(Seen::Instances);
+    let gateways = follow_reads(move |i| {
+        let (s, dc) = (sources.clone(), gateway_dc.clone());
+        async move { s.mesh_gateways(&dc, i).await }
+    })
+    .map(Seen::Gateways);
+    let merged = futures::stream::select(instances, gateways);
+    Box::pin(
+        merged
+            .scan((None, None), move |(instances, gateways), seen| {
+                match seen {
+                    Seen::Instances(list) => *instances = Some(list),
+                    Seen::Gateways(list) => *gateways = Some(list),
+                }
+                let ready = match (instances.as_ref(), gateways.as_ref()) {
+                    (Some(i), Some(g)) => Some(gateway_endpoints(i, g, wan)),
+                    _ => None,
+                };
+                futures::future::ready(Some(ready))
+            })
+            .filter_map(futures::future::ready),
+    )
+}
+
+/// The gateways as endpoints, unhealthy unless some instance behind them
+/// is healthy.
+fn gateway_endpoints(
+    instances: &[Endpoint],
+    gateways: &[CheckServiceNode],
+    wan: bool,
+) -> Vec<Endpoint> {
+    let any_healthy = instances
+        .iter()
+        .any(|e| e.health != crate::snapshot::EndpointHealth::Critical);
+    gateways
+        .iter()
+        .map(|g| {
+            let mut e = Endpoint::of_instance(g, wan);
+            if !any_healthy {
+                e.health = crate::snapshot::EndpointHealth::Critical;
+            }
+            e
+        })
+        .collect()
+}
+
 enum Update {
     Roots(IndexedCaRoots),
     Services(Vec<String>),
@@ -405,6 +481,40 @@ mod tests {
         );
         g.service.raft.modify_index = modify_index;
         g
+    }
+
+    #[test]
+    fn gateways_stand_in_for_a_target_healthy_only_while_an_instance_is() {
+        let gateways = vec![gateway("10.0.1.1", "198.18.1.1", 3)];
+        let instance = |health| Endpoint {
+            node: "n".into(),
+            service_id: "db".into(),
+            address: "10.0.2.5".into(),
+            port: 21000,
+            health,
+            weight: 1,
+        };
+        use crate::snapshot::EndpointHealth::*;
+        let remote = gateway_endpoints(&[instance(Critical), instance(Warning)], &gateways, true);
+        assert_eq!(
+            (remote[0].address.as_str(), remote[0].port),
+            ("198.18.1.1", 443)
+        );
+        assert_eq!(remote[0].health, Passing);
+        let local = gateway_endpoints(&[instance(Critical)], &gateways, false);
+        assert_eq!(
+            (local[0].address.as_str(), local[0].port),
+            ("10.0.1.1", 8443)
+        );
+        assert_eq!(local[0].health, Critical, "nothing healthy behind it");
+        let mut target = local_service_target("db", "dc2");
+        assert!(!through_gateways(&target, "dc1"), "mode none");
+        target.mesh_gateway.mode = "local".into();
+        assert!(through_gateways(&target, "dc1"));
+        assert!(
+            !through_gateways(&target, "dc2"),
+            "never within a datacenter"
+        );
     }
 
     #[test]

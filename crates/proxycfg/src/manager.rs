@@ -46,11 +46,14 @@ pub trait DataSources: Send + Sync + 'static {
         destination: &str,
         min_index: u64,
     ) -> Result<Fetched<Arc<Vec<Intention>>>, String>;
-    /// The compiled chain of `service` as seen from `datacenter`.
+    /// The compiled chain of `service` as seen from `datacenter`, with
+    /// `mesh_gateway_mode` (when not empty) overriding the entries'
+    /// (Consul's `OverrideMeshGateway`).
     async fn chain(
         &self,
         service: &str,
         datacenter: &str,
+        mesh_gateway_mode: &str,
         min_index: u64,
     ) -> Result<Fetched<Arc<CompiledChain>>, String>;
     /// The mesh endpoints (sidecars or native instances) of one target.
@@ -106,11 +109,16 @@ pub trait DataSources: Send + Sync + 'static {
         self: Arc<Self>,
         service: String,
         datacenter: String,
+        mesh_gateway_mode: String,
     ) -> Subscription<Arc<CompiledChain>> {
         follow_reads(move |index| {
-            let (sources, service, datacenter) =
-                (self.clone(), service.clone(), datacenter.clone());
-            async move { sources.chain(&service, &datacenter, index).await }
+            let (sources, service, datacenter, mode) = (
+                self.clone(),
+                service.clone(),
+                datacenter.clone(),
+                mesh_gateway_mode.clone(),
+            );
+            async move { sources.chain(&service, &datacenter, &mode, index).await }
         })
     }
 
@@ -456,6 +464,8 @@ impl Building {
 struct UpstreamWatchers {
     sources: Arc<dyn DataSources>,
     datacenter: String,
+    /// The proxy registration's `MeshGateway.Mode`.
+    mesh_gateway_mode: String,
     chains: HashMap<String, AbortHandle>,
     targets: HashMap<(String, String), AbortHandle>,
     streams: SelectAll<Subscription<Update>>,
@@ -525,7 +535,14 @@ impl UpstreamWatchers {
             } else {
                 upstream.datacenter.clone()
             };
-            let chain = self.sources.clone().follow_chain(name.clone(), dc);
+            // The upstream's mode, else the proxy's (Consul's precedence
+            // above service-defaults and proxy-defaults).
+            let mode = if upstream.mesh_gateway.mode.is_empty() {
+                self.mesh_gateway_mode.clone()
+            } else {
+                upstream.mesh_gateway.mode.clone()
+            };
+            let chain = self.sources.clone().follow_chain(name.clone(), dc, mode);
             let tag = name.clone();
             let handle = self.subscribe(chain, move |c| Update::Chain(tag.clone(), c));
             self.chains.insert(name, handle);
@@ -551,7 +568,15 @@ impl UpstreamWatchers {
             if self.targets.contains_key(&key) {
                 continue;
             }
-            let endpoints = self.sources.clone().follow_endpoints((**target).clone());
+            let endpoints = if crate::gateway::through_gateways(target, &self.datacenter) {
+                crate::gateway::via_gateways(
+                    self.sources.clone(),
+                    (**target).clone(),
+                    &self.datacenter,
+                )
+            } else {
+                self.sources.clone().follow_endpoints((**target).clone())
+            };
             let (u, tid) = (upstream.to_string(), id.clone());
             let handle = self.subscribe(endpoints, move |e| {
                 Update::Endpoints(u.clone(), tid.clone(), e)
@@ -637,7 +662,7 @@ async fn run_proxy(
             tx.clone(),
             move |i| {
                 let (s, d, dc) = (s.clone(), d.clone(), dc.clone());
-                async move { s.chain(&d, &dc, i).await }
+                async move { s.chain(&d, &dc, "", i).await }
             },
             |c: Arc<CompiledChain>| Update::OwnProtocol(c.protocol.clone()),
         )));
@@ -654,6 +679,7 @@ async fn run_proxy(
     let mut watchers = UpstreamWatchers {
         sources: sources.clone(),
         datacenter: registration.datacenter.clone(),
+        mesh_gateway_mode: registration.proxy.mesh_gateway.mode.clone(),
         chains: HashMap::new(),
         targets: HashMap::new(),
         streams: SelectAll::new(),

@@ -61,6 +61,7 @@ impl DataSources for Quiet {
         &self,
         service: &str,
         datacenter: &str,
+        _mesh_gateway_mode: &str,
         min_index: u64,
     ) -> Result<Fetched<std::sync::Arc<CompiledChain>>, String> {
         let request = CompileRequest {

@@ -76,13 +76,14 @@ fn provider_tls(
 /// An EDS cluster over ADS for a resolver's targets.
 fn grpc_cluster(
     snapshot: &ConnectProxySnapshot,
+    name: &str,
     targets: &[&Target],
     provider: Option<&str>,
 ) -> cluster::Cluster {
     cluster::Cluster {
         lb_policy: cluster::cluster::LbPolicy::RoundRobin as i32,
         transport_socket: provider.map(|p| transport_socket(provider_tls(snapshot, targets, p))),
-        ..eds_over_ads(&targets[0].name)
+        ..eds_over_ads(name)
     }
 }
 
@@ -126,14 +127,14 @@ pub fn generate(snapshot: &ConnectProxySnapshot, provider: Option<&str>) -> Reso
             let Some(primary) = targets.first() else {
                 continue;
             };
-            let name = primary.name.clone();
+            let name = crate::resources::cluster_name(&upstream.chain, primary);
             if out.of(CLUSTER_TYPE).is_some_and(|c| c.contains_key(&name)) {
                 continue;
             }
             out.add(
                 CLUSTER_TYPE,
                 name.clone(),
-                grpc_cluster(snapshot, &targets, provider),
+                grpc_cluster(snapshot, &name, &targets, provider),
             );
             let mut assignment = load_assignment(&name, upstream, &targets);
             // gRPC drops a priority without a locality or a locality weight.

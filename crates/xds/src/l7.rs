@@ -357,7 +357,10 @@ pub fn resolver_cluster(chain: &CompiledChain, node_id: &str) -> Option<String> 
         .get(node_id)?
         .pointer("/Resolver/Target")?
         .as_str()?;
-    chain.targets.get(target).map(|t| t.name.clone())
+    chain
+        .targets
+        .get(target)
+        .map(|t| crate::resources::cluster_name(chain, t))
 }
 
 fn route_match(definition: &Value) -> route::RouteMatch {

@@ -456,6 +456,17 @@ fn upstream_listener(upstream: &UpstreamSnapshot, filter: listener::Filter) -> l
     }
 }
 
+/// The Envoy cluster of a chain's target: its name, prefixed by the
+/// chain's customization hash when overrides shaped the chain (Consul's
+/// `CustomizeClusterName`: `<hash>~<name>`).
+pub fn cluster_name(chain: &legate_chain::CompiledChain, target: &Target) -> String {
+    if chain.customization_hash.is_empty() {
+        target.name.clone()
+    } else {
+        format!("{}~{}", chain.customization_hash, target.name)
+    }
+}
+
 pub(crate) fn spiffe_of(snapshot: &ConnectProxySnapshot, target: &Target) -> String {
     legate_types::connect::spiffe_service_uri(
         &snapshot.trust_domain,
@@ -506,8 +517,9 @@ fn upstream_cluster(
         .unwrap_or(5000);
     let mut sans: Vec<String> = targets.iter().map(|t| spiffe_of(snapshot, t)).collect();
     sans.dedup();
+    let name = cluster_name(&upstream.chain, target);
     cluster::Cluster {
-        alt_stat_name: target.name.clone(),
+        alt_stat_name: name.clone(),
         connect_timeout: Some(millis(timeout_ms)),
         outlier_detection: Some(cluster::OutlierDetection::default()),
         common_lb_config: Some(cluster::cluster::CommonLbConfig {
@@ -521,7 +533,7 @@ fn upstream_cluster(
             sni: target.sni.clone(),
             ..Default::default()
         })),
-        ..eds_over_ads(&target.name)
+        ..eds_over_ads(&name)
     }
 }
 
@@ -773,7 +785,7 @@ pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
             let Some(primary) = targets.first() else {
                 continue;
             };
-            let name = primary.name.clone();
+            let name = cluster_name(chain, primary);
             if node_id == chain.start_node {
                 primary_cluster = Some(name.clone());
             }

@@ -443,6 +443,20 @@ impl DatacenterServer {
         server
     }
 
+    /// [`DatacenterServer::start_with`] with xDS on (a free `-grpc-port`)
+    /// and `extra` flags.
+    pub fn with_xds(
+        name: &str,
+        ip: &str,
+        dc: &str,
+        join: Option<&str>,
+        extra: &[String],
+    ) -> DatacenterServer {
+        let mut flags = vec![format!("-grpc-port={}", free_port())];
+        flags.extend_from_slice(extra);
+        DatacenterServer::start_with(name, ip, dc, join, &[], &flags)
+    }
+
     /// [`DatacenterServer::start_with`] without waiting for a leader (one
     /// server of several: `extra` then names `-bootstrap-expect=` and
     /// `-retry-join=`).

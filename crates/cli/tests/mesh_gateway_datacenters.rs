@@ -1,0 +1,186 @@
+//! Two datacenters on loopback addresses, a built-in mesh gateway in each
+//! (`legate connect proxy -gateway=mesh -register`), web's and api's
+//! sidecars in dc1 and db's in dc2: web's upstream db in dc2 with
+//! `mesh_gateway { mode = "local" }` goes sidecar → dc1's gateway → dc2's
+//! gateway → db's sidecar → db; api's sidecar registered with mode
+//! `remote` goes straight to dc2's gateway. Each gateway counts the
+//! connection on the cluster it used (as Consul's gateway tests read
+//! Envoy's `cx_total`), and web's cluster carries the override hash.
+//! (The network-namespace variant, where the sidecars cannot reach each
+//! other at all, is the next step.)
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::mesh::{admin_port, echo, echo_server, proxy_stat, start_proxy, Proxy};
+use common::{eventually, free_port, DatacenterServer, TestAgent};
+
+fn server(
+    name: &str,
+    ip: &str,
+    dc: &str,
+    join: Option<&str>,
+    config: &std::path::Path,
+) -> DatacenterServer {
+    let extra = [
+        "-grpc-tls-port=-1".to_string(),
+        format!("-config-file={}", config.display()),
+    ];
+    DatacenterServer::with_xds(name, ip, dc, join, &extra)
+}
+
+/// `connect proxy -gateway=mesh -register` with LAN and WAN addresses.
+fn gateway(agent: &TestAgent, lan: &str, wan: &str, log: &std::path::Path) -> Proxy {
+    Proxy(
+        Command::new(common::binary())
+            .args(["connect", "proxy", "-gateway=mesh", "-register"])
+            .args(["-address", lan, "-wan-address", wan])
+            .args(["-admin-bind", "127.0.0.1:0"])
+            .env("CONSUL_HTTP_ADDR", agent.addr())
+            .stdout(std::fs::File::create(log).unwrap())
+            .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_sidecar_reaches_another_datacenter_through_both_gateways() {
+    let dir = tempfile::tempdir().unwrap();
+    // Both datacenters' sidecars share this host: their own ports.
+    let (echo_port, upstream, web_sidecar, db_sidecar) =
+        (free_port(), free_port(), free_port(), free_port());
+    let (api_upstream, api_sidecar) = (free_port(), free_port());
+    let _received = echo_server(echo_port);
+    let dc1_config = common::write(
+        dir.path(),
+        "dc1.hcl",
+        &format!(
+            r#"services {{
+  name = "web"
+  port = 8080
+  connect {{
+    sidecar_service {{
+      port = {web_sidecar}
+      proxy {{
+        upstreams {{
+          destination_name = "db"
+          datacenter = "dc2"
+          local_bind_port = {upstream}
+          mesh_gateway {{ mode = "local" }}
+        }}
+      }}
+    }}
+  }}
+}}
+services {{
+  name = "api"
+  port = 8081
+  connect {{
+    sidecar_service {{
+      port = {api_sidecar}
+      proxy {{
+        mesh_gateway {{ mode = "remote" }}
+        upstreams {{
+          destination_name = "db"
+          datacenter = "dc2"
+          local_bind_port = {api_upstream}
+        }}
+      }}
+    }}
+  }}
+}}"#
+        ),
+    );
+    let dc2_config = common::write(
+        dir.path(),
+        "dc2.hcl",
+        &format!(
+            "services {{\n  name = \"db\"\n  port = {echo_port}\n  connect {{ sidecar_service {{ port = {db_sidecar} }} }}\n}}\n"
+        ),
+    );
+    let dc1 = server("g1", "127.0.0.221", "dc1", None, &dc1_config);
+    let dc2 = server("g2", "127.0.0.222", "dc2", Some("127.0.0.221"), &dc2_config);
+    for s in [&dc1, &dc2] {
+        eventually(Duration::from_secs(30), || {
+            let dcs = s.agent.get("/v1/catalog/datacenters").ok()?;
+            (dcs.as_array()?.len() == 2).then_some(())
+        });
+    }
+    let (p1, w1, p2, w2) = (free_port(), free_port(), free_port(), free_port());
+    let dc1_gateway_log = dir.path().join("gw1.log");
+    let dc2_gateway_log = dir.path().join("gw2.log");
+    let _gw1 = gateway(
+        &dc1.agent,
+        &format!("127.0.0.223:{p1}"),
+        &format!("127.0.0.224:{w1}"),
+        &dc1_gateway_log,
+    );
+    let _gw2 = gateway(
+        &dc2.agent,
+        &format!("127.0.0.225:{p2}"),
+        &format!("127.0.0.226:{w2}"),
+        &dc2_gateway_log,
+    );
+    let _db = start_proxy(&dc2.agent, "db", &dir.path().join("db.log"));
+    let _web = start_proxy(&dc1.agent, "web", &dir.path().join("web.log"));
+    let _api = start_proxy(&dc1.agent, "api", &dir.path().join("api.log"));
+    let answer = eventually(Duration::from_secs(60), || {
+        echo(upstream, "across datacenters")
+    });
+    assert_eq!(answer, "across datacenters");
+    let td = dc1.agent.get("/v1/connect/ca/roots").unwrap()["TrustDomain"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let counted = |log: &std::path::Path, cluster: &str| {
+        proxy_stat(
+            log,
+            &format!("legate_proxy_cluster_connections_total{{cluster=\"{cluster}\"}}"),
+        )
+    };
+    assert!(
+        counted(&dc1_gateway_log, &format!("dc2.internal.{td}")) >= 1,
+        "dc1's gateway sent it to dc2's gateways"
+    );
+    assert!(
+        counted(&dc2_gateway_log, &format!("db.default.dc2.internal.{td}")) >= 1,
+        "dc2's gateway sent it to db's sidecar"
+    );
+    // web's cluster for db is db's SNI prefixed by the chain's override
+    // hash (the mode came from the upstream: Consul's `<hash>~<sni>`).
+    let web_log = dir.path().join("web.log");
+    let (_, _, stats) = common::http_request(admin_port(&web_log), "GET", "/stats", None);
+    let suffix = format!("~db.default.dc2.internal.{td}\"}}");
+    let line = stats
+        .lines()
+        .find(|l| l.contains(&suffix))
+        .unwrap_or_else(|| panic!("a customized db cluster in {stats}"));
+    let hash = line
+        .split("cluster=\"")
+        .nth(1)
+        .unwrap()
+        .split('~')
+        .next()
+        .unwrap();
+    assert_eq!(hash.len(), 8, "{line}");
+    // api's sidecar says `remote` (the proxy's mode, as the upstream
+    // says none): straight to dc2's gateway, past dc1's.
+    let via_dc1 = counted(&dc1_gateway_log, &format!("dc2.internal.{td}"));
+    let via_dc2 = counted(&dc2_gateway_log, &format!("db.default.dc2.internal.{td}"));
+    let answer = eventually(Duration::from_secs(60), || {
+        echo(api_upstream, "remote mode")
+    });
+    assert_eq!(answer, "remote mode");
+    assert_eq!(
+        counted(&dc1_gateway_log, &format!("dc2.internal.{td}")),
+        via_dc1,
+        "dc1's gateway is not on the path"
+    );
+    assert_eq!(
+        counted(&dc2_gateway_log, &format!("db.default.dc2.internal.{td}")),
+        via_dc2 + 1
+    );
+}
