@@ -241,3 +241,71 @@ def test_golden_files_parse_strictly_as_envoy_v3():
                 json_format.Parse(json.dumps(body), cls())  # strict: unknown fields raise
                 parsed += 1
     assert parsed >= 15
+
+
+def test_a_mesh_gateways_resources_and_bootstrap_parse_strictly_as_envoy_v3(tmp_path):
+    """A mesh gateway registered by `connect envoy -gateway=mesh -register`:
+    its bootstrap and every resource of its ADS stream decode with
+    xds-protos, and read as Consul's (tls_inspector, the sni_cluster
+    catch-all with an empty cluster, clusters named by SNI)."""
+    import subprocess
+
+    from conftest import legate_binary
+    from envoy.config.bootstrap.v3 import bootstrap_pb2
+    from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
+    from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2  # noqa: F401
+    from envoy.extensions.filters.network.sni_cluster.v3 import sni_cluster_pb2  # noqa: F401
+
+    demo = tmp_path / "demo.hcl"
+    demo.write_text(DEMO)
+    grpc_port = free_port()
+    lan = free_port()
+    agent = Agent(["-config-file", str(demo)], grpc_port=grpc_port)
+    try:
+        out = subprocess.run(
+            [legate_binary(), "connect", "envoy", "-gateway=mesh", "-register", "-bootstrap",
+             "-address", f"127.0.0.1:{lan}", "-http-addr", f"127.0.0.1:{agent.port}"],
+            capture_output=True, text=True, check=True,
+        )
+        bootstrap = json_format.Parse(out.stdout, bootstrap_pb2.Bootstrap())
+        assert (bootstrap.node.id, bootstrap.node.cluster) == ("mesh-gateway", "mesh-gateway")
+        roots = urllib.request.urlopen(f"http://127.0.0.1:{agent.port}/v1/connect/ca/roots").read()
+        import json
+        td = json.loads(roots)["TrustDomain"]
+        stream = Stream(grpc_port, "mesh-gateway")
+        wanted = {f"web.default.dc1.internal.{td}", f"db.default.dc1.internal.{td}"}
+        deadline = time.time() + 30
+        stream.send(type_url=CDS)
+        while True:
+            clusters = stream.recv()
+            assert clusters.type_url == CDS
+            names = {strictly(a)[0].name for a in clusters.resources}
+            stream.send(type_url=CDS, version_info=clusters.version_info, response_nonce=clusters.nonce)
+            if wanted <= names or time.time() > deadline:
+                break
+        assert wanted <= names, names
+        for any_msg in clusters.resources:
+            cluster, text = strictly(any_msg)
+            assert cluster.type == cluster_pb2.Cluster.EDS
+            assert "transportSocket" not in text, "a gateway never terminates or originates TLS"
+        stream.send(type_url=EDS, resource_names=sorted(names))
+        endpoints = stream.recv()
+        assert endpoints.type_url == EDS
+        for any_msg in endpoints.resources:
+            strictly(any_msg)
+        stream.send(type_url=LDS)
+        listeners = stream.recv()
+        assert listeners.type_url == LDS
+        (only,) = listeners.resources
+        listener, text = strictly(only)
+        assert listener.name == f"default:127.0.0.1:{lan}"
+        assert [f.name for f in listener.listener_filters] == ["envoy.filters.listener.tls_inspector"]
+        catch_all = listener.filter_chains[-1]
+        assert [f.name for f in catch_all.filters] == ["envoy.filters.network.sni_cluster", "envoy.filters.network.tcp_proxy"]
+        tcp = tcp_proxy_pb2.TcpProxy()
+        assert catch_all.filters[1].typed_config.Unpack(tcp)
+        assert tcp.stat_prefix == "mesh_gateway_local.default"
+        assert tcp.WhichOneof("cluster_specifier") == "cluster" and tcp.cluster == ""
+        stream.close()
+    finally:
+        agent.stop()
