@@ -6,6 +6,8 @@
 //! `remote` goes straight to dc2's gateway. Each gateway counts the
 //! connection on the cluster it used (as Consul's gateway tests read
 //! Envoy's `cx_total`), and web's cluster carries the override hash.
+//! One of dc2's two gateways killed: new connections go through the
+//! other; an intention deny written in dc1 is enforced in dc2.
 //! (The network-namespace variant, where the sidecars cannot reach each
 //! other at all, is the next step.)
 
@@ -31,11 +33,19 @@ fn server(
     DatacenterServer::with_xds(name, ip, dc, join, &extra)
 }
 
-/// `connect proxy -gateway=mesh -register` with LAN and WAN addresses.
-fn gateway(agent: &TestAgent, lan: &str, wan: &str, log: &std::path::Path) -> Proxy {
+/// `connect proxy -gateway=mesh -register -proxy-id <id>` with LAN and
+/// WAN addresses.
+fn gateway(agent: &TestAgent, id: &str, lan: &str, wan: &str, log: &std::path::Path) -> Proxy {
     Proxy(
         Command::new(common::binary())
-            .args(["connect", "proxy", "-gateway=mesh", "-register"])
+            .args([
+                "connect",
+                "proxy",
+                "-gateway=mesh",
+                "-register",
+                "-proxy-id",
+                id,
+            ])
             .args(["-address", lan, "-wan-address", wan])
             .args(["-admin-bind", "127.0.0.1:0"])
             .env("CONSUL_HTTP_ADDR", agent.addr())
@@ -109,20 +119,30 @@ services {{
             (dcs.as_array()?.len() == 2).then_some(())
         });
     }
-    let (p1, w1, p2, w2) = (free_port(), free_port(), free_port(), free_port());
     let dc1_gateway_log = dir.path().join("gw1.log");
-    let dc2_gateway_log = dir.path().join("gw2.log");
+    let dc2_gateway_logs = [dir.path().join("gw2.log"), dir.path().join("gw2b.log")];
+    let at = |ip: &str| format!("{ip}:{}", free_port());
     let _gw1 = gateway(
         &dc1.agent,
-        &format!("127.0.0.223:{p1}"),
-        &format!("127.0.0.224:{w1}"),
+        "mesh-gateway",
+        &at("127.0.0.223"),
+        &at("127.0.0.224"),
         &dc1_gateway_log,
     );
-    let _gw2 = gateway(
+    // Two gateways in dc2.
+    let gw2 = gateway(
         &dc2.agent,
-        &format!("127.0.0.225:{p2}"),
-        &format!("127.0.0.226:{w2}"),
-        &dc2_gateway_log,
+        "mesh-gateway",
+        &at("127.0.0.225"),
+        &at("127.0.0.226"),
+        &dc2_gateway_logs[0],
+    );
+    let _gw2b = gateway(
+        &dc2.agent,
+        "mesh-gateway-2",
+        &at("127.0.0.227"),
+        &at("127.0.0.228"),
+        &dc2_gateway_logs[1],
     );
     let _db = start_proxy(&dc2.agent, "db", &dir.path().join("db.log"));
     let _web = start_proxy(&dc1.agent, "web", &dir.path().join("web.log"));
@@ -145,10 +165,14 @@ services {{
         counted(&dc1_gateway_log, &format!("dc2.internal.{td}")) >= 1,
         "dc1's gateway sent it to dc2's gateways"
     );
-    assert!(
-        counted(&dc2_gateway_log, &format!("db.default.dc2.internal.{td}")) >= 1,
-        "dc2's gateway sent it to db's sidecar"
-    );
+    let db_cluster = format!("db.default.dc2.internal.{td}");
+    let through_dc2 = || -> u64 {
+        dc2_gateway_logs
+            .iter()
+            .map(|log| counted(log, &db_cluster))
+            .sum()
+    };
+    assert!(through_dc2() >= 1, "a dc2 gateway sent it to db's sidecar");
     // web's cluster for db is db's SNI prefixed by the chain's override
     // hash (the mode came from the upstream: Consul's `<hash>~<sni>`).
     let web_log = dir.path().join("web.log");
@@ -169,7 +193,7 @@ services {{
     // api's sidecar says `remote` (the proxy's mode, as the upstream
     // says none): straight to dc2's gateway, past dc1's.
     let via_dc1 = counted(&dc1_gateway_log, &format!("dc2.internal.{td}"));
-    let via_dc2 = counted(&dc2_gateway_log, &format!("db.default.dc2.internal.{td}"));
+    let via_dc2 = through_dc2();
     let answer = eventually(Duration::from_secs(60), || {
         echo(api_upstream, "remote mode")
     });
@@ -179,8 +203,27 @@ services {{
         via_dc1,
         "dc1's gateway is not on the path"
     );
+    assert_eq!(through_dc2(), via_dc2 + 1);
+    // One of dc2's gateways goes: new connections go through the other
+    // once its check says so.
+    drop(gw2);
+    eventually(Duration::from_secs(60), || {
+        (0..5)
+            .all(|i| echo(upstream, &format!("after the gateway went {i}")).is_some())
+            .then_some(())
+    });
+    // Intentions stay end to end: a deny written in dc1 (replicated to
+    // dc2) is enforced by db's sidecar; api is still allowed.
+    let (status, body) = dc1.agent.put(
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        r#"{"Action":"deny"}"#,
+    );
+    assert_eq!((status, body.as_str()), (200, "true"));
+    eventually(Duration::from_secs(30), || {
+        echo(upstream, "denied").is_none().then_some(())
+    });
     assert_eq!(
-        counted(&dc2_gateway_log, &format!("db.default.dc2.internal.{td}")),
-        via_dc2 + 1
+        echo(api_upstream, "still allowed").as_deref(),
+        Some("still allowed")
     );
 }
