@@ -63,6 +63,16 @@ fn a_sidecar_reaches_another_datacenter_through_both_gateways() {
     let (echo_port, upstream, web_sidecar, db_sidecar) =
         (free_port(), free_port(), free_port(), free_port());
     let (api_upstream, api_sidecar) = (free_port(), free_port());
+    // cache runs in both datacenters; dc2's is dc1's failover.
+    let (cache_up, cache1, cache1_sidecar, cache2, cache2_sidecar) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let cache1_received = echo_server(cache1);
+    let cache2_received = echo_server(cache2);
     let _received = echo_server(echo_port);
     let dc1_config = common::write(
         dir.path(),
@@ -81,9 +91,18 @@ fn a_sidecar_reaches_another_datacenter_through_both_gateways() {
           local_bind_port = {upstream}
           mesh_gateway {{ mode = "local" }}
         }}
+        upstreams {{
+          destination_name = "cache"
+          local_bind_port = {cache_up}
+        }}
       }}
     }}
   }}
+}}
+services {{
+  name = "cache"
+  port = {cache1}
+  connect {{ sidecar_service {{ port = {cache1_sidecar} }} }}
 }}
 services {{
   name = "api"
@@ -108,7 +127,7 @@ services {{
         dir.path(),
         "dc2.hcl",
         &format!(
-            "services {{\n  name = \"db\"\n  port = {echo_port}\n  connect {{ sidecar_service {{ port = {db_sidecar} }} }}\n}}\n"
+            "services {{\n  name = \"db\"\n  port = {echo_port}\n  connect {{ sidecar_service {{ port = {db_sidecar} }} }}\n}}\nservices {{\n  name = \"cache\"\n  port = {cache2}\n  connect {{ sidecar_service {{ port = {cache2_sidecar} }} }}\n}}\n"
         ),
     );
     let dc1 = server("g1", "127.0.0.221", "dc1", None, &dc1_config);
@@ -118,6 +137,14 @@ services {{
             let dcs = s.agent.get("/v1/catalog/datacenters").ok()?;
             (dcs.as_array()?.len() == 2).then_some(())
         });
+    }
+    // cache fails over to dc2, through gateways by its service-defaults.
+    for entry in [
+        r#"{"Kind":"service-defaults","Name":"cache","MeshGateway":{"Mode":"local"}}"#,
+        r#"{"Kind":"service-resolver","Name":"cache","Failover":{"*":{"Datacenters":["dc2"]}}}"#,
+    ] {
+        let (status, body) = dc1.agent.put("/v1/config", entry);
+        assert_eq!((status, body.as_str()), (200, "true"), "{entry}");
     }
     let dc1_gateway_log = dir.path().join("gw1.log");
     let dc2_gateway_logs = [dir.path().join("gw2.log"), dir.path().join("gw2b.log")];
@@ -147,6 +174,8 @@ services {{
     let _db = start_proxy(&dc2.agent, "db", &dir.path().join("db.log"));
     let _web = start_proxy(&dc1.agent, "web", &dir.path().join("web.log"));
     let _api = start_proxy(&dc1.agent, "api", &dir.path().join("api.log"));
+    let _cache1 = start_proxy(&dc1.agent, "cache", &dir.path().join("cache1.log"));
+    let _cache2 = start_proxy(&dc2.agent, "cache", &dir.path().join("cache2.log"));
     let answer = eventually(Duration::from_secs(60), || {
         echo(upstream, "across datacenters")
     });
@@ -204,6 +233,30 @@ services {{
         "dc1's gateway is not on the path"
     );
     assert_eq!(through_dc2(), via_dc2 + 1);
+    // Failover through the gateways: while dc1's cache is healthy it
+    // answers; in maintenance, dc2's does, by way of both gateways, under
+    // the same cluster name with dc2's SNI.
+    use std::sync::atomic::Ordering::SeqCst;
+    eventually(Duration::from_secs(60), || {
+        let passing = dc1.agent.get("/v1/health/connect/cache?passing").ok()?;
+        (passing.as_array()?.len() == 1).then_some(())
+    });
+    eventually(Duration::from_secs(30), || {
+        let (near, far) = (cache1_received.load(SeqCst), cache2_received.load(SeqCst));
+        echo(cache_up, "near")?;
+        (cache1_received.load(SeqCst) > near && cache2_received.load(SeqCst) == far).then_some(())
+    });
+    let (status, _) = dc1
+        .agent
+        .put("/v1/agent/service/maintenance/cache?enable=true", "");
+    assert_eq!(status, 200);
+    let before = counted(&dc1_gateway_log, &format!("dc2.internal.{td}"));
+    eventually(Duration::from_secs(60), || {
+        let far = cache2_received.load(SeqCst);
+        echo(cache_up, "far")?;
+        (cache2_received.load(SeqCst) > far).then_some(())
+    });
+    assert!(counted(&dc1_gateway_log, &format!("dc2.internal.{td}")) > before);
     // One of dc2's gateways goes: new connections go through the other
     // once its check says so.
     drop(gw2);

@@ -497,11 +497,12 @@ pub(crate) fn eds_over_ads(name: &str) -> cluster::Cluster {
     }
 }
 
-/// An EDS cluster for a resolver's targets (primary first); its
+/// An EDS cluster `name` for a resolver's targets (primary first); its
 /// certificate check accepts the SPIFFE id of every target it may reach.
 fn upstream_cluster(
     snapshot: &ConnectProxySnapshot,
     upstream: &UpstreamSnapshot,
+    name: &str,
     targets: &[&Target],
 ) -> cluster::Cluster {
     let target = targets[0];
@@ -517,9 +518,8 @@ fn upstream_cluster(
         .unwrap_or(5000);
     let mut sans: Vec<String> = targets.iter().map(|t| spiffe_of(snapshot, t)).collect();
     sans.dedup();
-    let name = cluster_name(&upstream.chain, target);
     cluster::Cluster {
-        alt_stat_name: name.clone(),
+        alt_stat_name: name.to_string(),
         connect_timeout: Some(millis(timeout_ms)),
         outlier_detection: Some(cluster::OutlierDetection::default()),
         common_lb_config: Some(cluster::cluster::CommonLbConfig {
@@ -533,8 +533,38 @@ fn upstream_cluster(
             sni: target.sni.clone(),
             ..Default::default()
         })),
-        ..eds_over_ads(&name)
+        ..eds_over_ads(name)
     }
+}
+
+/// Failover that crosses datacenters through mesh gateways cannot use
+/// priorities: gateways route by SNI, so each target must be dialled with
+/// its own. The first target with a healthy endpoint stands alone under
+/// the primary's cluster name, with its SNI and endpoints (Consul's swap,
+/// #6161, #9811); with none healthy, the primary.
+fn gateway_failover<'a>(
+    snapshot: &ConnectProxySnapshot,
+    upstream: &UpstreamSnapshot,
+    targets: Vec<&'a Target>,
+) -> Vec<&'a Target> {
+    let crosses = targets
+        .iter()
+        .any(|t| legate_proxycfg::gateway::through_gateways(t, &snapshot.datacenter));
+    if targets.len() < 2 || !crosses {
+        return targets;
+    }
+    let healthy = |t: &Target| {
+        upstream
+            .endpoints
+            .get(&t.id)
+            .is_some_and(|list| list.iter().any(|e| e.health != EndpointHealth::Critical))
+    };
+    let chosen = targets
+        .iter()
+        .copied()
+        .find(|t| healthy(t))
+        .unwrap_or(targets[0]);
+    vec![chosen]
 }
 
 fn local_app_cluster(snapshot: &ConnectProxySnapshot) -> cluster::Cluster {
@@ -792,8 +822,9 @@ pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
             if out.of(CLUSTER_TYPE).is_some_and(|c| c.contains_key(&name)) {
                 continue;
             }
+            let targets = gateway_failover(snapshot, upstream, targets);
             let generated = with_http2(
-                upstream_cluster(snapshot, upstream, &targets),
+                upstream_cluster(snapshot, upstream, &name, &targets),
                 &chain.protocol,
             );
             // `envoy_cluster_json` replaces the cluster (keeping our name and mTLS).
