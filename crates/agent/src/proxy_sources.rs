@@ -373,6 +373,26 @@ impl DataSources for AgentSources {
         })
     }
 
+    async fn resolvers(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<legate_types::config_entry::ConfigEntry>>, String> {
+        let g = &self.gateway_reads;
+        let q = g
+            .rpc
+            .config_list(
+                &opts(datacenter, min_index, g.tokens.agent_token()),
+                "service-resolver".into(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fetched {
+            index: q.meta.index,
+            value: q.value,
+        })
+    }
+
     async fn datacenters(&self) -> Result<Vec<String>, String> {
         self.gateway_reads
             .rpc

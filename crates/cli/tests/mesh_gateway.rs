@@ -226,6 +226,12 @@ async fn the_gateways_stream_serves_its_listener_and_the_local_mesh_services() {
     let (lan, wan) = (free_port(), free_port());
     let (code, _, err) = register(agent, lan, wan, &[]);
     assert_eq!(code, 0, "{err}");
+    // db's resolver: a subset and a connect timeout for its clusters.
+    let (status, _) = agent.put(
+        "/v1/config",
+        r#"{"Kind":"service-resolver","Name":"db","ConnectTimeout":"10s","Subsets":{"v1":{"Filter":"Service.Meta.version == v1"}}}"#,
+    );
+    assert_eq!(status, 200);
     let td = agent.get("/v1/connect/ca/roots").unwrap()["TrustDomain"]
         .as_str()
         .unwrap()
@@ -243,14 +249,21 @@ async fn the_gateways_stream_serves_its_listener_and_the_local_mesh_services() {
     tx.send(ask(CLUSTER_TYPE, vec![])).await.unwrap();
     let db = format!("db.default.dc1.internal.{td}");
     let web = format!("web.default.dc1.internal.{td}");
+    let v1 = format!("v1.db.default.dc1.internal.{td}");
     // Clusters come as the local services' sidecars register.
     let mut names = Vec::new();
+    let mut timeouts = std::collections::BTreeMap::new();
     for _ in 0..10 {
         let clusters = next(&mut stream).await;
-        names = clusters
+        let decoded: Vec<Cluster> = clusters
             .resources
             .iter()
-            .map(|any| Cluster::decode(any.value.as_slice()).unwrap().name)
+            .map(|any| Cluster::decode(any.value.as_slice()).unwrap())
+            .collect();
+        names = decoded.iter().map(|c| c.name.clone()).collect();
+        timeouts = decoded
+            .iter()
+            .map(|c| (c.name.clone(), c.connect_timeout.map(|d| d.seconds)))
             .collect();
         tx.send(DiscoveryRequest {
             version_info: clusters.version_info.clone(),
@@ -259,11 +272,18 @@ async fn the_gateways_stream_serves_its_listener_and_the_local_mesh_services() {
         })
         .await
         .unwrap();
-        if names.contains(&db) && names.contains(&web) {
+        if names.contains(&db) && names.contains(&web) && names.contains(&v1) {
             break;
         }
     }
-    assert!(names.contains(&db) && names.contains(&web), "{names:?}");
+    assert!(
+        names.contains(&db) && names.contains(&web) && names.contains(&v1),
+        "{names:?}"
+    );
+    assert_eq!(
+        (timeouts[&db], timeouts[&v1], timeouts[&web]),
+        (Some(10), Some(10), Some(5))
+    );
     tx.send(ask(ENDPOINT_TYPE, vec![db.clone()])).await.unwrap();
     let endpoints = loop {
         let response = next(&mut stream).await;

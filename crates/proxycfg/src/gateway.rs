@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::stream::{AbortHandle, Abortable, SelectAll, StreamExt};
 use legate_chain::compile::Target;
+use legate_types::config_entry::ConfigEntry;
 use legate_types::connect::IndexedCaRoots;
 use legate_types::CheckServiceNode;
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,55 @@ pub struct MeshGatewayState {
     /// Each other datacenter with gateways, with them at their WAN
     /// addresses.
     pub remote_gateways: BTreeMap<String, Vec<Endpoint>>,
+    /// The resolver subsets of local services with their instances
+    /// (service → subset → instances; `OnlyPassing` subsets' warning
+    /// instances count as unhealthy).
+    #[serde(default)]
+    pub subsets: BTreeMap<String, BTreeMap<String, Vec<Endpoint>>>,
+    /// Local services' resolver `ConnectTimeout`s, in milliseconds.
+    #[serde(default)]
+    pub connect_timeouts_ms: BTreeMap<String, u64>,
+}
+
+/// What a gateway takes from a service's resolver.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct ResolverView {
+    connect_timeout_ms: Option<u64>,
+    default_subset: String,
+    /// Subset name → its `{Filter, OnlyPassing}`.
+    subsets: BTreeMap<String, serde_json::Value>,
+}
+
+impl ResolverView {
+    fn of(entry: &ConfigEntry) -> ResolverView {
+        let body = &entry.body;
+        ResolverView {
+            connect_timeout_ms: body
+                .get("ConnectTimeout")
+                .and_then(|v| v.as_str())
+                .and_then(|t| legate_types::duration::parse_go_duration(t).ok())
+                .map(|d| d.as_millis() as u64)
+                .filter(|ms| *ms > 0),
+            default_subset: body
+                .get("DefaultSubset")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            subsets: body
+                .get("Subsets")
+                .and_then(|v| v.as_object())
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn only_passing(&self, subset: &str) -> bool {
+        self.subsets
+            .get(subset)
+            .and_then(|s| s.get("OnlyPassing"))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
 }
 
 impl MeshGatewayState {
@@ -185,6 +235,9 @@ enum Update {
     Services(Vec<String>),
     Datacenters(Vec<String>),
     Federation(BTreeMap<String, Vec<CheckServiceNode>>),
+    Resolvers(Vec<ConfigEntry>),
+    /// A subset's instances, by its follow key.
+    SubsetEndpoints(String, Vec<Endpoint>),
     ServiceEndpoints(String, Vec<Endpoint>),
     CatalogGateways(String, Vec<CheckServiceNode>),
 }
@@ -197,6 +250,9 @@ struct Heard {
     endpoints: BTreeMap<String, Vec<Endpoint>>,
     catalog_gateways: BTreeMap<String, Vec<CheckServiceNode>>,
     federation: BTreeMap<String, Vec<CheckServiceNode>>,
+    resolvers: BTreeMap<String, ResolverView>,
+    /// Follow key (service, subset and definition) → instances.
+    subset_endpoints: BTreeMap<String, Vec<Endpoint>>,
 }
 
 /// Subscriptions a gateway's task polls, each stoppable by key.
@@ -255,6 +311,54 @@ impl Followed {
 
 const SERVICE: &str = "service:";
 const DATACENTER: &str = "dc:";
+const SUBSET: &str = "subset:";
+
+/// Follows the instances of every subset of every local service's
+/// resolver (and stops following those no longer defined).
+fn follow_subsets(
+    followed: &mut Followed,
+    heard: &mut Heard,
+    sources: &Arc<dyn DataSources>,
+    local: &str,
+) {
+    let services = heard.services.clone().unwrap_or_default();
+    let wanted: BTreeMap<String, (String, String, serde_json::Value)> = heard
+        .resolvers
+        .iter()
+        .filter(|(service, _)| services.contains(*service))
+        .flat_map(|(service, view)| {
+            view.subsets.iter().map(move |(subset, definition)| {
+                (
+                    subset_key(service, subset, definition),
+                    (service.clone(), subset.clone(), definition.clone()),
+                )
+            })
+        })
+        .collect();
+    let keep: BTreeSet<String> = wanted.keys().cloned().collect();
+    followed.retain(SUBSET, &keep);
+    heard.subset_endpoints.retain(|key, _| keep.contains(key));
+    for (key, (service, subset, definition)) in wanted {
+        if followed.handles.contains_key(&format!("{SUBSET}{key}")) {
+            continue;
+        }
+        let mut target = local_service_target(&service, local);
+        target.service_subset = subset;
+        target.subset = definition;
+        let tag = key.clone();
+        followed.add(
+            format!("{SUBSET}{key}"),
+            sources.clone().follow_endpoints(target),
+            move |e| Update::SubsetEndpoints(tag.clone(), e),
+        );
+    }
+}
+
+/// The follow key of a subset: its service, name and definition (a
+/// changed filter is a new subscription).
+fn subset_key(service: &str, subset: &str, definition: &serde_json::Value) -> String {
+    format!("{service}/{subset}/{definition}")
+}
 
 /// Runs one mesh gateway: follows its sources and publishes a snapshot
 /// whenever they change (debounced), once the roots and the local
@@ -284,6 +388,15 @@ pub(crate) async fn run_gateway(
             async move { s.services(&dc, i).await }
         }),
         Update::Services,
+    );
+    let (s, dc) = (sources.clone(), local.clone());
+    followed.add(
+        "resolvers".into(),
+        follow_reads(move |i| {
+            let (s, dc) = (s.clone(), dc.clone());
+            async move { s.resolvers(&dc, i).await }
+        }),
+        Update::Resolvers,
     );
     let s = sources.clone();
     followed.add(
@@ -381,8 +494,20 @@ pub(crate) async fn run_gateway(
                     }
                 }
                 Update::Federation(states) => heard.federation = states,
+                Update::Resolvers(entries) => {
+                    heard.resolvers = entries
+                        .iter()
+                        .map(|e| (e.name.clone(), ResolverView::of(e)))
+                        .collect();
+                }
+                Update::SubsetEndpoints(key, list) => {
+                    if followed.handles.contains_key(&format!("{SUBSET}{key}")) {
+                        heard.subset_endpoints.insert(key, list);
+                    }
+                }
             }
         }
+        follow_subsets(&mut followed, &mut heard, &sources, &local);
         let Some(mut snapshot) = heard.snapshot(&registration, &gateway, wan_federation) else {
             continue;
         };
@@ -407,12 +532,50 @@ impl Heard {
         let roots = self.roots.as_ref()?;
         self.services.as_ref()?;
         let local = &registration.datacenter;
-        let services = self
+        let mut services: BTreeMap<String, Vec<Endpoint>> = self
             .endpoints
             .iter()
             .filter(|(_, list)| !list.is_empty())
             .map(|(name, list)| (name.clone(), list.clone()))
             .collect();
+        let mut subsets: BTreeMap<String, BTreeMap<String, Vec<Endpoint>>> = BTreeMap::new();
+        let mut connect_timeouts_ms = BTreeMap::new();
+        for (service, view) in &self.resolvers {
+            if !services.contains_key(service) {
+                continue;
+            }
+            if let Some(ms) = view.connect_timeout_ms {
+                connect_timeouts_ms.insert(service.clone(), ms);
+            }
+            for (subset, definition) in &view.subsets {
+                let key = subset_key(service, subset, definition);
+                let Some(list) = self.subset_endpoints.get(&key) else {
+                    continue;
+                };
+                let only_passing = view.only_passing(subset);
+                let list = list
+                    .iter()
+                    .map(|e| {
+                        let mut e = e.clone();
+                        if only_passing && e.health == crate::snapshot::EndpointHealth::Warning {
+                            e.health = crate::snapshot::EndpointHealth::Critical;
+                        }
+                        e
+                    })
+                    .collect();
+                subsets
+                    .entry(service.clone())
+                    .or_default()
+                    .insert(subset.clone(), list);
+            }
+            // The unnamed cluster serves the default subset's instances.
+            if let Some(list) = subsets
+                .get(service)
+                .and_then(|s| s.get(&view.default_subset))
+            {
+                services.insert(service.clone(), list.clone());
+            }
+        }
         let datacenters: BTreeSet<&String> = self
             .catalog_gateways
             .keys()
@@ -455,6 +618,8 @@ impl Heard {
                 wan_federation,
                 services,
                 remote_gateways,
+                subsets,
+                connect_timeouts_ms,
             })),
             changed_at: None,
         })

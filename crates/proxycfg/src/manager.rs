@@ -96,6 +96,17 @@ pub trait DataSources: Send + Sync + 'static {
         Err("this source serves no mesh gateways".into())
     }
 
+    /// The `service-resolver` entries of `datacenter` (a mesh gateway's
+    /// subsets and connect timeouts).
+    async fn resolvers(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<legate_types::config_entry::ConfigEntry>>, String> {
+        let _ = (datacenter, min_index);
+        Err("this source serves no mesh gateways".into())
+    }
+
     /// The datacenters known now (not blocking).
     async fn datacenters(&self) -> Result<Vec<String>, String> {
         Err("this source serves no mesh gateways".into())

@@ -277,18 +277,31 @@ pub fn generate(snapshot: &ConnectProxySnapshot, gateway: &MeshGatewayState) -> 
             out.add(CLUSTER_TYPE, name, cluster);
         }
     }
+    let local_sni = datacenter_sni(&snapshot.datacenter, &snapshot.trust_domain);
+    let no_subsets = BTreeMap::new();
     for (service, instances) in &gateway.services {
-        let name = format!(
-            "{service}.default.{}",
-            datacenter_sni(&snapshot.datacenter, &snapshot.trust_domain)
+        // A service's clusters take its resolver's ConnectTimeout.
+        let timeout_ms = gateway
+            .connect_timeouts_ms
+            .get(service)
+            .copied()
+            .unwrap_or(timeout_ms);
+        let name = format!("{service}.default.{local_sni}");
+        let subsets = gateway.subsets.get(service).unwrap_or(&no_subsets);
+        let clusters = std::iter::once((name, instances)).chain(
+            subsets
+                .iter()
+                .map(|(subset, list)| (format!("{subset}.{service}.default.{local_sni}"), list)),
         );
-        out.add(
-            CLUSTER_TYPE,
-            name.clone(),
-            gateway_cluster(&name, timeout_ms),
-        );
-        let assignment = gateway_load_assignment(&name, instances.iter());
-        out.add(ENDPOINT_TYPE, name, assignment);
+        for (name, list) in clusters {
+            out.add(
+                CLUSTER_TYPE,
+                name.clone(),
+                gateway_cluster(&name, timeout_ms),
+            );
+            let assignment = gateway_load_assignment(&name, list.iter());
+            out.add(ENDPOINT_TYPE, name, assignment);
+        }
     }
     for (bind, at) in binds(snapshot, gateway) {
         let l = gateway_listener(snapshot, gateway, &bind, &at);

@@ -115,11 +115,23 @@ fn state() -> MeshGatewayState {
             port: 443,
         },
     );
+    let mut bar_subsets = BTreeMap::new();
+    bar_subsets.insert(
+        "v1".to_string(),
+        vec![endpoint("n3", "172.16.1.6", 2222, EndpointHealth::Warning)],
+    );
+    bar_subsets.insert("v2".to_string(), Vec::new());
+    let mut subsets = BTreeMap::new();
+    subsets.insert("bar".to_string(), bar_subsets);
+    let mut timeouts = BTreeMap::new();
+    timeouts.insert("bar".to_string(), 10_000);
     MeshGatewayState {
         tagged_addresses: tagged,
         wan_federation: false,
         services,
         remote_gateways: remote,
+        subsets,
+        connect_timeouts_ms: timeouts,
     }
 }
 
@@ -237,8 +249,24 @@ fn clusters_and_endpoints_take_consuls_names_and_shapes() {
             format!("dc2.internal.{TD}"),
             format!("dc4.internal.{TD}"),
             format!("foo.default.dc1.internal.{TD}"),
+            format!("v1.bar.default.dc1.internal.{TD}"),
+            format!("v2.bar.default.dc1.internal.{TD}"),
         ]
     );
+    // A resolver's ConnectTimeout is its service's and subsets' (Consul's
+    // mesh-gateway-service-timeouts); the others keep 5 s.
+    for (name, seconds) in [
+        (format!("bar.default.dc1.internal.{TD}"), 10),
+        (format!("v1.bar.default.dc1.internal.{TD}"), 10),
+        (format!("v2.bar.default.dc1.internal.{TD}"), 10),
+        (format!("foo.default.dc1.internal.{TD}"), 5),
+    ] {
+        assert_eq!(
+            clusters[&name].connect_timeout.as_ref().map(|d| d.seconds),
+            Some(seconds),
+            "{name}"
+        );
+    }
     for name in [
         format!("dc2.internal.{TD}"),
         format!("foo.default.dc1.internal.{TD}"),
