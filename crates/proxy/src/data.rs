@@ -444,10 +444,15 @@ impl DataPlane {
             return Err("a gateway cluster never originates TLS".into());
         };
         up.write_all(&hello).await.map_err(|e| e.to_string())?;
+        // Every further byte passes kernel to kernel (never decrypted).
+        let (to_up, to_down) = crate::splice::splice_bidirectional(&conn, &up)
+            .await
+            .map_err(|e| e.to_string())?;
         self.stats
             .bytes_up
-            .fetch_add(hello.len() as u64, Ordering::Relaxed);
-        self.pipe(conn, Upstream::Plain(up)).await
+            .fetch_add(hello.len() as u64 + to_up, Ordering::Relaxed);
+        self.stats.bytes_down.fetch_add(to_down, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn connect(&self, l: &ListenerConfig) -> Result<Upstream, String> {

@@ -9,6 +9,7 @@
 pub mod config;
 pub mod data;
 pub mod sni;
+pub mod splice;
 pub mod xds;
 
 use std::net::SocketAddr;
