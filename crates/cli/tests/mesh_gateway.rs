@@ -470,3 +470,27 @@ fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
     let after = proxy_stat(&gateway_log, "legate_proxy_sni_refusals_total");
     assert_eq!(after, before + 2);
 }
+
+#[test]
+fn a_gateway_whose_port_is_taken_says_so() {
+    let mesh = start();
+    let taken = std::net::TcpListener::bind("127.0.0.15:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let log = mesh.dir.path().join("busy.log");
+    let _gateway = common::mesh::Proxy(
+        std::process::Command::new(common::binary())
+            .args(["connect", "proxy", "-gateway=mesh", "-register"])
+            .args(["-address", &format!("127.0.0.15:{port}")])
+            .args(["-admin-bind", "127.0.0.1:0"])
+            .env("CONSUL_HTTP_ADDR", mesh.agent.addr())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(mesh.dir.path().join("busy.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    eventually(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        (text.contains("cannot bind listener") && text.contains("Address already in use"))
+            .then_some(())
+    });
+}

@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use prost::Message;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -73,6 +73,18 @@ impl Demo {
         mpsc::Sender<DiscoveryRequest>,
         tonic::Streaming<DiscoveryResponse>,
     ) {
+        self.stream_for(PROXY, token).await
+    }
+
+    /// A SotW stream as proxy `node` sending `token`, asking for clusters.
+    async fn stream_for(
+        &self,
+        node: &str,
+        token: &str,
+    ) -> (
+        mpsc::Sender<DiscoveryRequest>,
+        tonic::Streaming<DiscoveryResponse>,
+    ) {
         let mut client =
             AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
                 .await
@@ -89,16 +101,20 @@ impl Demo {
             .await
             .unwrap()
             .into_inner();
-        tx.send(ask(CLUSTER_TYPE, vec![])).await.unwrap();
+        tx.send(ask_for(node, CLUSTER_TYPE, vec![])).await.unwrap();
         (tx, stream)
     }
 }
 
 fn ask(type_url: &str, names: Vec<String>) -> DiscoveryRequest {
+    ask_for(PROXY, type_url, names)
+}
+
+fn ask_for(node: &str, type_url: &str, names: Vec<String>) -> DiscoveryRequest {
     DiscoveryRequest {
         node: Some(Node {
-            id: PROXY.into(),
-            cluster: "web".into(),
+            id: node.into(),
+            cluster: node.into(),
             ..Default::default()
         }),
         type_url: type_url.into(),
@@ -210,4 +226,86 @@ async fn ads_streams_are_admitted_and_filtered_by_their_own_token() {
         }
     };
     assert_eq!(ended.code(), tonic::Code::Unauthenticated, "{ended:?}");
+}
+
+/// Cluster names of the gateway's responses until `present` shows up
+/// (acknowledging each).
+async fn gateway_clusters(
+    tx: &mpsc::Sender<DiscoveryRequest>,
+    stream: &mut tonic::Streaming<DiscoveryResponse>,
+    present: &str,
+) -> Vec<String> {
+    for _ in 0..10 {
+        let response = next(stream).await.expect("clusters");
+        let names: Vec<String> = response
+            .resources
+            .iter()
+            .map(|any| Cluster::decode(any.value.as_slice()).unwrap().name)
+            .collect();
+        tx.send(DiscoveryRequest {
+            version_info: response.version_info.clone(),
+            response_nonce: response.nonce.clone(),
+            ..ask_for("mesh-gateway", CLUSTER_TYPE, vec![])
+        })
+        .await
+        .unwrap();
+        if names.iter().any(|n| n.starts_with(present)) {
+            return names;
+        }
+    }
+    panic!("no {present} cluster came");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateways_stream_needs_write_on_its_own_name_and_sees_what_it_may_read() {
+    let demo = Demo::start();
+    let (status, _, body) = demo.acl.call(
+        "PUT",
+        "/v1/agent/service/register",
+        Some(ROOT),
+        Some(r#"{"Kind":"mesh-gateway","Name":"mesh-gateway","Address":"127.0.0.1","Port":8443}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let secret = |t: &Value| t["SecretID"].as_str().unwrap().to_string();
+    // A sidecar's identity may not configure the gateway.
+    let web = demo.acl(
+        "PUT",
+        "/v1/acl/token",
+        r#"{"ServiceIdentities":[{"ServiceName":"web"}]}"#,
+    );
+    let (_tx, mut stream) = demo.stream_for("mesh-gateway", &secret(&web)).await;
+    let refused = next(&mut stream).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("lacks permission 'service:write' on \"mesh-gateway\""),
+        "{refused:?}"
+    );
+    // Write on its name and read on every service and node (Consul's
+    // advice for gateway tokens): both local services behind it.
+    let token = |name: &str, rules: &str| {
+        let policy = json!({"Name": name, "Rules": rules}).to_string();
+        demo.acl("PUT", "/v1/acl/policy", &policy);
+        let body = json!({"Policies": [{"Name": name}]}).to_string();
+        secret(&demo.acl("PUT", "/v1/acl/token", &body))
+    };
+    let full = token(
+        "gateway",
+        "service \"mesh-gateway\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"read\" }\nnode_prefix \"\" { policy = \"read\" }",
+    );
+    let (tx, mut stream) = demo.stream_for("mesh-gateway", &full).await;
+    let names = gateway_clusters(&tx, &mut stream, "db.default.dc1.").await;
+    assert!(
+        names.iter().any(|n| n.starts_with("web.default.dc1.")),
+        "{names:?}"
+    );
+    // One that may not read db: no db behind it.
+    let narrow = token(
+        "gateway-narrow",
+        "service \"mesh-gateway\" { policy = \"write\" }\nservice \"web\" { policy = \"read\" }\nnode_prefix \"\" { policy = \"read\" }",
+    );
+    let (tx, mut stream) = demo.stream_for("mesh-gateway", &narrow).await;
+    let names = gateway_clusters(&tx, &mut stream, "web.default.dc1.").await;
+    assert!(!names.iter().any(|n| n.starts_with("db.")), "{names:?}");
 }
