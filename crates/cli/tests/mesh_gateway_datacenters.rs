@@ -7,7 +7,9 @@
 //! connection on the cluster it used (as Consul's gateway tests read
 //! Envoy's `cx_total`), and web's cluster carries the override hash.
 //! One of dc2's two gateways killed: new connections go through the
-//! other; an intention deny written in dc1 is enforced in dc2.
+//! other; that one back on a new WAN address: dc1's gateway follows; an
+//! intention deny written in dc1 is enforced in dc2; cache fails over
+//! from dc1 to dc2 through both gateways.
 //! (The network-namespace variant, where the sidecars cannot reach each
 //! other at all, is the next step.)
 
@@ -164,7 +166,7 @@ services {{
         &at("127.0.0.226"),
         &dc2_gateway_logs[0],
     );
-    let _gw2b = gateway(
+    let gw2b = gateway(
         &dc2.agent,
         "mesh-gateway-2",
         &at("127.0.0.227"),
@@ -265,6 +267,24 @@ services {{
             .all(|i| echo(upstream, &format!("after the gateway went {i}")).is_some())
             .then_some(())
     });
+    // The remaining gateway comes back on a new WAN address: dc1's
+    // gateway follows the re-registration (the fresher of dc2's catalog
+    // and the federation state) and traffic flows through it.
+    drop(gw2b);
+    let moved_log = dir.path().join("gw2-moved.log");
+    let _moved = gateway(
+        &dc2.agent,
+        "mesh-gateway-2",
+        &at("127.0.0.227"),
+        &at("127.0.0.229"),
+        &moved_log,
+    );
+    eventually(Duration::from_secs(60), || {
+        (0..5)
+            .all(|i| echo(upstream, &format!("after the move {i}")).is_some())
+            .then_some(())
+    });
+    assert!(counted(&moved_log, &db_cluster) >= 5);
     // Intentions stay end to end: a deny written in dc1 (replicated to
     // dc2) is enforced by db's sidecar; api is still allowed.
     let (status, body) = dc1.agent.put(
