@@ -390,7 +390,7 @@ fn through_gateway(port: u16, sni: &str, files: &std::path::Path, line: &str) ->
         }
         let _ = tx.send(String::from_utf8_lossy(&got).to_string());
     });
-    let answer = rx.recv_timeout(Duration::from_secs(15)).unwrap_or_default();
+    let answer = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
     let _ = child.kill();
     let _ = child.wait();
     answer.trim().to_string()
@@ -441,7 +441,7 @@ fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
     let td = roots["TrustDomain"].as_str().unwrap().to_string();
     let db_sni = format!("db.default.dc1.internal.{td}");
     // Through the gateway (untouched mTLS) to db's sidecar, then db.
-    let answer = eventually(Duration::from_secs(30), || {
+    let answer = eventually(Duration::from_secs(90), || {
         let got = through_gateway(lan, &db_sni, dir.path(), "hello through the gateway");
         (!got.is_empty()).then_some(got)
     });

@@ -18,8 +18,14 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::mesh::{admin_port, echo, echo_server, proxy_stat, start_proxy, Proxy};
+use common::mesh::{admin_port, echo_server, echo_within, proxy_stat, start_proxy, Proxy};
 use common::{eventually, free_port, DatacenterServer, TestAgent};
+
+/// A line through an upstream listener on 127.0.0.1, patiently: four
+/// proxies and two TLS handshakes on a loaded machine.
+fn echo(port: u16, line: &str) -> Option<String> {
+    echo_within("127.0.0.1", port, line, Duration::from_secs(5))
+}
 
 fn server(
     name: &str,
@@ -234,7 +240,7 @@ services {{
         via_dc1,
         "dc1's gateway is not on the path"
     );
-    assert_eq!(through_dc2(), via_dc2 + 1);
+    assert!(through_dc2() > via_dc2, "dc2's gateway carried it");
     // Failover through the gateways: while dc1's cache is healthy it
     // answers; in maintenance, dc2's does, by way of both gateways, under
     // the same cluster name with dc2's SNI.
@@ -243,19 +249,25 @@ services {{
         let passing = dc1.agent.get("/v1/health/connect/cache?passing").ok()?;
         (passing.as_array()?.len() == 1).then_some(())
     });
-    eventually(Duration::from_secs(30), || {
-        let (near, far) = (cache1_received.load(SeqCst), cache2_received.load(SeqCst));
+    let far_before = cache2_received.load(SeqCst);
+    eventually(Duration::from_secs(60), || {
+        let near = cache1_received.load(SeqCst);
         echo(cache_up, "near")?;
-        (cache1_received.load(SeqCst) > near && cache2_received.load(SeqCst) == far).then_some(())
+        (cache1_received.load(SeqCst) > near).then_some(())
     });
+    assert_eq!(
+        cache2_received.load(SeqCst),
+        far_before,
+        "dc1's cache answered"
+    );
     let (status, _) = dc1
         .agent
         .put("/v1/agent/service/maintenance/cache?enable=true", "");
     assert_eq!(status, 200);
     let before = counted(&dc1_gateway_log, &format!("dc2.internal.{td}"));
-    eventually(Duration::from_secs(60), || {
-        let far = cache2_received.load(SeqCst);
-        echo(cache_up, "far")?;
+    let far = cache2_received.load(SeqCst);
+    eventually(Duration::from_secs(90), || {
+        let _ = echo(cache_up, "far");
         (cache2_received.load(SeqCst) > far).then_some(())
     });
     assert!(counted(&dc1_gateway_log, &format!("dc2.internal.{td}")) > before);

@@ -15,13 +15,18 @@ use std::time::Duration;
 
 use common::datacenters::{in_ns, Networks, Server, ServerSpec};
 use common::eventually;
-use common::mesh::{echo_at, echo_server_at, Proxy};
+use common::mesh::{echo_server_at, echo_within, Proxy};
 use serde_json::{json, Value};
 
 /// Addresses in a datacenter's subnet, by their place after the servers.
 const GATEWAY_LAN: usize = 9; // .20
 const GATEWAY_WAN: usize = 10; // .21
 const SIDECARS: [usize; 3] = [19, 20, 21]; // .30, .31, .32
+
+/// A line through an upstream listener at `address:port`, patiently.
+fn echo_at(address: &str, port: u16, line: &str) -> Option<String> {
+    echo_within(address, port, line, Duration::from_secs(5))
+}
 
 fn register(server: &Server, body: Value) {
     let (status, text) = server

@@ -325,14 +325,7 @@ impl DataPlane {
         match &l.tls {
             Some(material) => {
                 let acceptor = TlsAcceptor::from(self.tls.server(material)?);
-                let handshake =
-                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await;
-                let handshake = handshake.unwrap_or_else(|_| {
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "TLS handshake timed out",
-                    ))
-                });
+                let handshake = within_deadline(acceptor.accept(conn)).await;
                 let mut tls = match handshake {
                     Ok(t) => t,
                     Err(e) => {
@@ -502,7 +495,10 @@ impl DataPlane {
                     material.sni.clone()
                 })
                 .map_err(|e| e.to_string())?;
-                match connector.connect(name, tcp).await {
+                // An upstream that never finishes its handshake must not
+                // hold the connection (and the client) forever.
+                let handshake = within_deadline(connector.connect(name, tcp)).await;
+                match handshake {
                     Ok(tls) => Ok(Upstream::Tls(Box::new(tls))),
                     Err(e) => {
                         self.stats
@@ -553,6 +549,20 @@ impl DataPlane {
 
 /// The most a gateway reads looking for a ClientHello's server name.
 const MAX_CLIENT_HELLO: usize = 64 * 1024;
+
+/// `handshake`, or a timed-out error after [`HANDSHAKE_TIMEOUT`].
+async fn within_deadline<T>(
+    handshake: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "TLS handshake timed out",
+            ))
+        })
+}
 
 /// How long a peer has to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

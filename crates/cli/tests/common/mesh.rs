@@ -156,9 +156,15 @@ pub fn echo(port: u16, line: &str) -> Option<String> {
 
 /// [`echo`] through an upstream listener on `address`.
 pub fn echo_at(address: &str, port: u16, line: &str) -> Option<String> {
+    echo_within(address, port, line, Duration::from_secs(1))
+}
+
+/// [`echo_at`] waiting up to `patience` to connect and for each read
+/// (paths of several proxies on a loaded machine).
+pub fn echo_within(address: &str, port: u16, line: &str, patience: Duration) -> Option<String> {
     let target: std::net::SocketAddr = format!("{address}:{port}").parse().ok()?;
-    let mut s = TcpStream::connect_timeout(&target, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let mut s = TcpStream::connect_timeout(&target, patience).ok()?;
+    s.set_read_timeout(Some(patience)).ok()?;
     s.write_all(line.as_bytes()).ok()?;
     let mut buf = vec![0u8; line.len()];
     let mut got = 0;
