@@ -472,7 +472,7 @@ fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
 }
 
 #[test]
-fn a_gateway_whose_port_is_taken_says_so() {
+fn a_gateway_whose_port_is_taken_says_so_and_takes_it_once_free() {
     let mesh = start();
     let taken = std::net::TcpListener::bind("127.0.0.15:0").unwrap();
     let port = taken.local_addr().unwrap().port();
@@ -492,5 +492,10 @@ fn a_gateway_whose_port_is_taken_says_so() {
         let text = std::fs::read_to_string(&log).ok()?;
         (text.contains("cannot bind listener") && text.contains("Address already in use"))
             .then_some(())
+    });
+    // Once the port is free the gateway takes it (retried every second).
+    drop(taken);
+    eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.15", port)).ok()
     });
 }

@@ -259,8 +259,11 @@ impl DataPlane {
         let mut rx = self.runtime.clone();
         let mut running: HashMap<String, (SocketAddr, tokio::task::JoinHandle<()>)> =
             HashMap::new();
+        // Listeners whose address was taken, reported once and retried.
+        let mut unbound: HashMap<String, SocketAddr> = HashMap::new();
         loop {
             let rt = rx.borrow_and_update().clone();
+            unbound.retain(|name, addr| rt.listeners.get(name).is_some_and(|l| l.address == *addr));
             running.retain(|name, (addr, task)| {
                 let keep = rt.listeners.get(name).is_some_and(|l| l.address == *addr);
                 if !keep {
@@ -275,6 +278,7 @@ impl DataPlane {
                 }
                 match TcpListener::bind(l.address).await {
                     Ok(socket) => {
+                        unbound.remove(name);
                         tracing::info!(listener = %name, address = %l.address, "listening");
                         let plane = self.clone();
                         let n = name.clone();
@@ -284,12 +288,21 @@ impl DataPlane {
                         );
                     }
                     Err(e) => {
-                        tracing::error!(listener = %name, address = %l.address, error = %e, "cannot bind listener")
+                        if unbound.insert(name.clone(), l.address).is_none() {
+                            tracing::error!(listener = %name, address = %l.address, error = %e, "cannot bind listener; retrying every second");
+                        }
                     }
                 }
             }
-            if rx.changed().await.is_err() {
-                return;
+            if unbound.is_empty() {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            } else {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep(BIND_RETRY) => {}
+                }
             }
         }
     }
@@ -546,6 +559,9 @@ impl DataPlane {
         }
     }
 }
+
+/// How often a listener whose address was taken is tried again.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The most a gateway reads looking for a ClientHello's server name.
 const MAX_CLIENT_HELLO: usize = 64 * 1024;
