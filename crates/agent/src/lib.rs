@@ -143,6 +143,9 @@ impl Agent {
             started: Instant::now(),
             config_loader: Mutex::new(None),
         });
+        // Read before the config's services are registered: each
+        // registration rewrites the file.
+        let persisted = agent.load_persisted()?;
         for def in agent.config.services.clone() {
             agent
                 .add_service(def, "", true, false)
@@ -153,7 +156,9 @@ impl Agent {
                 .add_check(def, "", true)
                 .map_err(|e| AgentError::BadRequest(format!("check from config: {e}")))?;
         }
-        agent.restore_persisted()?;
+        if let Some(state) = persisted {
+            agent.restore_persisted(state);
+        }
         let manager = agent.start_proxycfg();
         let _ = agent.proxycfg.set(manager);
         sync::spawn(agent.clone());
@@ -163,15 +168,30 @@ impl Agent {
         Ok(agent)
     }
 
-    fn restore_persisted(self: &Arc<Self>) -> Result<(), AgentError> {
-        let Some(dir) = self.config.data_dir.clone() else {
-            return Ok(());
+    /// The API registrations saved in the data dir, if any.
+    fn load_persisted(&self) -> Result<Option<local::PersistedState>, AgentError> {
+        let Some(dir) = &self.config.data_dir else {
+            return Ok(None);
         };
-        let Some(state) = local::load(&dir).map_err(|e| AgentError::Internal(e.to_string()))?
-        else {
-            return Ok(());
-        };
+        local::load(dir).map_err(|e| AgentError::Internal(e.to_string()))
+    }
+
+    /// Registers saved API registrations again; a service whose ID a
+    /// config file now defines keeps the config's definition (Consul's
+    /// "service exists, not restoring").
+    fn restore_persisted(self: &Arc<Self>, state: local::PersistedState) {
         for service in state.services {
+            let defined_by_config = local::node_service_from(&service.definition)
+                .ok()
+                .is_some_and(|s| {
+                    self.lock_local()
+                        .services
+                        .get(&s.id)
+                        .is_some_and(|existing| existing.from_config)
+                });
+            if defined_by_config {
+                continue;
+            }
             if let Err(e) = self.add_service(service.definition, &service.token, false, false) {
                 tracing::warn!(error = %e, "dropping a persisted service that no longer validates");
             }
@@ -187,7 +207,6 @@ impl Agent {
                 local.update_check(&id, status, &output);
             }
         }
-        Ok(())
     }
 
     /// The agent's token resolver.

@@ -186,7 +186,7 @@ pub fn build_check(
     Ok((def, check))
 }
 
-fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError> {
+pub(crate) fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, AgentError> {
     if def.name.is_empty() {
         return Err(AgentError::BadRequest("Missing service name".into()));
     }

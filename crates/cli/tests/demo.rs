@@ -11,34 +11,21 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::mesh::{
-    admin_port, echo, echo_server, eventually, proxy_stat, seed_demo_on, start_proxy, Conn, Proxy,
+    admin_port, echo, echo_server, eventually, proxy_stat, start_proxy, Conn, Proxy, SeedDemo,
 };
 use common::{binary, free_port, TestAgent};
 
 #[test]
 fn seed_demo_through_the_built_in_proxy() {
-    let (echo_port, web_sidecar, db_sidecar, upstream, grpc) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let received = echo_server(echo_port);
-    let dir = tempfile::tempdir().unwrap();
-    let demo = dir.path().join("demo.hcl");
-    std::fs::write(
-        &demo,
-        seed_demo_on(echo_port, web_sidecar, db_sidecar, upstream),
-    )
-    .unwrap();
+    let demo = SeedDemo::new();
+    let (dir, upstream, received) = (&demo.dir, demo.upstream, &demo.received);
     let agent = TestAgent::start_with(
         &[
             "-dev",
             "-dns-port=-1",
-            &format!("-grpc-port={grpc}"),
+            &format!("-grpc-port={}", demo.grpc),
             "-config-file",
-            demo.to_str().unwrap(),
+            demo.config.to_str().unwrap(),
         ],
         false,
     );

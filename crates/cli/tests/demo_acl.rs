@@ -9,8 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::acl::{Acl, ROOT};
-use common::free_port;
-use common::mesh::{echo, echo_server, eventually, seed_demo_on, start_proxy_with};
+use common::mesh::{echo, eventually, start_proxy_with, SeedDemo};
 
 fn path(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
@@ -18,20 +17,9 @@ fn path(p: &std::path::Path) -> &str {
 
 #[test]
 fn the_seed_demo_with_default_deny_and_service_identity_tokens() {
-    let (echo_port, web_sidecar, db_sidecar, upstream, grpc) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let received = echo_server(echo_port);
-    let dir = tempfile::tempdir().unwrap();
-    let demo = common::write(
-        dir.path(),
-        "demo.hcl",
-        &seed_demo_on(echo_port, web_sidecar, db_sidecar, upstream),
-    );
+    let seed = SeedDemo::new();
+    let (dir, demo, upstream, grpc) = (&seed.dir, &seed.config, seed.upstream, seed.grpc);
+    let received = &seed.received;
     let acl = Acl::start_full(
         "",
         &format!("agent = \"{ROOT}\" config_file_service_registration = \"{ROOT}\""),

@@ -396,9 +396,47 @@ fn through_gateway(port: u16, sni: &str, files: &std::path::Path, line: &str) ->
     answer.trim().to_string()
 }
 
+/// web's leaf and key (`web.pem`, `web.key`) and the roots (`roots.pem`)
+/// in `dir`, as a sidecar of web would hold them; the trust domain.
+fn write_web_identity(agent: &TestAgent, dir: &std::path::Path) -> String {
+    let leaf = agent.get("/v1/agent/connect/ca/leaf/web").unwrap();
+    std::fs::write(dir.join("web.pem"), leaf["CertPEM"].as_str().unwrap()).unwrap();
+    std::fs::write(dir.join("web.key"), leaf["PrivateKeyPEM"].as_str().unwrap()).unwrap();
+    let roots = agent.get("/v1/agent/connect/ca/roots").unwrap();
+    let pem: String = roots["Roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["RootCert"].as_str().unwrap().to_string())
+        .collect();
+    std::fs::write(dir.join("roots.pem"), pem).unwrap();
+    roots["TrustDomain"].as_str().unwrap().to_string()
+}
+
+/// `connect proxy -gateway=mesh -register` on 127.0.0.15:`lan` against
+/// `agent`, logging into `dir`/`name`.log and .err.
+fn built_in_gateway(
+    agent: &TestAgent,
+    lan: u16,
+    dir: &std::path::Path,
+    name: &str,
+) -> common::mesh::Proxy {
+    common::mesh::Proxy(
+        std::process::Command::new(common::binary())
+            .args(["connect", "proxy", "-gateway=mesh", "-register"])
+            .args(["-address", &format!("127.0.0.15:{lan}")])
+            .args(["-admin-bind", "127.0.0.1:0"])
+            .env("CONSUL_HTTP_ADDR", agent.addr())
+            .stdout(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
+            .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 #[test]
 fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
-    use common::mesh::{echo_server, proxy_stat, seed_demo_on, start_proxy, Proxy};
+    use common::mesh::{echo_server, proxy_stat, seed_demo_on, start_proxy};
     let (echo, web_sidecar, db_sidecar, upstream) =
         (free_port(), free_port(), free_port(), free_port());
     let _received = echo_server(echo);
@@ -407,38 +445,8 @@ fn the_built_in_proxy_as_a_gateway_passes_mtls_through_by_sni() {
     let _db = start_proxy(agent, "db", &dir.path().join("db.log"));
     let lan = free_port();
     let gateway_log = dir.path().join("gateway.log");
-    let _gateway = Proxy(
-        std::process::Command::new(common::binary())
-            .args(["connect", "proxy", "-gateway=mesh", "-register"])
-            .args(["-address", &format!("127.0.0.15:{lan}")])
-            .args(["-admin-bind", "127.0.0.1:0"])
-            .env("CONSUL_HTTP_ADDR", agent.addr())
-            .stdout(std::fs::File::create(&gateway_log).unwrap())
-            .stderr(std::fs::File::create(dir.path().join("gateway.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    // web's leaf and the roots, as a sidecar of web would hold them.
-    let leaf = agent.get("/v1/agent/connect/ca/leaf/web").unwrap();
-    std::fs::write(
-        dir.path().join("web.pem"),
-        leaf["CertPEM"].as_str().unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("web.key"),
-        leaf["PrivateKeyPEM"].as_str().unwrap(),
-    )
-    .unwrap();
-    let roots = agent.get("/v1/agent/connect/ca/roots").unwrap();
-    let pem: String = roots["Roots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["RootCert"].as_str().unwrap().to_string())
-        .collect();
-    std::fs::write(dir.path().join("roots.pem"), pem).unwrap();
-    let td = roots["TrustDomain"].as_str().unwrap().to_string();
+    let _gateway = built_in_gateway(agent, lan, dir.path(), "gateway");
+    let td = write_web_identity(agent, dir.path());
     let db_sni = format!("db.default.dc1.internal.{td}");
     // Through the gateway (untouched mTLS) to db's sidecar, then db.
     let answer = eventually(Duration::from_secs(90), || {
@@ -477,17 +485,7 @@ fn a_gateway_whose_port_is_taken_says_so_and_takes_it_once_free() {
     let taken = std::net::TcpListener::bind("127.0.0.15:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let log = mesh.dir.path().join("busy.log");
-    let _gateway = common::mesh::Proxy(
-        std::process::Command::new(common::binary())
-            .args(["connect", "proxy", "-gateway=mesh", "-register"])
-            .args(["-address", &format!("127.0.0.15:{port}")])
-            .args(["-admin-bind", "127.0.0.1:0"])
-            .env("CONSUL_HTTP_ADDR", mesh.agent.addr())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::create(mesh.dir.path().join("busy.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let _gateway = built_in_gateway(&mesh.agent, port, mesh.dir.path(), "busy");
     eventually(Duration::from_secs(30), || {
         let text = std::fs::read_to_string(&log).ok()?;
         (text.contains("cannot bind listener") && text.contains("Address already in use"))
@@ -498,4 +496,63 @@ fn a_gateway_whose_port_is_taken_says_so_and_takes_it_once_free() {
     eventually(Duration::from_secs(30), || {
         std::net::TcpStream::connect(("127.0.0.15", port)).ok()
     });
+}
+
+#[test]
+fn a_built_in_gateway_holds_its_config_while_its_agent_restarts() {
+    use common::mesh::{start_proxy, SeedDemo};
+    let demo = SeedDemo::new();
+    let (dir, lan) = (&demo.dir, free_port());
+    let mut flags = vec![
+        "-server".to_string(),
+        "-bootstrap".to_string(),
+        "-bind=127.0.0.1".to_string(),
+        format!("-data-dir={}", dir.path().join("data").display()),
+        "-dns-port=-1".to_string(),
+        "-grpc-tls-port=-1".to_string(),
+        format!("-grpc-port={}", demo.grpc),
+        format!("-config-file={}", demo.config.display()),
+    ];
+    flags.extend(common::own_server_ports());
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut agent = TestAgent::start_with(&args, false);
+    let _db = start_proxy(&agent, "db", &dir.path().join("db.log"));
+    let _gateway = built_in_gateway(&agent, lan, dir.path(), "gateway");
+    let td = write_web_identity(&agent, dir.path());
+    let db_sni = format!("db.default.dc1.internal.{td}");
+    let answer = eventually(Duration::from_secs(90), || {
+        let got = through_gateway(lan, &db_sni, dir.path(), "before");
+        (!got.is_empty()).then_some(got)
+    });
+    assert_eq!(answer, "before");
+    // The agent goes: the gateway (and db's sidecar) keep what they had.
+    agent.kill9();
+    assert_eq!(
+        through_gateway(lan, &db_sni, dir.path(), "agent down"),
+        "agent down"
+    );
+    // It comes back from its data directory: the gateway's registration
+    // is still there, and the gateway resumes its stream.
+    let agent = TestAgent::start_with(&args, false);
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert_eq!(
+        services["mesh-gateway"]["Kind"], "mesh-gateway",
+        "{services}"
+    );
+    eventually(Duration::from_secs(30), || {
+        let m = agent.get("/v1/agent/metrics").ok()?;
+        let streams = m["Gauges"]
+            .as_array()?
+            .iter()
+            .find(|x| x["Name"] == "consul.xds.server.streams")?["Value"]
+            .as_f64()?;
+        (streams >= 2.0).then_some(())
+    });
+    // db's sidecar check starts over with the agent (critical until its
+    // first probe, as Consul's): the gateway follows within an interval.
+    let answer = eventually(Duration::from_secs(30), || {
+        let got = through_gateway(lan, &db_sni, dir.path(), "agent back");
+        (!got.is_empty()).then_some(got)
+    });
+    assert_eq!(answer, "agent back");
 }

@@ -44,6 +44,18 @@ fn server(
 /// `connect proxy -gateway=mesh -register -proxy-id <id>` with LAN and
 /// WAN addresses.
 fn gateway(agent: &TestAgent, id: &str, lan: &str, wan: &str, log: &std::path::Path) -> Proxy {
+    gateway_with(agent, id, lan, wan, &[], log)
+}
+
+/// [`gateway`] with more flags.
+fn gateway_with(
+    agent: &TestAgent,
+    id: &str,
+    lan: &str,
+    wan: &str,
+    extra: &[&str],
+    log: &std::path::Path,
+) -> Proxy {
     Proxy(
         Command::new(common::binary())
             .args([
@@ -55,6 +67,7 @@ fn gateway(agent: &TestAgent, id: &str, lan: &str, wan: &str, log: &std::path::P
                 id,
             ])
             .args(["-address", lan, "-wan-address", wan])
+            .args(extra)
             .args(["-admin-bind", "127.0.0.1:0"])
             .env("CONSUL_HTTP_ADDR", agent.addr())
             .stdout(std::fs::File::create(log).unwrap())
@@ -279,16 +292,23 @@ services {{
             .all(|i| echo(upstream, &format!("after the gateway went {i}")).is_some())
             .then_some(())
     });
-    // The remaining gateway comes back on a new WAN address: dc1's
-    // gateway follows the re-registration (the fresher of dc2's catalog
-    // and the federation state) and traffic flows through it.
+    // The remaining gateway comes back on a new WAN address, a host name
+    // this time: dc1's gateway follows the re-registration (the fresher
+    // of dc2's catalog and the federation state), looks the name up
+    // (Envoy's LOGICAL_DNS cluster) and traffic flows through it.
     drop(gw2b);
     let moved_log = dir.path().join("gw2-moved.log");
-    let _moved = gateway(
+    let (moved_lan, moved_wan) = (free_port(), free_port());
+    let binds = [
+        format!("lan=127.0.0.227:{moved_lan}"),
+        format!("wan=127.0.0.1:{moved_wan}"),
+    ];
+    let _moved = gateway_with(
         &dc2.agent,
         "mesh-gateway-2",
-        &at("127.0.0.227"),
-        &at("127.0.0.229"),
+        &format!("127.0.0.227:{moved_lan}"),
+        &format!("localhost:{moved_wan}"),
+        &["-bind-address", &binds[0], "-bind-address", &binds[1]],
         &moved_log,
     );
     eventually(Duration::from_secs(60), || {

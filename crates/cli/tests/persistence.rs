@@ -128,3 +128,30 @@ fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> Option<i32> 
     }
     None
 }
+
+#[test]
+fn api_registrations_survive_a_restart_beside_config_file_services() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write(
+        dir.path(),
+        "services.hcl",
+        "services {\n  name = \"from-config\"\n  port = 7000\n}\n",
+    );
+    let data = dir.path().join("data").display().to_string();
+    let mut flags = server_flags(&data);
+    flags.push(format!("-config-file={}", config.display()));
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut agent = TestAgent::start(&flag_refs);
+    for body in [
+        r#"{"Name":"from-api","Port":7001}"#,
+        // Same ID as the config file's service: the config wins later.
+        r#"{"Name":"from-config","Port":7999}"#,
+    ] {
+        assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
+    }
+    agent.kill9();
+    let agent = TestAgent::start(&flag_refs);
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert_eq!(services["from-api"]["Port"], 7001, "{services}");
+    assert_eq!(services["from-config"]["Port"], 7000, "{services}");
+}

@@ -170,8 +170,9 @@ pub struct ClusterConfig {
     pub connect_timeout: std::time::Duration,
     /// TLS origination.
     pub tls: Option<TlsMaterial>,
-    /// Static endpoints (`local_app`); EDS clusters take theirs from load assignments.
-    pub static_endpoints: Vec<Vec<SocketAddr>>,
+    /// Static endpoints (`local_app`, and a `LOGICAL_DNS` cluster's host
+    /// name); EDS clusters take theirs from load assignments.
+    pub static_endpoints: Vec<Vec<EndpointAddress>>,
 }
 
 fn inline(source: &Option<core::DataSource>) -> String {
@@ -479,10 +480,47 @@ pub fn cluster_config(c: &cluster::Cluster) -> ClusterConfig {
     }
 }
 
+/// Where an endpoint is: an IP address, or a host name (a gateway
+/// registered by name: a `LOGICAL_DNS` cluster) looked up each time a
+/// connection is made, as Envoy re-resolves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointAddress {
+    /// An IP address and port.
+    Ip(SocketAddr),
+    /// A host name and port.
+    Host(String, u16),
+}
+
+impl std::fmt::Display for EndpointAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EndpointAddress::Ip(a) => a.fmt(f),
+            EndpointAddress::Host(h, p) => write!(f, "{h}:{p}"),
+        }
+    }
+}
+
+/// An endpoint's address: an IP, else a host name (never empty).
+fn endpoint_address(address: &Option<core::Address>) -> Option<EndpointAddress> {
+    if let Some(ip) = socket(address) {
+        return Some(EndpointAddress::Ip(ip));
+    }
+    let core::address::Address::SocketAddress(sa) = address.as_ref()?.address.as_ref()? else {
+        return None;
+    };
+    let Some(core::socket_address::PortSpecifier::PortValue(p)) = sa.port_specifier else {
+        return None;
+    };
+    let port = u16::try_from(p).ok()?;
+    (!sa.address.is_empty()).then(|| EndpointAddress::Host(sa.address.clone(), port))
+}
+
 /// Healthy endpoints of a load assignment grouped by priority (lowest
 /// first), with their weights; UNHEALTHY ones are left out.
-pub fn endpoints_by_priority(cla: &endpoint::ClusterLoadAssignment) -> Vec<Vec<(SocketAddr, u32)>> {
-    let mut by_priority: BTreeMap<u32, Vec<(SocketAddr, u32)>> = BTreeMap::new();
+pub fn endpoints_by_priority(
+    cla: &endpoint::ClusterLoadAssignment,
+) -> Vec<Vec<(EndpointAddress, u32)>> {
+    let mut by_priority: BTreeMap<u32, Vec<(EndpointAddress, u32)>> = BTreeMap::new();
     for locality in &cla.endpoints {
         for lb in &locality.lb_endpoints {
             let healthy = !matches!(
@@ -498,7 +536,7 @@ pub fn endpoints_by_priority(cla: &endpoint::ClusterLoadAssignment) -> Vec<Vec<(
             else {
                 continue;
             };
-            if let Some(addr) = socket(&ep.address) {
+            if let Some(addr) = endpoint_address(&ep.address) {
                 let weight = lb
                     .load_balancing_weight
                     .as_ref()
@@ -523,14 +561,14 @@ pub struct Runtime {
     /// Clusters by name.
     pub clusters: BTreeMap<String, Arc<ClusterConfig>>,
     /// Healthy endpoints by cluster, by priority.
-    pub endpoints: BTreeMap<String, Vec<Vec<(SocketAddr, u32)>>>,
+    pub endpoints: BTreeMap<String, Vec<Vec<(EndpointAddress, u32)>>>,
     /// Route configurations by name (HTTP upstreams proxied as TCP).
     pub routes: BTreeMap<String, Destination>,
 }
 
 impl Runtime {
     /// The endpoints of a cluster: EDS, else its static ones.
-    pub fn endpoints_of(&self, cluster: &str) -> Vec<Vec<(SocketAddr, u32)>> {
+    pub fn endpoints_of(&self, cluster: &str) -> Vec<Vec<(EndpointAddress, u32)>> {
         if let Some(e) = self.endpoints.get(cluster) {
             return e.clone();
         }
@@ -539,7 +577,7 @@ impl Runtime {
             .map(|c| {
                 c.static_endpoints
                     .iter()
-                    .map(|p| p.iter().map(|a| (*a, 1)).collect())
+                    .map(|p| p.iter().map(|a| (a.clone(), 1)).collect())
                     .collect()
             })
             .unwrap_or_default()
@@ -675,6 +713,55 @@ mod tests {
         let auth = authorization(&rules, false);
         assert!(auth.allows(&uri("web")));
         assert!(!auth.allows(&uri("web-admin")));
+    }
+
+    #[test]
+    fn a_logical_dns_clusters_host_name_is_its_endpoint() {
+        let at = |host: &str, port: u32| endpoint::LbEndpoint {
+            host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+                endpoint::Endpoint {
+                    address: Some(core::Address {
+                        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                            address: host.into(),
+                            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
+                                port,
+                            )),
+                            ..Default::default()
+                        })),
+                    }),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        let cluster = cluster::Cluster {
+            name: "dc2.internal.example".into(),
+            load_assignment: Some(endpoint::ClusterLoadAssignment {
+                cluster_name: "dc2.internal.example".into(),
+                endpoints: vec![endpoint::LocalityLbEndpoints {
+                    lb_endpoints: vec![
+                        at("gw.dc2.example", 8443),
+                        at("", 1),
+                        at("10.0.0.1", 70000),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let config = cluster_config(&cluster);
+        // The empty name and the port out of range are dropped.
+        assert_eq!(
+            config.static_endpoints,
+            vec![vec![EndpointAddress::Host("gw.dc2.example".into(), 8443)]]
+        );
+        let rt = Runtime {
+            clusters: [(cluster.name.clone(), Arc::new(config))].into(),
+            ..Default::default()
+        };
+        let found = rt.endpoints_of("dc2.internal.example");
+        assert_eq!(found[0][0].0.to_string(), "gw.dc2.example:8443");
     }
 
     #[test]

@@ -19,7 +19,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::config::{ClusterConfig, Destination, ListenerConfig, Runtime, TlsMaterial};
+use crate::config::{
+    ClusterConfig, Destination, EndpointAddress, ListenerConfig, Runtime, TlsMaterial,
+};
 
 /// Counters served on the admin port.
 #[derive(Debug, Default)]
@@ -489,8 +491,8 @@ impl DataPlane {
                 format!("no healthy endpoint in {cluster_name}")
             })?;
         let n = self.round_robin.fetch_add(1, Ordering::Relaxed);
-        let (addr, _) = endpoints[n % endpoints.len()];
-        let tcp = tokio::time::timeout(cluster.connect_timeout, TcpStream::connect(addr))
+        let (addr, _) = &endpoints[n % endpoints.len()];
+        let tcp = tokio::time::timeout(cluster.connect_timeout, dial(addr))
             .await
             .map_err(|_| format!("connecting to {addr} timed out"))
             .and_then(|r| r.map_err(|e| format!("connecting to {addr}: {e}")))
@@ -560,6 +562,30 @@ impl DataPlane {
     }
 }
 
+/// A TCP connection to `addr`; a host name is looked up now (IPv4, as
+/// Consul's clusters ask Envoy for) and its addresses tried in turn.
+async fn dial(addr: &EndpointAddress) -> std::io::Result<TcpStream> {
+    match addr {
+        EndpointAddress::Ip(ip) => TcpStream::connect(*ip).await,
+        EndpointAddress::Host(host, port) => {
+            let mut last = std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{host} has no IPv4 address"),
+            );
+            for ip in tokio::net::lookup_host((host.as_str(), *port))
+                .await?
+                .filter(SocketAddr::is_ipv4)
+            {
+                match TcpStream::connect(ip).await {
+                    Ok(tcp) => return Ok(tcp),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        }
+    }
+}
+
 /// How often a listener whose address was taken is tried again.
 const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -590,4 +616,24 @@ const COPY_BUFFER: usize = 64 * 1024;
 enum Upstream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_host_name_endpoint_is_looked_up_when_dialled() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = tokio::spawn(async move { listener.accept().await.map(|(_, peer)| peer) });
+        let tcp = dial(&EndpointAddress::Host("localhost".into(), port))
+            .await
+            .unwrap();
+        assert_eq!(tcp.peer_addr().unwrap().port(), port);
+        accepted.await.unwrap().unwrap();
+        // A name that does not resolve is an error, not a hang or a panic.
+        let unknown = EndpointAddress::Host("no-such-host.invalid".into(), port);
+        assert!(dial(&unknown).await.is_err());
+    }
 }

@@ -6,7 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{binary, TestAgent};
+use super::{binary, free_port, TestAgent};
 
 /// The seed demo's services: web with a sidecar whose upstream is db on
 /// 9191, and db with a sidecar.
@@ -59,6 +59,48 @@ services {{
 }}
 "#
     )
+}
+
+/// The seed demo on free ports, written to `demo.hcl` in a fresh
+/// directory, with db's echo server already answering.
+pub struct SeedDemo {
+    /// The directory holding `demo.hcl` (and whatever a test adds).
+    pub dir: tempfile::TempDir,
+    /// `demo.hcl`.
+    pub config: std::path::PathBuf,
+    /// web's upstream listener for db.
+    pub upstream: u16,
+    /// A free port for the agent's gRPC (xDS).
+    pub grpc: u16,
+    /// Lines db's echo server has answered.
+    pub received: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SeedDemo {
+    /// Picks the ports, starts db's echo server and writes the file.
+    pub fn new() -> SeedDemo {
+        let (echo_port, web_sidecar, db_sidecar, upstream, grpc) = (
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+        );
+        let received = echo_server(echo_port);
+        let dir = tempfile::tempdir().unwrap();
+        let config = super::write(
+            dir.path(),
+            "demo.hcl",
+            &seed_demo_on(echo_port, web_sidecar, db_sidecar, upstream),
+        );
+        SeedDemo {
+            dir,
+            config,
+            upstream,
+            grpc,
+            received,
+        }
+    }
 }
 
 /// xDS type URLs.
