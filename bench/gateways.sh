@@ -87,37 +87,23 @@ until_echoes() {
     done
     echo "no echo through $1" >&2; return 1
 }
+results=$work/results.txt
 run() {  # name addr gateway-pids...
     local name=$1 addr=$2; shift 2
-    local out mbps before after
-    echo -n "$name throughput 1: "; timeout 60 "$BENCH" tcp --addr "$addr" --connections 1 --seconds "$SECONDS_EACH"
+    local out before after cpu=n/a
+    out=$(timeout 60 "$BENCH" tcp --addr "$addr" --connections 1 --seconds "$SECONDS_EACH")
+    echo "$name one ${out##*echoed_mb_per_s=}" | tee -a "$results"
     before=0; for p in "$@"; do before=$((before + $(cpu_ticks "$p"))); done
     out=$(timeout 60 "$BENCH" tcp --addr "$addr" --connections 64 --seconds "$SECONDS_EACH")
     after=0; for p in "$@"; do after=$((after + $(cpu_ticks "$p"))); done
-    echo "$name throughput 64: $out"
-    if [ "$#" -gt 0 ]; then
-        mbps=${out##*echoed_mb_per_s=}
-        python3 - "$before" "$after" "$mbps" "$#" "$SECONDS_EACH" "$(getconf CLK_TCK)" <<'PY'
-import sys
-before, after, mbps, gateways, seconds, tck = sys.argv[1:]
-cpu = (int(after) - int(before)) / int(tck) / int(gateways)   # per gateway
-gb = float(mbps) * int(seconds) * 2 / 1000                   # both directions
-print(f"cpu_seconds_per_gb_per_gateway={cpu / gb:.2f}" if gb else "cpu_seconds_per_gb_per_gateway=n/a")
-PY
+    if [ "$#" -gt 0 ]; then  # CPU seconds per GB moved (both directions), per gateway
+        cpu=$(python3 -c 'import sys; b,a,m,g,s,t=map(float,sys.argv[1:]); gb=m*s*2/1000; print(f"{(a-b)/t/g/gb:.2f}" if gb else "n/a")' \
+            "$before" "$after" "${out##*echoed_mb_per_s=}" "$#" "$SECONDS_EACH" "$(getconf CLK_TCK)")
     fi
-    echo -n "$name latency: "; timeout 60 "$BENCH" tcp --addr "$addr" --mode latency --seconds "$SECONDS_EACH"
+    echo "$name many ${out##*echoed_mb_per_s=} $cpu" | tee -a "$results"
+    out=$(timeout 60 "$BENCH" tcp --addr "$addr" --mode latency --seconds "$SECONDS_EACH")
+    echo "$name latency $(echo "$out" | sed -E 's/.*p50_us=([0-9.]+) p99_us=([0-9.]+).*/\1 \2/')" | tee -a "$results"
 }
-
-# Legate's gateways.
-proxy "$http1" "$grpc1" gw1 -gateway=mesh -register -address "$GW1_LAN:$gw1" -wan-address "$GW1_WAN:$gw1w"
-gw1_pid=${pids[-1]}
-proxy "$http2" "$grpc2" gw2 -gateway=mesh -register -address "$GW2_LAN:$gw2" -wan-address "$GW2_WAN:$gw2w"
-gw2_pid=${pids[-1]}
-until_echoes "127.0.0.1:$up_local"
-run legate "127.0.0.1:$up_local" "$gw1_pid" "$gw2_pid"
-
-# HAProxy in their place: the same registrations, HAProxy on the same addresses.
-kill "$gw1_pid" "$gw2_pid"; sleep 0.5
 haproxy_cfg() {  # name lan wan match sni next
     sed -e "s|@LAN@|$2|" -e "s|@WAN@|$3|" -e "s|@MATCH@|$4|" -e "s|@SNI@|$5|" -e "s|@NEXT@|$6|" \
         bench/haproxy-gateway.cfg >"$work/haproxy-$1.cfg"
@@ -125,11 +111,39 @@ haproxy_cfg() {  # name lan wan match sni next
 }
 haproxy_cfg gw1 "$GW1_LAN:$gw1" "$GW1_WAN:$gw1w" end ".dc2.internal.$td" "$GW2_WAN:$gw2w"
 haproxy_cfg gw2 "$GW2_LAN:$gw2" "$GW2_WAN:$gw2w" str "db.default.dc2.internal.$td" "$DC2:$db_sc"
-haproxy -f "$work/haproxy-gw1.cfg" >"$work/haproxy-gw1.log" 2>&1 & pids+=($!); hap1=${pids[-1]}
-haproxy -f "$work/haproxy-gw2.cfg" >"$work/haproxy-gw2.log" 2>&1 & pids+=($!); hap2=${pids[-1]}
-until_echoes "127.0.0.1:$up_local"
-run haproxy "127.0.0.1:$up_local" "$hap1" "$hap2"
+stop() { kill "$@"; for p in "$@"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done; }
 
-# No gateways: sidecar to sidecar.
-until_echoes "127.0.0.1:$up_none"
-run none "127.0.0.1:$up_none"
+# Interleaved rounds (Legate's gateways, HAProxy's on the same registered
+# addresses, no gateway), so drift on the machine falls on all three.
+for round in $(seq 1 "${ROUNDS:-3}"); do
+    echo "round $round"
+    proxy "$http1" "$grpc1" gw1 -gateway=mesh -register -address "$GW1_LAN:$gw1" -wan-address "$GW1_WAN:$gw1w"
+    gw1_pid=${pids[-1]}
+    proxy "$http2" "$grpc2" gw2 -gateway=mesh -register -address "$GW2_LAN:$gw2" -wan-address "$GW2_WAN:$gw2w"
+    gw2_pid=${pids[-1]}
+    until_echoes "127.0.0.1:$up_local"
+    run legate "127.0.0.1:$up_local" "$gw1_pid" "$gw2_pid"
+    stop "$gw1_pid" "$gw2_pid"
+    haproxy -f "$work/haproxy-gw1.cfg" >"$work/haproxy-gw1.log" 2>&1 & pids+=($!); hap1=${pids[-1]}
+    haproxy -f "$work/haproxy-gw2.cfg" >"$work/haproxy-gw2.log" 2>&1 & pids+=($!); hap2=${pids[-1]}
+    until_echoes "127.0.0.1:$up_local"
+    run haproxy "127.0.0.1:$up_local" "$hap1" "$hap2"
+    stop "$hap1" "$hap2"
+    until_echoes "127.0.0.1:$up_none"
+    run none "127.0.0.1:$up_none"
+done
+
+python3 - "$results" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+def med(name, what, col=2):
+    vals = [float(r[col]) for r in rows if r[0] == name and r[1] == what and r[col] != "n/a"]
+    return statistics.median(vals) if vals else float("nan")
+print("medians over rounds:")
+for n in ("legate", "haproxy", "none"):
+    print(f"  {n:8} 1 conn {med(n,'one'):7.1f} MB/s  64 conns {med(n,'many'):7.1f} MB/s  "
+          f"p50/p99 {med(n,'latency'):.0f}/{med(n,'latency',3):.0f} us  cpu/GB {med(n,'many',3):.2f}")
+for k, what in (("1 conn", "one"), ("64 conns", "many")):
+    print(f"  legate/haproxy {k}: {med('legate',what)/med('haproxy',what):.2f}x   legate/none: {med('legate',what)/med('none',what):.2f}x")
+print(f"  p99 legate/haproxy: {med('legate','latency',3)/med('haproxy','latency',3):.2f}x (lower is better)")
+PY

@@ -5,11 +5,11 @@
 //! whichever is fresher (Consul #10132, #11522). A task per gateway
 //! follows them and publishes a snapshot as the sidecars' task does.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{AbortHandle, Abortable, SelectAll, StreamExt};
+use futures::stream::StreamExt;
 use legate_chain::compile::Target;
 use legate_types::config_entry::ConfigEntry;
 use legate_types::connect::IndexedCaRoots;
@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::manager::{follow_reads, DataSources, ProxyRegistration, Subscription, DEBOUNCE};
 use crate::snapshot::{ConnectProxySnapshot, Endpoint};
+use crate::subscriptions::Subscriptions;
 
 /// How often a gateway asks again which datacenters exist (Consul's
 /// cached `Catalog.ListDatacenters` lives 30 s).
@@ -255,63 +256,24 @@ struct Heard {
     subset_endpoints: BTreeMap<String, Vec<Endpoint>>,
 }
 
-/// Subscriptions a gateway's task polls, each stoppable by key.
-struct Followed {
-    handles: HashMap<String, AbortHandle>,
-    streams: SelectAll<Subscription<Update>>,
+/// What a gateway's task follows: its fixed sources, and one
+/// subscription per local service, remote datacenter and resolver subset.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Follow {
+    Roots,
+    Services,
+    Resolvers,
+    Federation,
+    Datacenters,
+    /// A local service's instances.
+    Service(String),
+    /// A remote datacenter's gateways in its catalog.
+    Datacenter(String),
+    /// A subset's instances, by [`subset_key`].
+    Subset(String),
 }
 
-impl Followed {
-    fn new() -> Followed {
-        Followed {
-            handles: HashMap::new(),
-            streams: SelectAll::new(),
-        }
-    }
-
-    fn add<T: Send + 'static>(
-        &mut self,
-        key: String,
-        subscription: Subscription<T>,
-        wrap: impl Fn(T) -> Update + Send + 'static,
-    ) {
-        let (handle, registration) = AbortHandle::new_pair();
-        self.streams.push(Box::pin(Abortable::new(
-            subscription.map(wrap),
-            registration,
-        )));
-        self.handles.insert(key, handle);
-    }
-
-    /// Stops every subscription whose key starts with `prefix` and is not
-    /// in `keep`.
-    fn retain(&mut self, prefix: &str, keep: &BTreeSet<String>) {
-        self.handles.retain(|key, handle| {
-            let stale = key
-                .strip_prefix(prefix)
-                .is_some_and(|rest| !keep.contains(rest));
-            if stale {
-                handle.abort();
-            }
-            !stale
-        });
-    }
-
-    async fn next(&mut self) -> Update {
-        loop {
-            if self.streams.is_empty() {
-                std::future::pending::<()>().await;
-            }
-            if let Some(update) = self.streams.next().await {
-                return update;
-            }
-        }
-    }
-}
-
-const SERVICE: &str = "service:";
-const DATACENTER: &str = "dc:";
-const SUBSET: &str = "subset:";
+type Followed = Subscriptions<Follow, Update>;
 
 /// Follows the instances of every subset of every local service's
 /// resolver (and stops following those no longer defined).
@@ -335,11 +297,12 @@ fn follow_subsets(
             })
         })
         .collect();
-    let keep: BTreeSet<String> = wanted.keys().cloned().collect();
-    followed.retain(SUBSET, &keep);
-    heard.subset_endpoints.retain(|key, _| keep.contains(key));
+    followed.retain(|f| !matches!(f, Follow::Subset(key) if !wanted.contains_key(key)));
+    heard
+        .subset_endpoints
+        .retain(|key, _| wanted.contains_key(key));
     for (key, (service, subset, definition)) in wanted {
-        if followed.handles.contains_key(&format!("{SUBSET}{key}")) {
+        if followed.contains(&Follow::Subset(key.clone())) {
             continue;
         }
         let mut target = local_service_target(&service, local);
@@ -347,7 +310,7 @@ fn follow_subsets(
         target.subset = definition;
         let tag = key.clone();
         followed.add(
-            format!("{SUBSET}{key}"),
+            Follow::Subset(key),
             sources.clone().follow_endpoints(target),
             move |e| Update::SubsetEndpoints(tag.clone(), e),
         );
@@ -373,7 +336,7 @@ pub(crate) async fn run_gateway(
     let mut followed = Followed::new();
     let s = sources.clone();
     followed.add(
-        "roots".into(),
+        Follow::Roots,
         follow_reads(move |i| {
             let s = s.clone();
             async move { s.roots(i).await }
@@ -382,7 +345,7 @@ pub(crate) async fn run_gateway(
     );
     let (s, dc) = (sources.clone(), local.clone());
     followed.add(
-        "services".into(),
+        Follow::Services,
         follow_reads(move |i| {
             let (s, dc) = (s.clone(), dc.clone());
             async move { s.services(&dc, i).await }
@@ -391,7 +354,7 @@ pub(crate) async fn run_gateway(
     );
     let (s, dc) = (sources.clone(), local.clone());
     followed.add(
-        "resolvers".into(),
+        Follow::Resolvers,
         follow_reads(move |i| {
             let (s, dc) = (s.clone(), dc.clone());
             async move { s.resolvers(&dc, i).await }
@@ -400,7 +363,7 @@ pub(crate) async fn run_gateway(
     );
     let s = sources.clone();
     followed.add(
-        "federation".into(),
+        Follow::Federation,
         follow_reads(move |i| {
             let s = s.clone();
             async move { s.federation_gateways(i).await }
@@ -409,7 +372,7 @@ pub(crate) async fn run_gateway(
     );
     let s = sources.clone();
     followed.add(
-        "datacenters".into(),
+        Follow::Datacenters,
         Box::pin(futures::stream::unfold(true, move |first| {
             let s = s.clone();
             async move {
@@ -447,11 +410,12 @@ pub(crate) async fn run_gateway(
                 Update::Roots(roots) => heard.roots = Some(roots),
                 Update::Services(names) => {
                     let names: BTreeSet<String> = names.into_iter().collect();
-                    followed.retain(SERVICE, &names);
+                    followed
+                        .retain(|f| !matches!(f, Follow::Service(name) if !names.contains(name)));
                     heard.endpoints.retain(|name, _| names.contains(name));
                     for name in &names {
-                        let key = format!("{SERVICE}{name}");
-                        if followed.handles.contains_key(&key) {
+                        let key = Follow::Service(name.clone());
+                        if followed.contains(&key) {
                             continue;
                         }
                         let target = local_service_target(name, &local);
@@ -470,11 +434,12 @@ pub(crate) async fn run_gateway(
                 Update::Datacenters(list) => {
                     let remote: BTreeSet<String> =
                         list.into_iter().filter(|dc| *dc != local).collect();
-                    followed.retain(DATACENTER, &remote);
+                    followed
+                        .retain(|f| !matches!(f, Follow::Datacenter(dc) if !remote.contains(dc)));
                     heard.catalog_gateways.retain(|dc, _| remote.contains(dc));
                     for dc in remote {
-                        let key = format!("{DATACENTER}{dc}");
-                        if followed.handles.contains_key(&key) {
+                        let key = Follow::Datacenter(dc.clone());
+                        if followed.contains(&key) {
                             continue;
                         }
                         let s = sources.clone();
@@ -489,7 +454,7 @@ pub(crate) async fn run_gateway(
                     }
                 }
                 Update::CatalogGateways(dc, list) => {
-                    if followed.handles.contains_key(&format!("{DATACENTER}{dc}")) {
+                    if followed.contains(&Follow::Datacenter(dc.clone())) {
                         heard.catalog_gateways.insert(dc, list);
                     }
                 }
@@ -501,7 +466,7 @@ pub(crate) async fn run_gateway(
                         .collect();
                 }
                 Update::SubsetEndpoints(key, list) => {
-                    if followed.handles.contains_key(&format!("{SUBSET}{key}")) {
+                    if followed.contains(&Follow::Subset(key.clone())) {
                         heard.subset_endpoints.insert(key, list);
                     }
                 }

@@ -13,6 +13,7 @@
 pub mod gateway;
 mod manager;
 mod snapshot;
+mod subscriptions;
 
 pub use manager::{DataSources, Fetched, Manager, ProxyRegistration, Subscription, DEBOUNCE};
 pub use snapshot::{

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::stream::{AbortHandle, Abortable, SelectAll, Stream, StreamExt};
+use futures::stream::{Stream, StreamExt};
 use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use crate::snapshot::{
     ConnectProxySnapshot, Endpoint, SharedUpstream, TargetEndpoints, UpstreamSnapshot,
 };
+use crate::subscriptions::Subscriptions;
 
 /// How long changes are gathered before a snapshot is published.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
@@ -477,36 +478,30 @@ struct UpstreamWatchers {
     datacenter: String,
     /// The proxy registration's `MeshGateway.Mode`.
     mesh_gateway_mode: String,
-    chains: HashMap<String, AbortHandle>,
-    targets: HashMap<(String, String), AbortHandle>,
-    streams: SelectAll<Subscription<Update>>,
+    watches: Subscriptions<Watch, Update>,
+}
+
+/// What a proxy's task follows for its upstreams.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Watch {
+    /// An upstream's compiled chain.
+    Chain(String),
+    /// The endpoints of one target (by id) of an upstream's chain.
+    Target(String, String),
+}
+
+impl Watch {
+    fn upstream(&self) -> &str {
+        match self {
+            Watch::Chain(upstream) | Watch::Target(upstream, _) => upstream,
+        }
+    }
 }
 
 impl UpstreamWatchers {
-    /// Adds a subscription whose items become updates; the handle stops it.
-    fn subscribe<T: Send + 'static>(
-        &mut self,
-        subscription: Subscription<T>,
-        wrap: impl Fn(T) -> Update + Send + 'static,
-    ) -> AbortHandle {
-        let (handle, registration) = AbortHandle::new_pair();
-        self.streams.push(Box::pin(Abortable::new(
-            subscription.map(wrap),
-            registration,
-        )));
-        handle
-    }
-
     /// The next update of any subscription (pending while there is none).
     async fn next(&mut self) -> Update {
-        loop {
-            if self.streams.is_empty() {
-                std::future::pending::<()>().await;
-            }
-            if let Some(update) = self.streams.next().await {
-                return update;
-            }
-        }
+        self.watches.next().await
     }
 
     /// Follows exactly `upstreams`: new ones start, dropped ones stop and
@@ -516,20 +511,7 @@ impl UpstreamWatchers {
             .iter()
             .map(|u| u.destination_name.as_str())
             .collect();
-        self.chains.retain(|name, handle| {
-            let keep = wanted.contains(name.as_str());
-            if !keep {
-                handle.abort();
-            }
-            keep
-        });
-        self.targets.retain(|(name, _), handle| {
-            let keep = wanted.contains(name.as_str());
-            if !keep {
-                handle.abort();
-            }
-            keep
-        });
+        self.watches.retain(|w| wanted.contains(w.upstream()));
         building
             .chains
             .retain(|name, _| wanted.contains(name.as_str()));
@@ -538,7 +520,7 @@ impl UpstreamWatchers {
             .retain(|(name, _), _| wanted.contains(name.as_str()));
         for upstream in upstreams.iter() {
             let name = upstream.destination_name.clone();
-            if self.chains.contains_key(&name) {
+            if self.watches.contains(&Watch::Chain(name.clone())) {
                 continue;
             }
             let dc = if upstream.datacenter.is_empty() {
@@ -555,8 +537,9 @@ impl UpstreamWatchers {
             };
             let chain = self.sources.clone().follow_chain(name.clone(), dc, mode);
             let tag = name.clone();
-            let handle = self.subscribe(chain, move |c| Update::Chain(tag.clone(), c));
-            self.chains.insert(name, handle);
+            self.watches.add(Watch::Chain(name), chain, move |c| {
+                Update::Chain(tag.clone(), c)
+            });
         }
         building.upstreams = SharedUpstream::all_of(upstreams);
     }
@@ -564,19 +547,16 @@ impl UpstreamWatchers {
     /// Follows the endpoints of the targets of an upstream's new chain
     /// (and stops following its old targets).
     fn follow_targets(&mut self, building: &mut Building, upstream: &str, chain: &CompiledChain) {
-        self.targets.retain(|(u, id), handle| {
-            let keep = u != upstream || chain.targets.contains_key(id);
-            if !keep {
-                handle.abort();
-            }
-            keep
+        self.watches.retain(|w| match w {
+            Watch::Target(u, id) => u != upstream || chain.targets.contains_key(id.as_str()),
+            Watch::Chain(_) => true,
         });
         building
             .endpoints
             .retain(|(u, id), _| u != upstream || chain.targets.contains_key(id));
         for (id, target) in &chain.targets {
-            let key = (upstream.to_string(), id.clone());
-            if self.targets.contains_key(&key) {
+            let key = Watch::Target(upstream.to_string(), id.clone());
+            if self.watches.contains(&key) {
                 continue;
             }
             let endpoints = if crate::gateway::through_gateways(target, &self.datacenter) {
@@ -589,10 +569,9 @@ impl UpstreamWatchers {
                 self.sources.clone().follow_endpoints((**target).clone())
             };
             let (u, tid) = (upstream.to_string(), id.clone());
-            let handle = self.subscribe(endpoints, move |e| {
+            self.watches.add(key, endpoints, move |e| {
                 Update::Endpoints(u.clone(), tid.clone(), e)
             });
-            self.targets.insert(key, handle);
         }
     }
 }
@@ -691,9 +670,7 @@ async fn run_proxy(
         sources: sources.clone(),
         datacenter: registration.datacenter.clone(),
         mesh_gateway_mode: registration.proxy.mesh_gateway.mode.clone(),
-        chains: HashMap::new(),
-        targets: HashMap::new(),
-        streams: SelectAll::new(),
+        watches: Subscriptions::new(),
     };
     if !registration.native {
         watchers.follow_upstreams(&mut building, &registration.proxy.upstreams);
@@ -737,17 +714,15 @@ async fn run_proxy(
                     watchers.follow_upstreams(&mut building, &Arc::new(upstreams));
                 }
                 Update::Chain(upstream, chain) => {
-                    if !watchers.chains.contains_key(&upstream) {
+                    if !watchers.watches.contains(&Watch::Chain(upstream.clone())) {
                         continue; // no longer followed
                     }
                     watchers.follow_targets(&mut building, &upstream, &chain);
                     building.chains.insert(upstream, chain);
                 }
                 Update::Endpoints(upstream, target, list) => {
-                    if !watchers
-                        .targets
-                        .contains_key(&(upstream.clone(), target.clone()))
-                    {
+                    let key = Watch::Target(upstream.clone(), target.clone());
+                    if !watchers.watches.contains(&key) {
                         continue;
                     }
                     building.endpoints.insert((upstream, target), list);
