@@ -8,7 +8,11 @@
 #   none     the same sidecars without gateways (mode none: sidecar to sidecar)
 # The sidecars are the same Legate sidecars every time; mTLS runs end to
 # end between them. Throughput: N connections streaming 16 KiB writes
-# that the echo returns; latency: one connection, 64-byte round trips;
+# that the echo returns, each with at most WINDOW bytes (2 MiB) not yet
+# echoed (unbounded streams filled every socket buffer on the five-hop
+# path until the kernel's TCP memory pressure dropped segments and a
+# connection stalled for seconds, in any of the three paths); latency:
+# one connection, 64-byte round trips;
 # CPU: seconds of each gateway process per GB it moved (both directions)
 # during the 64-connection run.
 set -euo pipefail
@@ -18,6 +22,7 @@ cargo build --release --quiet -p legate-cli -p legate-bench
 LEGATE=$PWD/target/release/legate
 BENCH=$PWD/target/release/legate-bench
 SECONDS_EACH=${SECONDS_EACH:-5}
+WINDOW=${WINDOW:-2097152}
 # shellcheck source=bench/common.sh
 source bench/common.sh
 
@@ -91,10 +96,10 @@ results=$work/results.txt
 run() {  # name addr gateway-pids...
     local name=$1 addr=$2; shift 2
     local out before after cpu=n/a
-    out=$(timeout 60 "$BENCH" tcp --addr "$addr" --connections 1 --seconds "$SECONDS_EACH")
+    out=$(timeout 60 "$BENCH" tcp --addr "$addr" --connections 1 --seconds "$SECONDS_EACH" --window "$WINDOW")
     echo "$name one ${out##*echoed_mb_per_s=}" | tee -a "$results"
     before=0; for p in "$@"; do before=$((before + $(cpu_ticks "$p"))); done
-    out=$(timeout 60 "$BENCH" tcp --addr "$addr" --connections 64 --seconds "$SECONDS_EACH")
+    out=$(timeout 60 "$BENCH" tcp --addr "$addr" --connections 64 --seconds "$SECONDS_EACH" --window "$WINDOW")
     after=0; for p in "$@"; do after=$((after + $(cpu_ticks "$p"))); done
     if [ "$#" -gt 0 ]; then  # CPU seconds per GB moved (both directions), per gateway
         cpu=$(python3 -c 'import sys; b,a,m,g,s,t=map(float,sys.argv[1:]); gb=m*s*2/1000; print(f"{(a-b)/t/g/gb:.2f}" if gb else "n/a")' \

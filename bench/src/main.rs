@@ -139,6 +139,13 @@ enum Command {
         connections: usize,
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Throughput mode: the most bytes each connection has sent and
+        /// not yet had back (0: no bound; the writer streams as fast as
+        /// TCP takes it, which on loopback can fill every socket buffer
+        /// of a long path until the kernel's TCP memory pressure drops
+        /// segments).
+        #[arg(long, default_value_t = 0)]
+        window: u64,
     },
     /// DNS over UDP: `concurrency` clients each send a query for `name`
     /// and wait for its answer, for `seconds`; reports queries per second
@@ -580,7 +587,22 @@ async fn echo_server(port: u16) -> Result<()> {
     }
 }
 
-async fn tcp_load(addr: &str, mode: &str, connections: usize, seconds: u64) -> Result<()> {
+/// Bytes a throughput connection has sent and had echoed back; the
+/// writer waits on `echoed` while its window is full.
+#[derive(Default)]
+struct Flow {
+    sent: AtomicU64,
+    echoed: AtomicU64,
+    echoed_more: tokio::sync::Notify,
+}
+
+async fn tcp_load(
+    addr: &str,
+    mode: &str,
+    connections: usize,
+    seconds: u64,
+    window: u64,
+) -> Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let deadline = Instant::now() + Duration::from_secs(seconds);
     // Wait for the path to answer (proxies may still be starting).
@@ -633,12 +655,23 @@ async fn tcp_load(addr: &str, mode: &str, connections: usize, seconds: u64) -> R
                     let s = tokio::net::TcpStream::connect(&addr).await?;
                     s.set_nodelay(true)?;
                     let (mut r, mut w) = s.into_split();
+                    let flow = Arc::new(Flow::default());
+                    let writer_flow = flow.clone();
                     let writer = tokio::spawn(async move {
+                        let flow = writer_flow;
                         let chunk = vec![1u8; 16 * 1024];
                         while Instant::now() < deadline {
+                            while window > 0
+                                && flow.sent.load(Ordering::Relaxed) + chunk.len() as u64
+                                    > flow.echoed.load(Ordering::Relaxed) + window
+                            {
+                                // A permit left by a wake before this wait is kept.
+                                flow.echoed_more.notified().await;
+                            }
                             if w.write_all(&chunk).await.is_err() {
                                 break;
                             }
+                            flow.sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                         }
                         let _ = w.shutdown().await;
                     });
@@ -647,6 +680,8 @@ async fn tcp_load(addr: &str, mode: &str, connections: usize, seconds: u64) -> R
                         match r.read(&mut buf).await {
                             Ok(0) | Err(_) => break,
                             Ok(n) => {
+                                flow.echoed.fetch_add(n as u64, Ordering::Relaxed);
+                                flow.echoed_more.notify_one();
                                 if Instant::now() < deadline {
                                     total.fetch_add(n as u64, Ordering::Relaxed);
                                 }
@@ -921,7 +956,8 @@ async fn main() -> Result<()> {
             mode,
             connections,
             seconds,
-        } => tcp_load(&addr, &mode, connections, seconds).await,
+            window,
+        } => tcp_load(&addr, &mode, connections, seconds, window).await,
         Command::XdsFanout {
             url,
             grpc,
