@@ -255,6 +255,7 @@ def test_a_mesh_gateways_resources_and_bootstrap_parse_strictly_as_envoy_v3(tmp_
     from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
     from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2  # noqa: F401
     from envoy.extensions.filters.network.sni_cluster.v3 import sni_cluster_pb2  # noqa: F401
+    from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 
     demo = tmp_path / "demo.hcl"
     demo.write_text(DEMO)

@@ -386,6 +386,9 @@ pub struct AgentConfig {
     pub encrypt: Option<String>,
     /// The WAN pool (joins, advertised address) and both pools' timing.
     pub wan: crate::wan_config::WanConfig,
+    /// WAN federation through mesh gateways (`connect {
+    /// enable_mesh_gateway_wan_federation }`, `primary_gateways`).
+    pub mesh_federation: crate::wanfed_config::MeshFederation,
     /// Watches the agent runs (`watches`: Consul's watch parameters,
     /// checked and run by the binary).
     pub watches: Vec<Value>,
@@ -791,7 +794,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
     if bootstrap_expect < 0 {
         return Err(ConfigError("bootstrap_expect cannot be negative".into()));
     }
-    Ok(AgentConfig {
+    let config = AgentConfig {
         dev: get_bool(&map, &["dev"])?.unwrap_or(false),
         server: get_bool(&map, &["server"])?.unwrap_or(false),
         bootstrap: get_bool(&map, &["bootstrap"])?.unwrap_or(false),
@@ -839,6 +842,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
                 .map_err(|e| ConfigError(format!("retry_interval: {e}")))?,
         },
         wan: crate::wan_config::parse(&map)?,
+        mesh_federation: crate::wanfed_config::parse(&map, &mut warnings)?,
         watches: match map.get("watches") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => items.clone(),
@@ -856,7 +860,9 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         services,
         checks,
         warnings,
-    })
+    };
+    crate::wanfed_config::check(&config)?;
+    Ok(config)
 }
 
 /// `autopilot {}`: Consul's keys and defaults; unknown keys are refused.

@@ -27,6 +27,7 @@ pub mod shared_watch;
 mod sync;
 pub mod tls_config;
 pub mod wan_config;
+pub mod wanfed_config;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -193,6 +193,11 @@ fn visible_gateway(
         .map(|(dc, list)| (dc.clone(), node_readable(list)))
         .filter(|(_, list)| !list.is_empty())
         .collect();
+    visible.servers = if may_read(Resource::Service, "consul") {
+        node_readable(&gateway.servers)
+    } else {
+        Vec::new()
+    };
     if visible == *gateway {
         return snapshot.clone();
     }

@@ -357,6 +357,29 @@ impl DataSources for AgentSources {
         })
     }
 
+    async fn servers(
+        &self,
+        datacenter: &str,
+        min_index: u64,
+    ) -> Result<Fetched<Vec<CheckServiceNode>>, String> {
+        let g = &self.gateway_reads;
+        let q = g
+            .rpc
+            .health_service_nodes(
+                &opts(datacenter, min_index, g.tokens.agent_token()),
+                ServiceQuery {
+                    service: CONSUL_SERVICE.into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fetched {
+            index: q.meta.index,
+            value: q.value,
+        })
+    }
+
     async fn federation_gateways(
         &self,
         min_index: u64,
@@ -430,6 +453,9 @@ fn endpoints_key(target: &Target) -> (String, String, String) {
     (target.service.clone(), target.datacenter.clone(), filter)
 }
 
+/// The service the servers register themselves as.
+const CONSUL_SERVICE: &str = "consul";
+
 /// The service kind of mesh gateways.
 pub const MESH_GATEWAY_KIND: &str = "mesh-gateway";
 
@@ -466,6 +492,7 @@ fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
                         })
                         .collect(),
                     meta: s.meta.clone(),
+                    domain: agent.config().dns.domain.clone(),
                 });
                 s.proxy.as_deref().cloned().unwrap_or_default()
             } else {

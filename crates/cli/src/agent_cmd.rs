@@ -126,6 +126,10 @@ pub struct AgentArgs {
     /// -retry-join-wan attempts before giving up (default 0: forever).
     #[arg(long = "retry-max-wan")]
     retry_max_wan: Option<u32>,
+    /// A primary datacenter's mesh gateway (`host:port`) to federate
+    /// through (`primary_gateways`); repeatable.
+    #[arg(long = "primary-gateway")]
+    primary_gateway: Vec<String>,
     /// Address advertised to the WAN pool.
     #[arg(long = "advertise-wan")]
     advertise_wan: Option<String>,
@@ -217,6 +221,9 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     }
     if !args.join_wan.is_empty() {
         put("start_join_wan", json!(args.join_wan));
+    }
+    if !args.primary_gateway.is_empty() {
+        put("primary_gateways", json!(args.primary_gateway));
     }
     if let Some(v) = &args.retry_interval_wan {
         put("retry_interval_wan", json!(v));

@@ -306,3 +306,73 @@ fn keygen_makes_keys_the_agent_accepts_and_bad_keys_stop_it() {
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("encrypt: the key"), "{text}");
 }
+
+#[test]
+fn wan_federation_through_gateways_is_refused_where_consuls_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = format!("-data-dir={}", dir.path().join("data").display());
+    let feature = "connect { enable_mesh_gateway_wan_federation = true }";
+    for (args, expected) in [
+        (
+            vec![data.as_str(), "-hcl", feature],
+            "'connect.enable_mesh_gateway_wan_federation = true' requires 'server = true'",
+        ),
+        (
+            vec!["-dev", "-node", "a/b", "-hcl", feature],
+            "requires that 'node_name' not contain '/' characters",
+        ),
+        (
+            vec!["-dev", "-retry-join-wan", "127.0.0.1", "-hcl", feature],
+            "'retry_join_wan' is incompatible with 'connect.enable_mesh_gateway_wan_federation = true'",
+        ),
+        (
+            vec!["-dev", "-hcl", feature],
+            "requires TLS on the server port",
+        ),
+        (
+            vec![data.as_str(), "-primary-gateway", "127.0.0.16:4432"],
+            "'primary_gateways' requires 'server = true'",
+        ),
+        (
+            vec!["-dev", "-primary-gateway", "127.0.0.16:4432"],
+            "'primary_gateways' should only be configured in a secondary datacenter",
+        ),
+        (
+            vec!["-dev", "-hcl", "primary_datacenter = \"dc0\"", "-primary-gateway", "nowhere"],
+            "primary_gateways: \"nowhere\" is not host:port",
+        ),
+    ] {
+        let err = run_agent_expecting_failure(&args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_server_federating_through_gateways_refuses_a_manual_wan_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = common::server_tls_config(dir.path(), "g1", "verify_outgoing = true");
+    let config = write(
+        dir.path(),
+        "wanfed.hcl",
+        &format!("connect {{ enable_mesh_gateway_wan_federation = true }}\n{tls}"),
+    );
+    let mut flags = vec![
+        "-server".to_string(),
+        "-bootstrap".to_string(),
+        "-node=g1".to_string(),
+        "-bind=127.0.0.1".to_string(),
+        format!("-data-dir={}", dir.path().join("data").display()),
+        format!("-config-file={}", config.display()),
+    ];
+    flags.extend(common::own_server_ports());
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let agent = TestAgent::start(&args);
+    let (status, body) = agent.put("/v1/agent/join/127.0.0.1?wan=1", "");
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            500,
+            "WAN join is disabled when wan federation via mesh gateways is enabled"
+        )
+    );
+}

@@ -556,3 +556,81 @@ fn a_built_in_gateway_holds_its_config_while_its_agent_restarts() {
     });
     assert_eq!(answer, "agent back");
 }
+
+/// `openssl s_client` through a gateway at 127.0.0.15:`port` asking for
+/// `sni` and `alpn`, checking the far end's certificate against `ca` for
+/// `server.dc1.consul`: what it printed.
+fn server_through_gateway(port: u16, sni: &str, alpn: &str, ca: &std::path::Path) -> String {
+    let out = std::process::Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-connect"])
+        .arg(format!("127.0.0.15:{port}"))
+        .args(["-servername", sni, "-alpn", alpn])
+        .args([
+            "-verify_hostname",
+            "server.dc1.consul",
+            "-verify_return_error",
+        ])
+        .arg("-CAfile")
+        .arg(ca)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn a_gateway_exposing_servers_passes_their_tls_through_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = common::server_tls_config(dir.path(), "g1", "");
+    let config = common::write(dir.path(), "tls.hcl", &tls);
+    let grpc = free_port();
+    let mut flags = vec![
+        "-server".to_string(),
+        "-bootstrap".to_string(),
+        "-node=g1".to_string(),
+        "-bind=127.0.0.1".to_string(),
+        format!("-data-dir={}", dir.path().join("data").display()),
+        "-dns-port=-1".to_string(),
+        "-grpc-tls-port=-1".to_string(),
+        format!("-grpc-port={grpc}"),
+        format!("-config-file={}", config.display()),
+    ];
+    flags.extend(common::own_server_ports());
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let agent = TestAgent::start_with(&args, false);
+    let lan = free_port();
+    let _gateway = common::mesh::Proxy(
+        std::process::Command::new(common::binary())
+            .args([
+                "connect",
+                "proxy",
+                "-gateway=mesh",
+                "-register",
+                "-expose-servers",
+            ])
+            .args(["-address", &format!("127.0.0.15:{lan}")])
+            .args(["-admin-bind", "127.0.0.1:0"])
+            .env("CONSUL_HTTP_ADDR", agent.addr())
+            .stdout(std::fs::File::create(dir.path().join("gateway.log")).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("gateway.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let ca = dir.path().join("consul-agent-ca.pem");
+    // Any server of dc1, and g1 by its name: the server port's own TLS,
+    // untouched by the gateway, its certificate valid for
+    // server.dc1.consul and its ALPN answered.
+    for sni in ["server.dc1.consul", "g1.server.dc1.consul"] {
+        let printed = eventually(Duration::from_secs(60), || {
+            let out = server_through_gateway(lan, sni, "legate/rpc", &ca);
+            out.contains("ALPN protocol: legate/rpc").then_some(out)
+        });
+        assert!(
+            printed.contains("Verify return code: 0 (ok)"),
+            "{sni}: {printed}"
+        );
+    }
+    // A server name no local server has goes nowhere.
+    let out = server_through_gateway(lan, "g9.server.dc1.consul", "legate/rpc", &ca);
+    assert!(!out.contains("ALPN protocol"), "{out}");
+}

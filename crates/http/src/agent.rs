@@ -648,6 +648,11 @@ async fn join_wan(st: &AppState, address: String) -> ApiResult {
     let Some(pool) = st.agent.wan_membership() else {
         return Err(ApiError::internal("Must be a server to join WAN cluster"));
     };
+    if st.agent.config().mesh_federation.enabled {
+        return Err(ApiError::internal(
+            "WAN join is disabled when wan federation via mesh gateways is enabled",
+        ));
+    }
     match pool.join(vec![address.clone()]).await {
         Ok(n) if n > 0 => Ok(StatusCode::OK.into_response()),
         Ok(_) => Err(ApiError::internal(format!(

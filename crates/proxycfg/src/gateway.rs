@@ -44,6 +44,8 @@ pub struct GatewayRegistration {
     pub tagged_addresses: BTreeMap<String, GatewayAddress>,
     /// Its service meta.
     pub meta: BTreeMap<String, String>,
+    /// The agent's DNS domain (`consul`): servers' SNI names end in it.
+    pub domain: String,
 }
 
 /// A mesh gateway's configuration beyond any proxy's.
@@ -67,6 +69,23 @@ pub struct MeshGatewayState {
     /// Local services' resolver `ConnectTimeout`s, in milliseconds.
     #[serde(default)]
     pub connect_timeouts_ms: BTreeMap<String, u64>,
+    /// With `wan_federation`: this datacenter's servers (the `consul`
+    /// service) at their LAN addresses and server ports.
+    #[serde(default)]
+    pub servers: Vec<Endpoint>,
+    /// The agent's DNS domain, for the servers' SNI names.
+    #[serde(default)]
+    pub domain: String,
+}
+
+/// The SNI name a server is dialled by through gateways:
+/// `<node>.server.<dc>.<domain>`, or `server.<dc>.<domain>` for any server
+/// of the datacenter (Consul's `ServerSNI`).
+pub fn server_sni(node: Option<&str>, datacenter: &str, domain: &str) -> String {
+    match node {
+        Some(node) => format!("{node}.server.{datacenter}.{domain}"),
+        None => format!("server.{datacenter}.{domain}"),
+    }
 }
 
 /// What a gateway takes from a service's resolver.
@@ -241,6 +260,8 @@ enum Update {
     SubsetEndpoints(String, Vec<Endpoint>),
     ServiceEndpoints(String, Vec<Endpoint>),
     CatalogGateways(String, Vec<CheckServiceNode>),
+    /// The local servers (the `consul` service).
+    Servers(Vec<CheckServiceNode>),
 }
 
 /// What a gateway has heard so far.
@@ -254,6 +275,7 @@ struct Heard {
     resolvers: BTreeMap<String, ResolverView>,
     /// Follow key (service, subset and definition) → instances.
     subset_endpoints: BTreeMap<String, Vec<Endpoint>>,
+    servers: Vec<CheckServiceNode>,
 }
 
 /// What a gateway's task follows: its fixed sources, and one
@@ -265,6 +287,8 @@ enum Follow {
     Resolvers,
     Federation,
     Datacenters,
+    /// This datacenter's servers (a gateway carrying their traffic).
+    Servers,
     /// A local service's instances.
     Service(String),
     /// A remote datacenter's gateways in its catalog.
@@ -397,6 +421,17 @@ pub(crate) async fn run_gateway(
         .meta
         .get(WAN_FEDERATION_META)
         .is_some_and(|v| v == "1");
+    if wan_federation {
+        let (s, dc) = (sources.clone(), local.clone());
+        followed.add(
+            Follow::Servers,
+            follow_reads(move |i| {
+                let (s, dc) = (s.clone(), dc.clone());
+                async move { s.servers(&dc, i).await }
+            }),
+            Update::Servers,
+        );
+    }
     loop {
         let first = followed.next().await;
         let received = std::time::Instant::now();
@@ -459,6 +494,7 @@ pub(crate) async fn run_gateway(
                     }
                 }
                 Update::Federation(states) => heard.federation = states,
+                Update::Servers(list) => heard.servers = list,
                 Update::Resolvers(entries) => {
                     heard.resolvers = entries
                         .iter()
@@ -585,6 +621,12 @@ impl Heard {
                 remote_gateways,
                 subsets,
                 connect_timeouts_ms,
+                servers: self
+                    .servers
+                    .iter()
+                    .map(|s| Endpoint::of_instance(s, false))
+                    .collect(),
+                domain: gateway.domain.clone(),
             })),
             changed_at: None,
         })

@@ -108,6 +108,16 @@ pub trait DataSources: Send + Sync + 'static {
         Err("this source serves no mesh gateways".into())
     }
 
+    /// The instances of `datacenter`'s servers (the `consul` service), for
+    /// a gateway that carries their traffic.
+    async fn servers(
+        &self,
+        _datacenter: &str,
+        _min_index: u64,
+    ) -> Result<Fetched<Vec<CheckServiceNode>>, String> {
+        Err("servers are not available from these sources".into())
+    }
+
     /// The datacenters known now (not blocking).
     async fn datacenters(&self) -> Result<Vec<String>, String> {
         Err("this source serves no mesh gateways".into())

@@ -16,6 +16,7 @@ pub mod error;
 pub mod event;
 pub mod federation;
 pub mod federation_state;
+pub mod gateway_locator;
 pub mod intention;
 pub mod keys;
 pub mod kv;

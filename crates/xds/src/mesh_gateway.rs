@@ -2,8 +2,11 @@
 //! per bind address with `tls_inspector`, a filter chain per other
 //! datacenter matching `*.<dc>.internal.<trust domain>` to that
 //! datacenter's gateways, and a catch-all chain whose `sni_cluster` sends
-//! each connection to the local cluster its SNI names. Nothing is
-//! decrypted: the mesh's mTLS runs end to end through the gateway.
+//! each connection to the local cluster its SNI names; a gateway that
+//! carries the servers' traffic (`consul-wan-federation`) also routes
+//! `*.server.<dc>.<domain>` to other datacenters' gateways and each local
+//! server by its name. Nothing is decrypted: the mesh's mTLS (and the
+//! servers' TLS) runs end to end through the gateway.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -17,7 +20,7 @@ use envoy_types::pb::envoy::extensions::filters::network::sni_cluster::v3::SniCl
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3 as tcp_proxy;
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
-use legate_proxycfg::gateway::{GatewayAddress, MeshGatewayState};
+use legate_proxycfg::gateway::{server_sni, GatewayAddress, MeshGatewayState};
 use legate_proxycfg::{ConnectProxySnapshot, Endpoint, EndpointHealth};
 use serde_json::Value;
 
@@ -145,6 +148,9 @@ fn gateway_listener(
             }
         })
         .collect();
+    if gateway.wan_federation {
+        chains.extend(server_chains(snapshot, gateway, &stat_bind));
+    }
     chains.push(listener::FilterChain {
         filters: vec![
             typed_filter("envoy.filters.network.sni_cluster", SniCluster {}),
@@ -249,6 +255,121 @@ fn hostname_cluster(
     }
 }
 
+/// The cluster (and endpoints) `name` of another datacenter's gateways.
+fn add_remote_cluster(
+    out: &mut Resources,
+    snapshot: &ConnectProxySnapshot,
+    name: String,
+    gateways: &[Endpoint],
+    timeout_ms: u64,
+) {
+    // With any host name among them, only the host names count (Consul's).
+    let hostnames: Vec<Endpoint> = gateways
+        .iter()
+        .filter(|g| g.address.parse::<IpAddr>().is_err())
+        .cloned()
+        .collect();
+    if hostnames.is_empty() {
+        out.add(
+            CLUSTER_TYPE,
+            name.clone(),
+            gateway_cluster(&name, timeout_ms),
+        );
+        let assignment = gateway_load_assignment(&name, gateways.iter());
+        out.add(ENDPOINT_TYPE, name, assignment);
+    } else {
+        let cluster = hostname_cluster(snapshot, &name, &hostnames, timeout_ms);
+        out.add(CLUSTER_TYPE, name, cluster);
+    }
+}
+
+/// This datacenter's servers, for a gateway carrying their traffic:
+/// `server.<dc>.<domain>` (any of them) and `<node>.server.<dc>.<domain>`
+/// (each), at their LAN addresses and server ports, health left to the
+/// connection (Consul's UNKNOWN).
+fn add_server_clusters(
+    out: &mut Resources,
+    snapshot: &ConnectProxySnapshot,
+    gateway: &MeshGatewayState,
+    timeout_ms: u64,
+) {
+    let local = &snapshot.datacenter;
+    let unknown = |list: Vec<endpoint::LbEndpoint>| {
+        list.into_iter()
+            .map(|mut e| {
+                e.health_status = core::HealthStatus::Unknown as i32;
+                e
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut clusters = vec![(
+        server_sni(None, local, &gateway.domain),
+        gateway.servers.clone(),
+    )];
+    for server in &gateway.servers {
+        let name = server_sni(Some(&server.node), local, &gateway.domain);
+        clusters.push((name, vec![server.clone()]));
+    }
+    for (name, servers) in clusters {
+        out.add(
+            CLUSTER_TYPE,
+            name.clone(),
+            gateway_cluster(&name, timeout_ms),
+        );
+        let assignment = endpoint::ClusterLoadAssignment {
+            cluster_name: name.clone(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: unknown(lb_endpoints(servers.iter())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        out.add(ENDPOINT_TYPE, name, assignment);
+    }
+}
+
+/// The chains of a gateway carrying servers' traffic, after the
+/// per-datacenter ones: `*.server.<dc>.<domain>` to each other
+/// datacenter's servers, and each local server by its exact name.
+fn server_chains(
+    snapshot: &ConnectProxySnapshot,
+    gateway: &MeshGatewayState,
+    stat_bind: &str,
+) -> Vec<listener::FilterChain> {
+    let chain = |names: Vec<String>, stat: String, cluster: String| listener::FilterChain {
+        filter_chain_match: Some(listener::FilterChainMatch {
+            server_names: names,
+            ..Default::default()
+        }),
+        filters: vec![tcp_proxy_filter(stat, cluster)],
+        ..Default::default()
+    };
+    let local = &snapshot.datacenter;
+    let mut chains: Vec<listener::FilterChain> = gateway
+        .remote_gateways
+        .keys()
+        .map(|dc| {
+            let cluster = server_sni(None, dc, &gateway.domain);
+            chain(
+                vec![format!("*.{cluster}")],
+                format!("mesh_gateway_remote.{stat_bind}.{dc}"),
+                cluster,
+            )
+        })
+        .collect();
+    let nodes: std::collections::BTreeSet<&str> =
+        gateway.servers.iter().map(|s| s.node.as_str()).collect();
+    chains.extend(nodes.into_iter().map(|node| {
+        let cluster = server_sni(Some(node), local, &gateway.domain);
+        chain(
+            vec![cluster.clone()],
+            format!("mesh_gateway_local_server.{stat_bind}.{local}"),
+            cluster,
+        )
+    }));
+    chains
+}
+
 /// Generates every resource of a mesh gateway's snapshot.
 pub fn generate(snapshot: &ConnectProxySnapshot, gateway: &MeshGatewayState) -> Resources {
     let mut out = Resources::default();
@@ -258,24 +379,15 @@ pub fn generate(snapshot: &ConnectProxySnapshot, gateway: &MeshGatewayState) -> 
         .unwrap_or(5000);
     for (dc, gateways) in &gateway.remote_gateways {
         let name = datacenter_sni(dc, &snapshot.trust_domain);
-        // With any host name among them, only the host names count (Consul's).
-        let hostnames: Vec<Endpoint> = gateways
-            .iter()
-            .filter(|g| g.address.parse::<IpAddr>().is_err())
-            .cloned()
-            .collect();
-        if hostnames.is_empty() {
-            out.add(
-                CLUSTER_TYPE,
-                name.clone(),
-                gateway_cluster(&name, timeout_ms),
-            );
-            let assignment = gateway_load_assignment(&name, gateways.iter());
-            out.add(ENDPOINT_TYPE, name, assignment);
-        } else {
-            let cluster = hostname_cluster(snapshot, &name, &hostnames, timeout_ms);
-            out.add(CLUSTER_TYPE, name, cluster);
+        add_remote_cluster(&mut out, snapshot, name, gateways, timeout_ms);
+        if gateway.wan_federation {
+            // Another datacenter's servers are behind its gateways too.
+            let name = server_sni(None, dc, &gateway.domain);
+            add_remote_cluster(&mut out, snapshot, name, gateways, timeout_ms);
         }
+    }
+    if gateway.wan_federation {
+        add_server_clusters(&mut out, snapshot, gateway, timeout_ms);
     }
     let local_sni = datacenter_sni(&snapshot.datacenter, &snapshot.trust_domain);
     let no_subsets = BTreeMap::new();

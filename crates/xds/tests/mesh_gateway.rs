@@ -132,6 +132,8 @@ fn state() -> MeshGatewayState {
         remote_gateways: remote,
         subsets,
         connect_timeouts_ms: timeouts,
+        servers: Vec::new(),
+        domain: "consul".into(),
     }
 }
 
@@ -426,4 +428,125 @@ fn a_gateway_with_nothing_behind_it_still_listens() {
         .connect_timeout
         .unwrap();
     assert_eq!((timeout.seconds, timeout.nanos), (2, 500_000_000));
+}
+
+#[test]
+fn a_gateway_carrying_servers_routes_them_by_name_as_consuls_does() {
+    let mut state = state();
+    state.wan_federation = true;
+    state.servers = vec![
+        endpoint("s2", "10.0.0.12", 8300, EndpointHealth::Passing),
+        endpoint("s1", "10.0.0.11", 8300, EndpointHealth::Critical),
+    ];
+    let resources = generate(&gateway_snapshot(json!({}), state));
+    let listeners: BTreeMap<String, listener::Listener> = decoded(&resources, LISTENER_TYPE);
+    let l = &listeners["default:1.2.3.4:8443"];
+    // Per datacenter, then each other datacenter's servers, then each
+    // local server by its exact name, then the catch-all.
+    let routed: Vec<(Vec<String>, String, String)> = l
+        .filter_chains
+        .iter()
+        .filter_map(|chain| {
+            let names = chain.filter_chain_match.as_ref()?.server_names.clone();
+            let proxy = tcp_proxy_of(&chain.filters[0]);
+            Some((
+                names,
+                proxy.stat_prefix.clone(),
+                cluster_of(&proxy).to_string(),
+            ))
+        })
+        .collect();
+    let expected = |names: &[&str], stat: &str, cluster: &str| {
+        (
+            names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            stat.to_string(),
+            cluster.to_string(),
+        )
+    };
+    assert_eq!(
+        routed,
+        vec![
+            expected(
+                &[&format!("*.dc2.internal.{TD}")],
+                "mesh_gateway_remote.default.dc2",
+                &format!("dc2.internal.{TD}")
+            ),
+            expected(
+                &[&format!("*.dc4.internal.{TD}")],
+                "mesh_gateway_remote.default.dc4",
+                &format!("dc4.internal.{TD}")
+            ),
+            expected(
+                &["*.server.dc2.consul"],
+                "mesh_gateway_remote.default.dc2",
+                "server.dc2.consul"
+            ),
+            expected(
+                &["*.server.dc4.consul"],
+                "mesh_gateway_remote.default.dc4",
+                "server.dc4.consul"
+            ),
+            expected(
+                &["s1.server.dc1.consul"],
+                "mesh_gateway_local_server.default.dc1",
+                "s1.server.dc1.consul"
+            ),
+            expected(
+                &["s2.server.dc1.consul"],
+                "mesh_gateway_local_server.default.dc1",
+                "s2.server.dc1.consul"
+            ),
+        ]
+    );
+    assert!(l.filter_chains.last().unwrap().filter_chain_match.is_none());
+    let clusters: BTreeMap<String, cluster::Cluster> = decoded(&resources, CLUSTER_TYPE);
+    for name in [
+        "server.dc1.consul",
+        "s1.server.dc1.consul",
+        "s2.server.dc1.consul",
+        "server.dc2.consul",
+        "server.dc4.consul",
+    ] {
+        assert!(
+            clusters.contains_key(name),
+            "{name} in {:?}",
+            clusters.keys()
+        );
+    }
+    // dc4's gateways are host names: its servers' cluster is resolved by
+    // Envoy, as its services' is.
+    assert_eq!(
+        clusters["server.dc4.consul"].cluster_discovery_type,
+        clusters[&format!("dc4.internal.{TD}")].cluster_discovery_type
+    );
+    let assignments: BTreeMap<String, endpoint::ClusterLoadAssignment> =
+        decoded(&resources, ENDPOINT_TYPE);
+    let all = &assignments["server.dc1.consul"].endpoints[0].lb_endpoints;
+    let mut addresses: Vec<(String, u16)> = all.iter().map(address_of).collect();
+    addresses.sort();
+    assert_eq!(
+        addresses,
+        [
+            ("10.0.0.11".to_string(), 8300),
+            ("10.0.0.12".to_string(), 8300)
+        ]
+    );
+    assert!(
+        all.iter()
+            .all(|e| e.health_status == core::HealthStatus::Unknown as i32),
+        "a server's health is left to the connection"
+    );
+    let one = &assignments["s1.server.dc1.consul"].endpoints[0].lb_endpoints;
+    assert_eq!(
+        one.iter().map(address_of).collect::<Vec<_>>(),
+        [("10.0.0.11".to_string(), 8300)]
+    );
+    let dc2 = &assignments["server.dc2.consul"].endpoints[0].lb_endpoints;
+    assert_eq!(
+        dc2.iter().map(address_of).collect::<Vec<_>>(),
+        [
+            ("198.18.1.1".to_string(), 443),
+            ("198.18.1.2".to_string(), 443)
+        ]
+    );
 }

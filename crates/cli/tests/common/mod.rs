@@ -388,6 +388,29 @@ pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// `legate tls ca create` and `tls cert create -server -dc dc1 -node
+/// <node>` in `dir`; a `tls { defaults {...} }` block naming the files,
+/// with `extra` lines inside it.
+pub fn server_tls_config(dir: &Path, node: &str, extra: &str) -> String {
+    for args in [
+        &["tls", "ca", "create"][..],
+        &[
+            "tls", "cert", "create", "-server", "-dc", "dc1", "-node", node,
+        ],
+    ] {
+        let out = Command::new(binary())
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let d = dir.display();
+    format!(
+        "tls {{\n  defaults {{\n    ca_file = \"{d}/consul-agent-ca.pem\"\n    cert_file = \"{d}/dc1-server-consul-0.pem\"\n    key_file = \"{d}/dc1-server-consul-0-key.pem\"\n    {extra}\n  }}\n}}\n"
+    )
+}
+
 /// Writes a file under `dir`.
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
