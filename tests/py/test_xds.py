@@ -264,7 +264,7 @@ def test_a_mesh_gateways_resources_and_bootstrap_parse_strictly_as_envoy_v3(tmp_
     agent = Agent(["-config-file", str(demo)], grpc_port=grpc_port)
     try:
         out = subprocess.run(
-            [legate_binary(), "connect", "envoy", "-gateway=mesh", "-register", "-bootstrap",
+            [legate_binary(), "connect", "envoy", "-gateway=mesh", "-register", "-expose-servers", "-bootstrap",
              "-address", f"127.0.0.1:{lan}", "-http-addr", f"127.0.0.1:{agent.port}"],
             capture_output=True, text=True, check=True,
         )
@@ -274,7 +274,8 @@ def test_a_mesh_gateways_resources_and_bootstrap_parse_strictly_as_envoy_v3(tmp_
         import json
         td = json.loads(roots)["TrustDomain"]
         stream = Stream(grpc_port, "mesh-gateway")
-        wanted = {f"web.default.dc1.internal.{td}", f"db.default.dc1.internal.{td}"}
+        # With -expose-servers the servers' clusters too (Consul's names).
+        wanted = {f"web.default.dc1.internal.{td}", f"db.default.dc1.internal.{td}", "server.dc1.consul"}
         deadline = time.time() + 30
         stream.send(type_url=CDS)
         while True:
