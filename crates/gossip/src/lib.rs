@@ -633,6 +633,7 @@ async fn run(
         me,
         by_addr: BTreeMap::new(),
         leave_intents: Default::default(),
+        prune_intents: Default::default(),
         key_states: Default::default(),
     };
     let mut buf = vec![0u8; 65536];

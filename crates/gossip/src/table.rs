@@ -16,6 +16,9 @@ pub(crate) struct Table {
     pub(crate) by_addr: BTreeMap<SocketAddr, Member>,
     /// Force-leaves received for members not (yet) failed here.
     pub(crate) leave_intents: std::collections::HashMap<String, Instant>,
+    /// Prunes received for members not (yet) failed here: forgotten, not
+    /// recorded, when they fail.
+    pub(crate) prune_intents: std::collections::HashMap<String, Instant>,
     /// Key fingerprints members announced after their keyring changed
     /// (newer than the ones in their tags).
     pub(crate) key_states: std::collections::HashMap<String, Vec<String>>,
@@ -26,8 +29,10 @@ const LEAVE_INTENT: Duration = Duration::from_secs(60);
 
 impl Table {
     pub(crate) fn up(&mut self, id: &NodeId) {
-        // A new identity (a restart) carries its keys in its tags again.
+        // A new identity (a restart) carries its keys in its tags again,
+        // and is a member again whatever was pruned before.
         self.key_states.remove(&id.name);
+        self.prune_intents.remove(&id.name);
         self.by_addr.insert(
             id.addr,
             Member {
@@ -81,11 +86,22 @@ impl Table {
         self.leave_intents.remove(name);
         self.by_addr
             .retain(|_, m| m.name != name || m.status == Status::Alive);
+        // Still alive here (our failure detector is behind the one that
+        // pruned): forget it as soon as it fails.
+        if self.by_addr.values().any(|m| m.name == name) {
+            self.prune_intents
+                .insert(name.to_string(), Instant::now() + LEAVE_INTENT);
+        }
     }
 
     pub(crate) fn down(&mut self, id: &NodeId) {
-        self.leave_intents
-            .retain(|_, until| *until > Instant::now());
+        let now = Instant::now();
+        self.leave_intents.retain(|_, until| *until > now);
+        self.prune_intents.retain(|_, until| *until > now);
+        if self.prune_intents.remove(&id.name).is_some() {
+            self.by_addr.retain(|_, m| m.name != id.name);
+            return;
+        }
         let status = if id.tags.leaving || self.leave_intents.remove(&id.name).is_some() {
             Status::Left
         } else {
@@ -132,5 +148,52 @@ impl Table {
             }
         }
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str, port: u16) -> NodeId {
+        NodeId {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            name: name.to_string(),
+            bump: 0,
+            tags: Default::default(),
+        }
+    }
+
+    fn table() -> Table {
+        Table {
+            me: id("me", 1),
+            by_addr: BTreeMap::new(),
+            leave_intents: Default::default(),
+            prune_intents: Default::default(),
+            key_states: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_prune_that_arrives_before_the_failure_forgets_the_member_when_it_fails() {
+        let mut table = table();
+        let b3 = id("b3", 2);
+        table.up(&b3);
+        table.prune("b3");
+        assert_eq!(table.by_addr.len(), 1, "alive here: kept until it fails");
+        table.down(&b3);
+        assert!(table.by_addr.is_empty(), "{:?}", table.by_addr);
+    }
+
+    #[test]
+    fn a_prune_after_the_failure_forgets_at_once_and_leaves_no_intent() {
+        let mut table = table();
+        let b3 = id("b3", 2);
+        table.up(&b3);
+        table.down(&b3);
+        assert_eq!(table.by_addr[&b3.addr].status, Status::Failed);
+        table.prune("b3");
+        assert!(table.by_addr.is_empty());
+        assert!(table.prune_intents.is_empty());
     }
 }

@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use base64::Engine;
 use legate_agent::UserEvent;
 use legate_types::event::USER_EVENT_SIZE_LIMIT;
+use legate_types::rpc::SnapshotArchive;
 use legate_types::{Session, SessionCreateRequest, DEFAULT_LOCK_DELAY};
 use serde_json::json;
 
@@ -137,12 +138,15 @@ pub async fn snapshot_restore(
     // read: each is held, verified (inflated and decoded) and written, and
     // a second would double that.
     let Some(_restoring) = RestoreSlot::take() else {
+        // The upload is read and dropped frame by frame (never held), so
+        // the client gets the answer rather than a reset connection.
+        discard_body(body, SnapshotArchive::MAX_RESTORE_BYTES).await;
         return Err(ApiError {
             status: axum::http::StatusCode::TOO_MANY_REQUESTS,
             message: "Snapshot restore already in progress; try again when it has finished".into(),
         });
     };
-    let limit = legate_types::rpc::SnapshotArchive::MAX_RESTORE_BYTES;
+    let limit = SnapshotArchive::MAX_RESTORE_BYTES;
     let body = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| ApiError {
@@ -159,14 +163,24 @@ pub async fn snapshot_restore(
     }
     st.agent
         .rpc()
-        .snapshot_restore(
-            &req.write_options(),
-            legate_types::rpc::SnapshotArchive(Vec::from(body)),
-        )
+        .snapshot_restore(&req.write_options(), SnapshotArchive(Vec::from(body)))
         .await?;
     Ok(axum::response::IntoResponse::into_response(
         axum::http::StatusCode::OK,
     ))
+}
+
+/// Reads and drops a request body of at most `limit` bytes.
+async fn discard_body(body: axum::body::Body, limit: usize) {
+    use futures::StreamExt;
+    let mut frames = body.into_data_stream();
+    let mut seen = 0usize;
+    while let Some(Ok(chunk)) = frames.next().await {
+        seen += chunk.len();
+        if seen > limit {
+            break;
+        }
+    }
 }
 
 /// Held while this agent restores a snapshot.

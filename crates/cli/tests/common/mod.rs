@@ -316,10 +316,16 @@ pub fn try_http_request_full(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(&body).unwrap();
+    // A server may answer before it has read the whole body and close;
+    // the answer is then still there to read, so a failed write is not
+    // the end of the exchange.
+    let _ = stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(&body));
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).ok()?;
+    if stream.read_to_end(&mut raw).is_err() && raw.is_empty() {
+        return None;
+    }
     Some(parse_response(&raw))
 }
 
