@@ -225,6 +225,8 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "pid_file",
     "ports",
     "primary_datacenter",
+    "primary_gateways",
+    "primary_gateways_interval",
     "server",
     "service",
     "services",

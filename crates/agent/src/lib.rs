@@ -87,6 +87,9 @@ pub struct Agent {
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     federation_warnings: std::sync::OnceLock<tokio::sync::watch::Receiver<Vec<String>>>,
+    gateway_locator: std::sync::OnceLock<
+        tokio::sync::watch::Receiver<legate_types::gateway_locator::GatewayLocator>,
+    >,
 }
 
 impl Agent {
@@ -128,6 +131,7 @@ impl Agent {
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
             federation_warnings: std::sync::OnceLock::new(),
+            gateway_locator: std::sync::OnceLock::new(),
             intentions,
             leaf_certs,
             config,
@@ -305,6 +309,20 @@ impl Agent {
             .get()
             .map(|w| w.borrow().clone())
             .unwrap_or_default()
+    }
+
+    /// The gateway locator of a server federating through mesh gateways:
+    /// its inputs, its choice and why.
+    pub fn gateway_locator(&self) -> Option<legate_types::gateway_locator::GatewayLocator> {
+        self.gateway_locator.get().map(|l| l.borrow().clone())
+    }
+
+    /// Plugs in the gateway locator (once; later calls are ignored).
+    pub fn set_gateway_locator(
+        &self,
+        locator: tokio::sync::watch::Receiver<legate_types::gateway_locator::GatewayLocator>,
+    ) {
+        let _ = self.gateway_locator.set(locator);
     }
 
     /// Plugs in the federation warnings (once; later calls are ignored).

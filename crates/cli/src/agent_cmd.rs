@@ -502,11 +502,13 @@ pub async fn run(args: AgentArgs) -> u8 {
     }
 }
 
-/// A server's WAN pool and its federation warnings.
-type WanParts = (
-    Arc<dyn legate_agent::membership::Membership>,
-    tokio::sync::watch::Receiver<Vec<String>>,
-);
+/// A server's WAN pool, its federation warnings and, federating through
+/// mesh gateways, its gateway locator.
+struct WanParts {
+    membership: Arc<dyn legate_agent::membership::Membership>,
+    warnings: tokio::sync::watch::Receiver<Vec<String>>,
+    locator: Option<tokio::sync::watch::Receiver<legate_types::gateway_locator::GatewayLocator>>,
+}
 
 /// What a started server hands the agent.
 struct StartedServer {
@@ -553,13 +555,21 @@ async fn start_server(
     // read by the router and the catalog.
     let (wan_view, wan_view_rx) = tokio::sync::watch::channel(Default::default());
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    // Calls to other datacenters (forwarding, global writes, replication).
+    let federation = crate::wanfed::prepare(
+        config,
+        tls.client()
+            .map_err(|e| format!("Error loading TLS: {e}"))?,
+    )?;
+    // Calls to other datacenters (forwarding, global writes, replication),
+    // through mesh gateways when federating through them.
     let cross_dc = clustered.then(|| {
+        let router = legate_rpc::Router::new(config.datacenter.clone(), wan_view_rx.clone());
+        let router = match &federation {
+            Some(f) => router.through_gateways(f.locator.clone()),
+            None => router,
+        };
         Arc::new(legate_rpc::CrossDatacenter::new(
-            Arc::new(legate_rpc::Router::new(
-                config.datacenter.clone(),
-                wan_view_rx.clone(),
-            )),
+            Arc::new(router),
             pool.clone(),
         ))
     });
@@ -643,6 +653,9 @@ async fn start_server(
             config.limits.rpc_handshake_timeout,
         );
         server.route(&mut listener, rpc.clone());
+        if let Some(f) = &federation {
+            listener.route_stream(legate_rpc::Kind::WanGossip, Arc::new(f.tunnel.clone()));
+        }
         // The server port (and every connection on it) closes with the server.
         let s = server.clone();
         tokio::spawn(async move {
@@ -658,16 +671,28 @@ async fn start_server(
             raft_id(node_id),
             Some(rpc_address),
             crate::cluster::PoolKind::Lan,
+            None,
         )
         .await?;
         crate::cluster::spawn_joins(
             gossip_membership.clone(),
             crate::cluster::JoinPlan::lan(config),
         );
-        if let Some(pool) =
-            crate::wan::start(config, node_id, raft_id(node_id), rpc_address, wan_view).await?
+        let relay = federation.as_ref().and_then(|f| f.take_relay());
+        if let Some(wan_pool) = crate::wan::start(
+            config,
+            node_id,
+            raft_id(node_id),
+            rpc_address,
+            wan_view,
+            relay,
+        )
+        .await?
         {
-            if let Some((wan_gossip, _)) = &pool.gossip {
+            if let Some((wan_gossip, _)) = &wan_pool.gossip {
+                if let Some(f) = &federation {
+                    f.run(config, server.clone(), pool.clone(), wan_gossip.clone());
+                }
                 crate::wan::spawn_flood_join(
                     gossip.clone(),
                     wan_gossip.clone(),
@@ -675,7 +700,11 @@ async fn start_server(
                 );
                 crate::wan::spawn_keyring_mirror(gossip.clone(), wan_gossip.clone());
             }
-            wan_membership = Some((pool.membership, pool.warnings));
+            wan_membership = Some(WanParts {
+                membership: wan_pool.membership,
+                warnings: wan_pool.warnings,
+                locator: federation.as_ref().map(|f| f.locator.clone()),
+            });
         }
         crate::cluster::spawn_member_sync(server.clone(), &gossip);
         if config.bootstrap_expect > 1 {
@@ -796,9 +825,15 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         start_server(&config, &node_id, &pool, &tls).await?
     } else {
         // A client agent: no Raft; calls go to the servers gossip knows.
-        let (gossip, membership) =
-            crate::cluster::start_gossip(&config, &node_id, 0, None, crate::cluster::PoolKind::Lan)
-                .await?;
+        let (gossip, membership) = crate::cluster::start_gossip(
+            &config,
+            &node_id,
+            0,
+            None,
+            crate::cluster::PoolKind::Lan,
+            None,
+        )
+        .await?;
         crate::cluster::spawn_joins(membership.clone(), crate::cluster::JoinPlan::lan(&config));
         let servers = crate::cluster::server_addresses(&gossip, config.datacenter.clone());
         let rpc: Arc<dyn ServerRpc> = Arc::new(legate_rpc::ServerPool::new(servers, pool.clone()));
@@ -816,9 +851,12 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     if let Some(m) = &membership {
         agent.set_membership(m.clone());
     }
-    if let Some((m, warnings)) = &wan_membership {
-        agent.set_wan_membership(m.clone());
-        agent.set_federation_warnings(warnings.clone());
+    if let Some(wan) = &wan_membership {
+        agent.set_wan_membership(wan.membership.clone());
+        agent.set_federation_warnings(wan.warnings.clone());
+        if let Some(locator) = &wan.locator {
+            agent.set_gateway_locator(locator.clone());
+        }
     }
     crate::cluster::spawn_user_events(agent.clone(), membership.as_ref(), events);
     let reload_args = args.clone();
@@ -878,8 +916,8 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     // (a restarting server should not shrink the cluster).
     if let (true, Some(m)) = (leaving || !config.server, &membership) {
         use legate_agent::membership::Membership;
-        if let Some((wan, _)) = &wan_membership {
-            wan.leave().await;
+        if let Some(wan) = &wan_membership {
+            wan.membership.leave().await;
         }
         m.leave().await;
     }

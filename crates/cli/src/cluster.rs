@@ -233,6 +233,7 @@ pub async fn start_gossip(
     raft_id: u64,
     server_rpc: Option<SocketAddr>,
     kind: PoolKind,
+    relay: Option<legate_gossip::Relay>,
 ) -> Result<(Gossip, Arc<GossipMembership>), String> {
     let (port, advertise_ip, name, settings, file_suffix) = match kind {
         PoolKind::Lan => (
@@ -301,7 +302,7 @@ pub async fn start_gossip(
     if let (PoolKind::Lan, true, Some(wan_port)) = (kind, config.server, config.ports.serf_wan) {
         features.push(format!("{WAN_JOIN_PORT_TAG}={wan_port}"));
     }
-    let gossip = Gossip::start(GossipConfig {
+    let gossip_config = GossipConfig {
         bind,
         advertise: Some(advertise),
         name,
@@ -321,9 +322,12 @@ pub async fn start_gossip(
         keyring,
         timing: timing(settings, kind),
         pool: kind,
-    })
-    .await
-    .map_err(|e| format!("Error starting gossip on {bind}: {e}"))?;
+    };
+    let started = match relay {
+        Some(relay) => Gossip::start_relayed(gossip_config, relay).await,
+        None => Gossip::start(gossip_config).await,
+    };
+    let gossip = started.map_err(|e| format!("Error starting gossip on {bind}: {e}"))?;
     tracing::info!(address = %bind, pool = ?kind, "gossip listening");
     let membership = Arc::new(GossipMembership {
         gossip: gossip.clone(),

@@ -9,6 +9,7 @@ mod grpc_incoming;
 mod host;
 mod listeners;
 mod wan;
+mod wanfed;
 mod watch;
 mod xds_acl;
 

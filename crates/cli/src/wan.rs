@@ -72,6 +72,7 @@ pub async fn start(
     raft_id: u64,
     rpc_address: SocketAddr,
     view: watch::Sender<WanView>,
+    relay: Option<legate_gossip::Relay>,
 ) -> Result<Option<WanPool>, String> {
     if config.ports.serf_wan.is_none() {
         return Ok(None);
@@ -94,12 +95,23 @@ pub async fn start(
         config.wan.advertise_addr_wan.unwrap_or(rpc_address.ip()),
         rpc_address.port(),
     );
-    let (gossip, membership) =
-        crate::cluster::start_gossip(config, node_id, raft_id, Some(wan_rpc), PoolKind::Wan)
-            .await?;
+    let through_gateways = relay.is_some();
+    let (gossip, membership) = crate::cluster::start_gossip(
+        config,
+        node_id,
+        raft_id,
+        Some(wan_rpc),
+        PoolKind::Wan,
+        relay,
+    )
+    .await?;
     let warnings = spawn_federation_warnings(view.subscribe(), config);
     spawn_view(&gossip, view);
-    crate::cluster::spawn_joins(membership.clone(), crate::cluster::JoinPlan::wan(config));
+    // Through gateways a secondary joins the primary by the tunnel
+    // (`wanfed`), never by address.
+    if !through_gateways {
+        crate::cluster::spawn_joins(membership.clone(), crate::cluster::JoinPlan::wan(config));
+    }
     Ok(Some(WanPool {
         membership: membership.clone(),
         gossip: Some((gossip, membership)),

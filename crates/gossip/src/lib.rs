@@ -17,6 +17,7 @@ mod coordinates;
 mod keyring;
 mod pushpull;
 mod table;
+mod wire;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -37,6 +38,8 @@ pub use changes::ClusterChange;
 pub use coordinates::CoordinateView;
 pub use keyring::{load_keyring, save_keyring, Key, Keyring, OVERHEAD};
 use table::Table;
+pub use wire::Relay;
+use wire::Wire;
 
 /// The largest datagram sent (a conservative path MTU).
 const MAX_DATAGRAM: usize = 1400;
@@ -237,7 +240,8 @@ impl Pool {
 }
 
 enum Command {
-    Announce(SocketAddr),
+    /// Join through a member (reached through the relay: its name).
+    Announce(SocketAddr, Option<String>),
     SetTags(Tags),
     Leave(oneshot::Sender<()>),
     ForceLeave(String, oneshot::Sender<bool>),
@@ -281,6 +285,16 @@ fn next_bump(file: Option<&PathBuf>) -> u64 {
 impl Gossip {
     /// Binds the socket and starts gossiping (alone until [`Gossip::join`]).
     pub async fn start(config: GossipConfig) -> std::io::Result<Gossip> {
+        Gossip::start_with(config, None).await
+    }
+
+    /// [`Gossip::start`] with members of other datacenters reached through
+    /// `relay` (WAN federation through mesh gateways).
+    pub async fn start_relayed(config: GossipConfig, relay: Relay) -> std::io::Result<Gossip> {
+        Gossip::start_with(config, Some(relay)).await
+    }
+
+    async fn start_with(config: GossipConfig, relay: Option<Relay>) -> std::io::Result<Gossip> {
         let socket = UdpSocket::bind(config.bind).await?;
         let local = socket.local_addr()?;
         let addr = config.advertise.unwrap_or(local);
@@ -308,7 +322,7 @@ impl Gossip {
         let events = tokio::sync::broadcast::channel(256).0;
         let event_clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let task = tokio::spawn(run(
-            socket,
+            Wire::new(socket, relay),
             me,
             config,
             receiver,
@@ -373,8 +387,27 @@ impl Gossip {
     /// answer; the number of addresses that did.
     pub async fn join(&self, addresses: &[SocketAddr], timeout: Duration) -> usize {
         for a in addresses {
-            let _ = self.commands.send(Command::Announce(*a)).await;
+            let _ = self.commands.send(Command::Announce(*a, None)).await;
         }
+        self.wait_for(addresses, timeout).await
+    }
+
+    /// [`Gossip::join`] to members reached through the relay (their
+    /// addresses and WAN names, as a gateway's tunnel met them).
+    pub async fn join_relayed(&self, members: &[(SocketAddr, String)], timeout: Duration) -> usize {
+        for (addr, name) in members {
+            let _ = self
+                .commands
+                .send(Command::Announce(*addr, Some(name.clone())))
+                .await;
+        }
+        let addresses: Vec<SocketAddr> = members.iter().map(|(a, _)| *a).collect();
+        self.wait_for(&addresses, timeout).await
+    }
+
+    /// Waits up to `timeout` for a live member at each address; the number
+    /// there are.
+    async fn wait_for(&self, addresses: &[SocketAddr], timeout: Duration) -> usize {
         let mut watch = self.members.clone();
         let reached = |members: &[Member]| {
             addresses
@@ -529,7 +562,7 @@ fn max_transmissions_for(members: usize) -> std::num::NonZeroU8 {
 
 /// Sends this member's whole membership table to `to`.
 async fn send_state<B: foca::BroadcastHandler<NodeId>>(
-    socket: &UdpSocket,
+    (wire, table): (&Wire, &Table),
     (keyring, pool): (&Mutex<Keyring>, Pool),
     foca: &Foca<NodeId, PostcardCodec, StdRng, B>,
     to: SocketAddr,
@@ -544,7 +577,7 @@ async fn send_state<B: foca::BroadcastHandler<NodeId>>(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .seal(&pool.marked(chunk));
-        let _ = socket.send_to(&sealed, to).await;
+        wire.send(table, to, sealed).await;
     }
 }
 
@@ -592,7 +625,7 @@ fn apply_change(
 }
 
 async fn run(
-    socket: UdpSocket,
+    mut wire: Wire,
     me: NodeId,
     config: GossipConfig,
     mut commands: mpsc::Receiver<Command>,
@@ -656,13 +689,13 @@ async fn run(
     loop {
         let next = timers.peek().map(|Reverse((at, _))| *at);
         let result = tokio::select! {
-            received = socket.recv_from(&mut buf) => {
+            received = wire.recv(&mut buf) => {
                 match received {
-                    Ok((len, from)) => {
+                    Ok((datagram, from)) => {
                         let opened = keyring
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .open(&buf[..len])
+                            .open(&datagram)
                             .map(|data| config.pool.unmarked(data).ok_or(from));
                         let opened = match opened {
                             Some(Err(from)) => {
@@ -688,7 +721,7 @@ async fn run(
                                         .lock()
                                         .unwrap_or_else(|e| e.into_inner())
                                         .seal(&config.pool.marked(answer));
-                                    let _ = socket.send_to(&sealed, from).await;
+                                    wire.send(&table, from, sealed).await;
                                 }
                                 if changed {
                                     coordinates_tx.send_replace(coords.view());
@@ -702,7 +735,7 @@ async fn run(
                                         if answered.len() > 256 {
                                             answered.pop_front();
                                         }
-                                        send_state(&socket, (&keyring, config.pool), &foca, from, false).await;
+                                        send_state((&wire, &table), (&keyring, config.pool), &foca, from, false).await;
                                     }
                                     foca.apply_many(chunk.members.into_iter(), false, &mut runtime)
                                 }
@@ -746,7 +779,7 @@ async fn run(
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .seal(&config.pool.marked(coords.ping(to)));
-                    let _ = socket.send_to(&sealed, to).await;
+                    wire.send(&table, to, sealed).await;
                 }
                 Ok(())
             }
@@ -754,7 +787,7 @@ async fn run(
                 let active: Vec<SocketAddr> = foca.iter_members().map(|m| m.id().addr).collect();
                 if !active.is_empty() {
                     let to = active[rand::random::<u64>() as usize % active.len()];
-                    send_state(&socket, (&keyring, config.pool), &foca, to, true).await;
+                    send_state((&wire, &table), (&keyring, config.pool), &foca, to, true).await;
                 }
                 Ok(())
             }
@@ -778,9 +811,12 @@ async fn run(
                 }
             }
             command = commands.recv() => match command {
-                Some(Command::Announce(seed)) => {
+                Some(Command::Announce(seed, relayed_name)) => {
+                    if let Some(name) = relayed_name {
+                        wire.heard_of(seed, Some(name));
+                    }
                     // A joiner also swaps whole states with the seed.
-                    send_state(&socket, (&keyring, config.pool), &foca, seed, true).await;
+                    send_state((&wire, &table), (&keyring, config.pool), &foca, seed, true).await;
                     foca.announce(
                         NodeId { addr: seed, name: String::new(), bump: 0, tags: Tags::default() },
                         &mut runtime,
@@ -839,7 +875,7 @@ async fn run(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .seal(&config.pool.marked(pushpull::foca_datagram(&data)));
-            let _ = socket.send_to(&sealed, to.addr).await;
+            wire.send(&table, to.addr, sealed).await;
         }
         let now = Instant::now();
         while let Some((after, timer)) = runtime.to_schedule() {

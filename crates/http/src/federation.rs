@@ -65,3 +65,23 @@ pub async fn get(
     });
     Ok(json_meta(&req.params, meta, &body))
 }
+
+/// `GET /v1/internal/gateway-locator` (Legate's): a server federating
+/// through mesh gateways shows its gateway locator — its inputs, the
+/// gateways it dials and why. Needs `operator:read`; 404 on an agent that
+/// does not federate through gateways.
+pub async fn gateway_locator(State(st): State<AppState>, req: Req) -> ApiResult {
+    crate::agent_acl::check(
+        &st,
+        &req,
+        legate_acl::Resource::Operator,
+        "",
+        legate_acl::Access::Read,
+    )
+    .await?;
+    let locator = st.agent.gateway_locator().ok_or_else(|| ApiError {
+        status: axum::http::StatusCode::NOT_FOUND,
+        message: "WAN federation through mesh gateways is not enabled on this agent".into(),
+    })?;
+    Ok(crate::util::json(&req.params, &locator))
+}

@@ -15,11 +15,12 @@ mod pool;
 pub mod router;
 mod server_rpc;
 pub mod tls;
+pub mod tunnel;
 
 pub use frame::{read_frame, write_frame, MAX_FRAME};
-pub use listener::{FrameHandler, Listener};
-pub use pool::{CallError, Pool};
-pub use router::Router;
+pub use listener::{Connection, FrameHandler, Listener, StreamHandler};
+pub use pool::{CallError, Dial, Pool};
+pub use router::{Route, Router};
 pub use server_rpc::{
     serve_rpc, CrossDatacenter, Forwarding, Leadership, Prepared, RemoteRpc, RpcHandler,
     ServerPool, TokenHook, CALLS,
@@ -34,6 +35,9 @@ pub enum Kind {
     Rpc = 0,
     /// Raft messages between servers.
     Raft = 1,
+    /// WAN gossip datagrams through mesh gateways (TLS only: its ALPN
+    /// protocol names it; no first byte does). Consul numbers gossip 6.
+    WanGossip = 6,
 }
 
 impl Kind {

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
+use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpListener;
 
 use crate::frame::{read_frame, write_frame};
-use crate::tls::{kind_of_alpn, ServerTls};
+use crate::tls::{alpn, kind_of_alpn, ServerTls};
 use crate::Kind;
 
 /// Most connections served at once; more are closed on arrival. Generous:
@@ -34,10 +35,35 @@ pub trait FrameHandler: Send + Sync + 'static {
     async fn handle(&self, peer: SocketAddr, request: Vec<u8>) -> Vec<u8>;
 }
 
+/// A TLS connection as a stream handler gets it.
+pub trait Connection: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Connection for T {}
+
+/// Serves whole connections of one kind (both sides may send at any
+/// time), such as WAN gossip through gateways.
+#[async_trait]
+pub trait StreamHandler: Send + Sync + 'static {
+    /// Serves one accepted connection, whose client presented `peer_chain`.
+    async fn serve(
+        &self,
+        peer: SocketAddr,
+        peer_chain: Vec<CertificateDer<'static>>,
+        connection: Box<dyn Connection>,
+    );
+}
+
+/// What answers a kind of connection.
+#[derive(Clone)]
+enum Handler {
+    Frames(Arc<dyn FrameHandler>),
+    Stream(Arc<dyn StreamHandler>),
+}
+
 /// The server port.
 pub struct Listener {
     listener: TcpListener,
-    handlers: HashMap<Kind, Arc<dyn FrameHandler>>,
+    handlers: HashMap<Kind, Handler>,
     tls: Option<Arc<ServerTls>>,
     max_connections: usize,
     max_per_client: usize,
@@ -64,7 +90,12 @@ impl Listener {
 
     /// Routes connections of `kind` to `handler`.
     pub fn route(&mut self, kind: Kind, handler: Arc<dyn FrameHandler>) {
-        self.handlers.insert(kind, handler);
+        self.handlers.insert(kind, Handler::Frames(handler));
+    }
+
+    /// Routes TLS connections of `kind` to `handler`, whole.
+    pub fn route_stream(&mut self, kind: Kind, handler: Arc<dyn StreamHandler>) {
+        self.handlers.insert(kind, Handler::Stream(handler));
     }
 
     /// Serves at most `limit` connections at once (default
@@ -130,7 +161,7 @@ fn refused(message: String) -> std::io::Error {
 
 async fn connection(
     mut stream: LimitedStream,
-    handlers: &HashMap<Kind, Arc<dyn FrameHandler>>,
+    handlers: &HashMap<Kind, Handler>,
     tls: Option<&ServerTls>,
     hello_timeout: std::time::Duration,
 ) -> std::io::Result<()> {
@@ -165,7 +196,25 @@ async fn connection(
         let handler = handlers
             .get(&kind)
             .ok_or_else(|| refused(format!("no handler for {kind:?}")))?;
-        return serve_frames(stream, peer, handler.as_ref()).await;
+        count_accepted(&String::from_utf8_lossy(alpn(kind)));
+        return match handler {
+            Handler::Frames(handler) => serve_frames(stream, peer, handler.as_ref()).await,
+            Handler::Stream(handler) => {
+                let chain: Vec<CertificateDer<'static>> = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| c.clone().into_owned())
+                    .collect();
+                let mut stream = stream;
+                // A long-lived connection that carries traffic: not idle.
+                stream.connection().uncount();
+                handler.serve(peer, chain, Box::new(stream)).await;
+                Ok(())
+            }
+        };
     }
     if tls.is_some_and(|t| t.required) {
         return Err(refused(
@@ -173,10 +222,18 @@ async fn connection(
         ));
     }
     let first = stream.read_u8().await?;
-    let handler = Kind::from_byte(first)
-        .and_then(|kind| handlers.get(&kind))
-        .ok_or_else(|| refused(format!("unknown connection type {first}")))?;
+    let handler = match Kind::from_byte(first).and_then(|kind| handlers.get(&kind)) {
+        Some(Handler::Frames(handler)) => handler,
+        _ => return Err(refused(format!("unknown connection type {first}"))),
+    };
+    count_accepted(&format!("plain/{first}"));
     serve_frames(stream, peer, handler.as_ref()).await
+}
+
+/// Counts an accepted connection by what it carries: its negotiated ALPN
+/// protocol, or `plain/<first byte>` (`legate.rpc.accepted_conns`).
+fn count_accepted(protocol: &str) {
+    legate_types::metrics::counter_add("legate.rpc.accepted_conns", &[("protocol", protocol)], 1);
 }
 
 /// A connection counted against its client's cap while it carries no call.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -137,22 +138,21 @@ impl Pool {
         }
     }
 
-    async fn connect(
-        &self,
-        address: &str,
-        kind: Kind,
-        datacenter: Option<&str>,
-    ) -> std::io::Result<Conn> {
-        let timed_out = || {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("connecting to {address} timed out"),
-            )
-        };
-        let mut stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address))
-            .await
-            .map_err(|_| timed_out())??;
-        stream.set_nodelay(true)?;
+    async fn connect(&self, dial: &Dial<'_>, kind: Kind) -> std::io::Result<Conn> {
+        if let Some(gateway) = dial.gateway {
+            let tls = self.tls.as_ref().ok_or_else(|| {
+                std::io::Error::other(
+                    "cannot dial via a mesh gateway when outgoing TLS is disabled",
+                )
+            })?;
+            let name = tls
+                .name_through_gateway(dial.node, dial.datacenter.unwrap_or_default())
+                .map_err(std::io::Error::other)?;
+            let stream = connect_tls(gateway, name, kind, tls, self.connect_timeout).await?;
+            return Ok(Conn::Tls(Box::new(stream)));
+        }
+        let address = dial.address;
+        let mut stream = connect_tcp(address, self.connect_timeout).await?;
         match &self.tls {
             None => {
                 stream.write_all(&[kind as u8]).await?;
@@ -160,14 +160,14 @@ impl Pool {
             }
             Some(tls) => {
                 // A server of another datacenter carries that one's name.
-                let name = match datacenter {
+                let name = match dial.datacenter {
                     Some(dc) => tls.name_for(dc).map_err(std::io::Error::other)?,
                     None => tls.server_name.clone(),
                 };
                 let handshake = tls.connector(kind).connect(name, stream);
                 let stream = tokio::time::timeout(self.connect_timeout, handshake)
                     .await
-                    .map_err(|_| timed_out())??;
+                    .map_err(|_| timed_out(address))??;
                 Ok(Conn::Tls(Box::new(stream)))
             }
         }
@@ -197,15 +197,30 @@ impl Pool {
         request: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
+        let dial = Dial {
+            address,
+            datacenter,
+            gateway: None,
+            node: None,
+        };
+        self.call_dial(&dial, kind, request, timeout).await
+    }
+
+    /// [`Pool::call`] as `dial` says: to a server, or through a mesh
+    /// gateway to a server of another datacenter.
+    pub async fn call_dial(
+        &self,
+        dial: &Dial<'_>,
+        kind: Kind,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
         let not_sent = |error| CallError { sent: false, error };
+        let key = dial.pool_key();
+        let address = key.as_str();
         let (mut stream, pooled) = match self.take(address, kind) {
             Some(s) => (s, true),
-            None => (
-                self.connect(address, kind, datacenter)
-                    .await
-                    .map_err(not_sent)?,
-                false,
-            ),
+            None => (self.connect(dial, kind).await.map_err(not_sent)?, false),
         };
         // A failed (or timed out) write leaves at most a partial frame,
         // which the server never acts on.
@@ -213,10 +228,7 @@ impl Pool {
             if !pooled {
                 return Err(not_sent(e));
             }
-            stream = self
-                .connect(address, kind, datacenter)
-                .await
-                .map_err(not_sent)?;
+            stream = self.connect(dial, kind).await.map_err(not_sent)?;
             write_within(&mut stream, request, timeout, address)
                 .await
                 .map_err(not_sent)?;
@@ -242,6 +254,70 @@ impl Pool {
             ))),
         }
     }
+}
+
+/// Where a call goes: a server's address, or a gateway leading to one.
+#[derive(Debug, Clone, Copy)]
+pub struct Dial<'a> {
+    /// The server's address (through a gateway: only a name for it).
+    pub address: &'a str,
+    /// Its datacenter, when not this one: its certificate names it.
+    pub datacenter: Option<&'a str>,
+    /// The mesh gateway to dial instead, when the server is reached
+    /// through one (WAN federation through mesh gateways).
+    pub gateway: Option<&'a str>,
+    /// Through a gateway: the server's node name (`None`: any server).
+    pub node: Option<&'a str>,
+}
+
+impl Dial<'_> {
+    /// Connections are pooled per address, or per gateway and server.
+    pub(crate) fn pool_key(&self) -> String {
+        match self.gateway {
+            None => self.address.to_string(),
+            Some(gateway) => format!(
+                "{gateway}/{}.server.{}",
+                self.node.unwrap_or("*"),
+                self.datacenter.unwrap_or_default()
+            ),
+        }
+    }
+}
+
+fn timed_out(address: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("connecting to {address} timed out"),
+    )
+}
+
+async fn connect_tcp(address: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+        .await
+        .map_err(|_| timed_out(address))??;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Dials `address` and speaks TLS to it as `name`, offering only `kind`'s
+/// ALPN protocol (what a mesh gateway routes on).
+pub(crate) async fn connect_tls(
+    address: &str,
+    name: ServerName<'static>,
+    kind: Kind,
+    tls: &ClientTls,
+    timeout: Duration,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let stream = connect_tcp(address, timeout).await?;
+    let stream = tokio::time::timeout(timeout, tls.connector(kind).connect(name, stream))
+        .await
+        .map_err(|_| timed_out(address))??;
+    legate_types::metrics::counter_add(
+        "legate.rpc.dialed_conns",
+        &[("protocol", &String::from_utf8_lossy(crate::tls::alpn(kind)))],
+        1,
+    );
+    Ok(stream)
 }
 
 /// Writes a frame, giving up after `timeout`.

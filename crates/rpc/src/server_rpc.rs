@@ -23,8 +23,8 @@ use legate_types::{
 use serde::{Deserialize, Serialize};
 
 use crate::listener::FrameHandler;
-use crate::pool::Pool;
-use crate::router::Router;
+use crate::pool::{Dial, Pool};
+use crate::router::{Route, Router};
 use crate::Kind;
 
 /// Extra time a call gets beyond its blocking wait.
@@ -141,12 +141,11 @@ macro_rules! server_rpc_calls {
                 let datacenter = self.remote(datacenter)?;
                 let mut tried = Vec::new();
                 loop {
-                    let address = self.router.pick(datacenter, &tried)?;
-                    let result = RemoteRpc::new(address.clone(), self.pool.clone())
-                        .in_datacenter(datacenter)
+                    let route = self.router.route(datacenter, &tried)?;
+                    let result = RemoteRpc::routed(&route, self.pool.clone())
                         .$name( $( $opts, )? $( $arg.clone() ),* )
                         .await;
-                    if !self.failed(&address, read, &result, &mut tried) {
+                    if !self.failed(&route, read, &result, &mut tried) {
                         return result;
                     }
                 }
@@ -156,12 +155,11 @@ macro_rules! server_rpc_calls {
                 let datacenter = self.remote(Some(&opts.datacenter))?;
                 let mut tried = Vec::new();
                 loop {
-                    let address = self.router.pick(datacenter, &tried)?;
-                    let result = RemoteRpc::new(address.clone(), self.pool.clone())
-                        .in_datacenter(datacenter)
+                    let route = self.router.route(datacenter, &tried)?;
+                    let result = RemoteRpc::routed(&route, self.pool.clone())
                         .txn(opts, ops.clone())
                         .await;
-                    if !self.failed(&address, false, &result, &mut tried) {
+                    if !self.failed(&route, false, &result, &mut tried) {
                         return result;
                     }
                 }
@@ -510,20 +508,20 @@ impl CrossDatacenter {
         }
     }
 
-    /// `true` when a call to `address` should go to another server of its
-    /// datacenter: this one could not be reached, or (for a `read`) it
+    /// `true` when a call along `route` should go to another server of
+    /// its datacenter: this one could not be reached, or (for a `read`) it
     /// never answered.
     fn failed<T>(
         &self,
-        address: &str,
+        route: &Route,
         read: bool,
         result: &Result<T, RpcError>,
         tried: &mut Vec<String>,
     ) -> bool {
         let lost = lost_before_an_answer(read, result);
         if lost {
-            self.router.failed(address);
-            tried.push(address.to_string());
+            self.router.failed_route(route);
+            tried.push(route.server.clone());
         }
         lost
     }
@@ -705,6 +703,8 @@ pub struct RemoteRpc {
     address: String,
     pool: Arc<Pool>,
     datacenter: Option<String>,
+    /// Through a mesh gateway: the gateway and the server's node name.
+    gateway: Option<(String, Option<String>)>,
 }
 
 impl RemoteRpc {
@@ -714,6 +714,16 @@ impl RemoteRpc {
             address: address.into(),
             pool,
             datacenter: None,
+            gateway: None,
+        }
+    }
+
+    /// Calls go along `route` (to a server of another datacenter, maybe
+    /// through a mesh gateway).
+    pub fn routed(route: &Route, pool: Arc<Pool>) -> RemoteRpc {
+        RemoteRpc {
+            gateway: route.gateway.clone().map(|g| (g, route.node.clone())),
+            ..RemoteRpc::new(route.server.clone(), pool).in_datacenter(&route.datacenter)
         }
     }
 
@@ -732,15 +742,15 @@ impl RemoteRpc {
     async fn call<T: serde::de::DeserializeOwned>(&self, call: Call) -> Result<T, RpcError> {
         let timeout = call.timeout();
         let request = serde_json::to_vec(&call).map_err(|e| RpcError::Internal(e.to_string()))?;
+        let dial = Dial {
+            address: &self.address,
+            datacenter: self.datacenter.as_deref(),
+            gateway: self.gateway.as_ref().map(|(g, _)| g.as_str()),
+            node: self.gateway.as_ref().and_then(|(_, n)| n.as_deref()),
+        };
         let answer = self
             .pool
-            .call_in(
-                self.datacenter.as_deref(),
-                &self.address,
-                Kind::Rpc,
-                &request,
-                timeout,
-            )
+            .call_dial(&dial, Kind::Rpc, &request, timeout)
             .await
             .map_err(|e| {
                 if e.sent {

@@ -15,18 +15,36 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::Kind;
 
 /// The ALPN protocol of each kind.
-pub(crate) fn alpn(kind: Kind) -> &'static [u8] {
+/// Consul names its own `consul/rpc-single`, `consul/raft`,
+/// `consul/wan-gossip/packet` and `consul/wan-gossip/stream`; Legate's
+/// gossip sends datagrams only (its push-pull is chunked into them), so
+/// it has no stream protocol.
+pub fn alpn(kind: Kind) -> &'static [u8] {
     match kind {
         Kind::Rpc => b"legate/rpc",
         Kind::Raft => b"legate/raft",
+        Kind::WanGossip => b"legate/wan-gossip/packet",
     }
 }
 
+/// Every kind, in the order the server offers their ALPN protocols.
+pub const KINDS: [Kind; 3] = [Kind::Rpc, Kind::Raft, Kind::WanGossip];
+
 /// The kind an ALPN protocol names.
 pub(crate) fn kind_of_alpn(protocol: &[u8]) -> Option<Kind> {
-    [Kind::Rpc, Kind::Raft]
-        .into_iter()
-        .find(|k| alpn(*k) == protocol)
+    KINDS.into_iter().find(|k| alpn(*k) == protocol)
+}
+
+/// Whether the first certificate of `chain` is valid for `name` (a
+/// server's `server.<dc>.<domain>`).
+pub fn certificate_names(chain: &[CertificateDer<'_>], name: &str) -> bool {
+    let Ok(name) = ServerName::try_from(name) else {
+        return false;
+    };
+    chain
+        .first()
+        .and_then(|leaf| webpki::EndEntityCert::try_from(leaf).ok())
+        .is_some_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
 }
 
 /// PEM material and switches, as the agent config gives them.
@@ -64,6 +82,10 @@ impl ServerTls {
         kind: Kind,
         peer: Option<&[CertificateDer<'_>]>,
     ) -> Result<(), String> {
+        if kind == Kind::WanGossip && peer.is_none_or(|chain| chain.is_empty()) {
+            // Its hello names a server, checked against this certificate.
+            return Err("WAN gossip without a client certificate".into());
+        }
         let (Kind::Raft, Some(name)) = (kind, &self.raft_peer_name) else {
             return Ok(());
         };
@@ -80,6 +102,7 @@ impl ServerTls {
 pub struct ClientTls {
     rpc: TlsConnector,
     raft: TlsConnector,
+    wan_gossip: TlsConnector,
     pub(crate) server_name: ServerName<'static>,
     /// The configured name, `server.<dc>.<domain>`.
     name_text: String,
@@ -97,10 +120,42 @@ impl ClientTls {
         ServerName::try_from(name.clone()).map_err(|e| format!("server name {name:?}: {e}"))
     }
 
+    /// The name a server of `datacenter` is dialled by through a mesh
+    /// gateway: `<node>.server.<dc>.<domain>`, or `server.<dc>.<domain>`
+    /// for any server (the gateway routes on it, and the certificate must
+    /// carry it: `tls cert create -server -node`).
+    pub fn name_through_gateway(
+        &self,
+        node: Option<&str>,
+        datacenter: &str,
+    ) -> Result<ServerName<'static>, String> {
+        let domain = self
+            .name_text
+            .splitn(3, '.')
+            .nth(2)
+            .filter(|_| self.name_text.starts_with("server."))
+            .unwrap_or("consul");
+        let name = match node {
+            Some(node) => format!("{node}.server.{datacenter}.{domain}"),
+            None => format!("server.{datacenter}.{domain}"),
+        };
+        ServerName::try_from(name.clone()).map_err(|e| format!("server name {name:?}: {e}"))
+    }
+
+    /// The `server.<dc>.<domain>` name of a server of `datacenter`, as
+    /// text (what a WAN gossip peer's certificate must carry).
+    pub fn server_name_in(&self, datacenter: &str) -> String {
+        match self.name_for(datacenter) {
+            Ok(name) => name.to_str().into_owned(),
+            Err(_) => self.name_text.clone(),
+        }
+    }
+
     pub(crate) fn connector(&self, kind: Kind) -> &TlsConnector {
         match kind {
             Kind::Rpc => &self.rpc,
             Kind::Raft => &self.raft,
+            Kind::WanGossip => &self.wan_gossip,
         }
     }
 }
@@ -125,7 +180,7 @@ impl TlsSettings {
                 key_pem: self.key_pem.clone(),
                 client_ca_pem: self.verify_incoming.then(|| self.ca_pem.clone()),
             },
-            &[alpn(Kind::Rpc), alpn(Kind::Raft)],
+            &KINDS.map(alpn),
         )?;
         let raft_peer_name = if self.verify_incoming {
             Some(
@@ -160,6 +215,7 @@ impl TlsSettings {
         Ok(Some(Arc::new(ClientTls {
             rpc: config(Kind::Rpc)?,
             raft: config(Kind::Raft)?,
+            wan_gossip: config(Kind::WanGossip)?,
             server_name,
             name_text: self.server_name.clone(),
         })))

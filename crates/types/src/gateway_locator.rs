@@ -64,6 +64,13 @@ pub struct GatewayLocator {
     pub primary_through_local: bool,
     /// Why the choice is what it is, for people.
     pub reason: String,
+    /// Inputs shown with the choice: `primary_gateways` as configured and
+    /// last resolved.
+    pub configured_primary_gateways: Vec<String>,
+    /// Input: whether this server leads its datacenter.
+    pub leader: bool,
+    /// Input: failures in a row of the path through local gateways.
+    pub local_path_failures: u32,
 }
 
 impl GatewayLocator {
@@ -116,6 +123,9 @@ impl GatewayLocator {
             local_gateways,
             primary_through_local,
             reason,
+            configured_primary_gateways: inputs.configured_primary.clone(),
+            leader: inputs.leader,
+            local_path_failures: inputs.local_path_failures,
         }
     }
 

@@ -27,6 +27,7 @@ pub mod query;
 pub mod rpc;
 pub mod session;
 pub mod sorted_map;
+pub mod wan_relay;
 
 pub use catalog::*;
 pub use error::RpcError;

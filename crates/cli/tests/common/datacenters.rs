@@ -181,6 +181,11 @@ pub struct ServerSpec<'a> {
 impl Server {
     /// Starts a server (HTTP and gRPC on its own address) without waiting.
     pub fn spawn(networks: &Networks, spec: ServerSpec) -> Server {
+        Server::spawn_with(networks, spec, &[])
+    }
+
+    /// [`Server::spawn`] with more flags after the usual ones.
+    pub fn spawn_with(networks: &Networks, spec: ServerSpec, extra: &[String]) -> Server {
         let address = networks.address(spec.dc, spec.server);
         let log = spec.dir.join("agent.log");
         let mut args = vec![
@@ -205,6 +210,7 @@ impl Server {
         if let Some(seed) = spec.wan_join {
             args.push(format!("-retry-join-wan={seed}"));
         }
+        args.extend_from_slice(extra);
         let child = networks.spawn(spec.dc, &args, &log);
         Server {
             child,

@@ -381,14 +381,23 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.
-pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn eventually<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    eventually_or(timeout, f, String::new)
+}
+
+/// [`eventually`], with `context` in the panic message when it fails.
+pub fn eventually_or<T>(
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+    context: impl FnOnce() -> String,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
             return v;
         }
         if Instant::now() > deadline {
-            panic!("condition not met within {timeout:?}");
+            panic!("condition not met within {timeout:?}\n{}", context());
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -1,0 +1,361 @@
+//! WAN federation through mesh gateways, laid out as the networks that
+//! need it are: each datacenter's three servers in its own network
+//! namespace, the router between them refusing every address of the
+//! other datacenter but its gateway's WAN address. The servers never
+//! reach each other; their WAN gossip and RPC go through the built-in
+//! gateways (`-expose-servers`), over TLS with `-node` certificates.
+//!
+//! Needs root (network namespaces), as the CI machine runs tests.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::datacenters::{in_ns, Networks, Server, ServerSpec};
+use common::mesh::Proxy;
+use common::{eventually, eventually_or};
+use serde_json::Value;
+
+/// Addresses in a datacenter's subnet, by their place after the servers.
+const GATEWAY_LAN: usize = 9; // .20
+const GATEWAY_WAN: usize = 10; // .21
+const SERVERS: usize = 3;
+
+fn json_of(server: &Server, path: &str) -> Option<Value> {
+    let (status, body) = server.request("GET", path, "")?;
+    (status == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// A counter of `/v1/agent/metrics` with `label` = `value` (0 when absent).
+fn counter(server: &Server, name: &str, label: (&str, &str)) -> u64 {
+    let Some(metrics) = json_of(server, "/v1/agent/metrics") else {
+        return 0;
+    };
+    metrics["Counters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["Name"] == name && c["Labels"][label.0] == label.1)
+        .filter_map(|c| c["Count"].as_u64())
+        .sum()
+}
+
+/// `tls cert create -server -dc <dc> -node <node>` for every server, in
+/// `dir` beside one CA; the TLS block of each, by (dc, server).
+fn certificates(dir: &Path) -> Vec<Vec<String>> {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::binary())
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    run(&["tls", "ca", "create"]);
+    let d = dir.display();
+    (0..2)
+        .map(|dc| {
+            (0..SERVERS)
+                .map(|server| {
+                    let (dc_name, node) = (format!("dc{}", dc + 1), format!("s{}", server + 1));
+                    run(&["tls", "cert", "create", "-server", "-dc", &dc_name, "-node", &node]);
+                    let file = format!("{d}/{dc_name}-server-consul-{server}");
+                    format!(
+                        "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{file}.pem\" key_file = \"{file}-key.pem\" verify_outgoing = true }} internal_rpc {{ verify_incoming = true verify_server_hostname = true }} }}"
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `members -wan` as `server` sees it: (name, status) of each member.
+fn wan_members(server: &Server) -> Vec<(String, String)> {
+    let Some(members) = json_of(server, "/v1/agent/members?wan=1") else {
+        return Vec::new();
+    };
+    let mut all: Vec<(String, String)> = members
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let status = match m["Status"].as_u64() {
+                Some(1) => "alive",
+                Some(4) => "failed",
+                Some(3) => "left",
+                _ => "other",
+            };
+            (
+                m["Name"].as_str().unwrap_or("").to_string(),
+                status.to_string(),
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
+    let networks = Networks::new(SERVERS);
+    let router = networks.namespaces[0].clone();
+    for dc in 0..2 {
+        let ns = networks.namespace(dc).to_string();
+        for place in [GATEWAY_LAN, GATEWAY_WAN] {
+            let address = format!("{}/24", networks.address(dc, place));
+            in_ns(&ns, &["addr", "add", &address, "dev", "eth0"]);
+        }
+        // Across, no gateway's LAN address routes.
+        let lan = format!("{}/32", networks.address(dc, GATEWAY_LAN));
+        in_ns(&router, &["route", "add", "prohibit", &lan]);
+    }
+    // And no server reaches another datacenter's servers (.11-.13, in
+    // .8/29): only the gateways' WAN addresses bridge them.
+    let servers_of = |dc: usize| {
+        let first = networks.address(dc, 0);
+        format!("{}.8/29", first.rsplit_once('.').unwrap().0)
+    };
+    for (from, to) in [(0, 1), (1, 0)] {
+        in_ns(
+            &router,
+            &[
+                "rule",
+                "add",
+                "from",
+                &servers_of(from),
+                "to",
+                &servers_of(to),
+                "prohibit",
+            ],
+        );
+    }
+    let certs_dir = tempfile::tempdir().unwrap();
+    let tls = certificates(certs_dir.path());
+    let gateway_wan = |dc: usize| format!("{}:8443", networks.address(dc, GATEWAY_WAN));
+    let dirs: Vec<Vec<tempfile::TempDir>> = (0..2)
+        .map(|_| (0..SERVERS).map(|_| tempfile::tempdir().unwrap()).collect())
+        .collect();
+    let start_server = |dc: usize, server: usize| {
+        let mut extra = vec![
+            "-hcl=connect { enabled = true enable_mesh_gateway_wan_federation = true }".to_string(),
+            format!("-hcl={}", tls[dc][server]),
+            "-hcl=gossip_wan { probe_timeout = \"500ms\" }".into(),
+        ];
+        if dc == 1 {
+            extra.push(format!("-primary-gateway={}", gateway_wan(0)));
+            extra.push("-hcl=primary_gateways_interval = \"2s\"".into());
+        }
+        Server::spawn_with(
+            &networks,
+            ServerSpec {
+                dc,
+                server,
+                expect: SERVERS,
+                wan_join: None,
+                dir: dirs[dc][server].path(),
+            },
+            &extra,
+        )
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let gateway = |dc: usize, server: &Server| {
+        let lan = networks.address(dc, GATEWAY_LAN);
+        Proxy(networks.spawn(
+            dc,
+            &[
+                "connect".into(),
+                "proxy".into(),
+                "-gateway=mesh".into(),
+                "-register".into(),
+                "-expose-servers".into(),
+                format!("-address={lan}:8443"),
+                format!("-wan-address={}", gateway_wan(dc)),
+                format!("-admin-bind={lan}:19000"),
+                format!("-http-addr={}:8500", server.address),
+                format!("-grpc-addr={}:8502", server.address),
+            ],
+            &logs.path().join(format!("gateway{}.log", dc + 1)),
+        ))
+    };
+
+    // The primary first, with its gateway; the secondary then joins
+    // through it, with no WAN join of its own.
+    let mut dc1: Vec<Server> = (0..SERVERS).map(|s| start_server(0, s)).collect();
+    dc1[0].wait_for_leader();
+    let _gateway1 = gateway(0, &dc1[0]);
+    let mut dc2: Vec<Server> = (0..SERVERS).map(|s| start_server(1, s)).collect();
+    dc2[0].wait_for_leader();
+    let _gateway2 = gateway(1, &dc2[0]);
+    let logs_of = |servers: &[Server]| -> String {
+        servers
+            .iter()
+            .map(|s| format!("{}:\n{}\n", s.address, s.log_tail()))
+            .collect()
+    };
+
+    // Every server of both datacenters alive in every server's WAN pool.
+    let mut everyone: Vec<(String, String)> = (1..=2)
+        .flat_map(|dc| (1..=SERVERS).map(move |s| (format!("s{s}.dc{dc}"), "alive".to_string())))
+        .collect();
+    everyone.sort();
+    let gateway_logs = || -> String {
+        (1..=2)
+            .map(|dc| {
+                let text = std::fs::read_to_string(logs.path().join(format!("gateway{dc}.log")))
+                    .unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                format!(
+                    "gateway{dc}:\n{}\n",
+                    lines[lines.len().saturating_sub(20)..].join("\n")
+                )
+            })
+            .collect()
+    };
+    for server in dc1.iter().chain(&dc2) {
+        let seen = eventually_or(
+            Duration::from_secs(120),
+            || {
+                let members = wan_members(server);
+                (members == everyone).then_some(members)
+            },
+            || {
+                format!(
+                    "{} sees {:?}\nlocator {:?}\n{}{}{}",
+                    server.address,
+                    wan_members(server),
+                    json_of(server, "/v1/internal/gateway-locator"),
+                    logs_of(&dc1),
+                    logs_of(&dc2),
+                    gateway_logs()
+                )
+            },
+        );
+        assert_eq!(seen.len(), 6);
+    }
+    // Their gossip went through the gateways: each server dialled or
+    // accepted WAN gossip connections (by their negotiated ALPN protocol;
+    // a connection carries datagrams both ways, so the secondary's dials
+    // may be all there is), and the primary's server ports accepted some.
+    let gossip = ("protocol", "legate/wan-gossip/packet");
+    for (dc, servers) in [&dc1, &dc2].into_iter().enumerate() {
+        let accepted: Vec<u64> = servers
+            .iter()
+            .map(|s| counter(s, "legate.rpc.accepted_conns", gossip))
+            .collect();
+        if dc == 0 {
+            assert!(accepted.iter().sum::<u64>() > 0, "{accepted:?}");
+        }
+        for (server, accepted) in servers.iter().zip(accepted) {
+            let dialed = counter(server, "legate.rpc.dialed_conns", gossip);
+            assert!(accepted + dialed > 0, "{}", server.address);
+        }
+    }
+
+    // ?dc= both ways, writes and reads, from every server.
+    for (i, (from, to)) in [(&dc1, "dc2"), (&dc2, "dc1")].into_iter().enumerate() {
+        for server in from.iter() {
+            let key = format!("/v1/kv/across/{i}/{}?dc={to}", server.address);
+            let last = std::cell::RefCell::new(None);
+            let written = eventually_or(
+                Duration::from_secs(60),
+                || {
+                    let answer = server.request("PUT", &key, "through the gateways");
+                    *last.borrow_mut() = answer.clone();
+                    let (status, body) = answer?;
+                    (status == 200).then_some(body)
+                },
+                || {
+                    format!(
+                        "{key}: {:?}\n{}{}",
+                        last.borrow(),
+                        logs_of(&dc1),
+                        gateway_logs()
+                    )
+                },
+            );
+            assert_eq!(written, "true", "{}", logs_of(from));
+            let (status, body) = server.request("GET", &format!("{key}&raw"), "").unwrap();
+            assert_eq!((status, body.as_str()), (200, "through the gateways"));
+        }
+    }
+    // The RPC went through gateways too: dialled with its own ALPN.
+    for server in dc1.iter().chain(&dc2) {
+        let rpc = ("protocol", "legate/rpc");
+        assert!(
+            counter(server, "legate.rpc.dialed_conns", rpc) > 0,
+            "{}",
+            server.address
+        );
+    }
+
+    // Global state: a config entry written through dc2 is stored in the
+    // primary and replicated back into every dc2 server.
+    let entry = r#"{"Kind":"service-defaults","Name":"db","Protocol":"tcp"}"#;
+    let (status, body) = dc2[1].request("PUT", "/v1/config", entry).unwrap();
+    assert_eq!((status, body.as_str()), (200, "true"), "{}", logs_of(&dc2));
+    for server in &dc2 {
+        eventually(Duration::from_secs(30), || {
+            let stored = json_of(server, "/v1/config/service-defaults/db?stale")?;
+            (stored["Protocol"] == "tcp").then_some(())
+        });
+    }
+    // Federation states of both datacenters, each with its gateway.
+    for server in dc1.iter().chain(&dc2) {
+        eventually(Duration::from_secs(60), || {
+            let gateways = json_of(server, "/v1/internal/federation-states/mesh-gateways?stale")?;
+            let both = ["dc1", "dc2"]
+                .iter()
+                .all(|dc| gateways[dc].as_array().is_some_and(|g| !g.is_empty()));
+            both.then_some(())
+        });
+    }
+
+    // The locator, as each server shows it. The secondary's followers go
+    // through their own gateways (#9341), and the configured primary
+    // gateway stays beside the replicated one (#7339).
+    for server in &dc2 {
+        let locator = eventually(Duration::from_secs(60), || {
+            let l = json_of(server, "/v1/internal/gateway-locator")?;
+            (l["LocalGateways"].as_array()?.len() == 1).then_some(l)
+        });
+        assert_eq!(
+            locator["ConfiguredPrimaryGateways"],
+            serde_json::json!([gateway_wan(0)])
+        );
+        assert!(locator["PrimaryGateways"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::String(gateway_wan(0))));
+        if locator["Leader"] == false {
+            assert_eq!(locator["PrimaryThroughLocal"], true, "{locator}");
+        }
+    }
+    let (status, body) = dc1[0]
+        .request("GET", "/v1/internal/gateway-locator", "")
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let primary: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(primary["Reason"], "this is the primary datacenter");
+
+    // A dc2 server killed shows failed in dc1: membership is gossip's,
+    // through the gateways, not inferred from RPC.
+    let killed = dc2.pop().unwrap();
+    drop(killed);
+    for server in &dc1 {
+        eventually(Duration::from_secs(60), || {
+            wan_members(server)
+                .iter()
+                .any(|(n, s)| n == "s3.dc2" && s == "failed")
+                .then_some(())
+        });
+    }
+    // Both datacenters still answer each other and themselves.
+    let (status, body) = dc1[2]
+        .request("GET", "/v1/kv/across/1/missing?dc=dc2", "")
+        .unwrap();
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = dc2[0].request("PUT", "/v1/kv/local", "still").unwrap();
+    assert_eq!(status, 200);
+    dc1.clear();
+}

@@ -1,0 +1,507 @@
+//! WAN gossip through mesh gateways: the server port's side of the
+//! gossip relay. Datagrams for members of other datacenters travel over
+//! TLS connections (ALPN `legate/wan-gossip/packet`) dialled through a
+//! gateway the [`GatewayLocator`] names, with the server name
+//! `<node>.server.<dc>.<domain>` the gateway routes on; one connection per
+//! member, used by both sides, closed after two idle minutes.
+//!
+//! Each connection starts with both sides' hello (gossip address and WAN
+//! name); the acceptor checks the dialler's certificate names a server of
+//! the datacenter its hello claims, the dialler checked the acceptor's
+//! name in the handshake. Then each frame (a 4-byte big-endian length, at
+//! most 4 MiB, Consul's cap) is one datagram. A secondary's first join
+//! dials `server.<primary>.<domain>` — any server there — and learns who
+//! answered from the hello, so no placeholder member is ever announced.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use legate_types::federation::split_wan_name;
+use legate_types::gateway_locator::GatewayLocator;
+use legate_types::wan_relay::RelayedDatagram;
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::listener::{Connection, StreamHandler};
+use crate::pool::connect_tls;
+use crate::tls::{certificate_names, ClientTls};
+use crate::Kind;
+
+/// Largest frame (Consul's packet cap).
+pub const MAX_PACKET: usize = 4 << 20;
+
+/// A connection with no frame either way for this long is closed.
+pub const IDLE: Duration = Duration::from_secs(120);
+
+/// How long a gateway that could not be dialled goes to the back.
+const GATEWAY_FAILED_FOR: Duration = Duration::from_secs(30);
+
+/// How long a member whose dial failed is not dialled again.
+const REDIAL_AFTER: Duration = Duration::from_secs(1);
+
+/// Datagrams queued per connection before more are dropped.
+const QUEUE: usize = 256;
+
+const HELLO: u8 = 0;
+const DATAGRAM: u8 = 1;
+
+/// Who is at one end of a tunnel connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its advertised WAN gossip address (its identity in gossip).
+    pub addr: SocketAddr,
+    /// Its WAN name, `<node>.<dc>`.
+    pub name: String,
+}
+
+/// The relay between a server's WAN gossip and the gateways.
+#[derive(Clone)]
+pub struct GossipTunnel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    me: Peer,
+    tls: Arc<ClientTls>,
+    locator: watch::Receiver<GatewayLocator>,
+    inbound: mpsc::Sender<RelayedDatagram>,
+    links: Mutex<HashMap<SocketAddr, Link>>,
+    /// Members whose last dial failed: their datagrams are dropped until
+    /// then, rather than dialling again for each.
+    unreachable: Mutex<HashMap<SocketAddr, Instant>>,
+    failed_gateways: Mutex<HashMap<String, Instant>>,
+    connect_timeout: Duration,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+struct Link {
+    id: u64,
+    queue: mpsc::Sender<Vec<u8>>,
+}
+
+impl GossipTunnel {
+    /// A tunnel for the member `me`, dialling with `tls` through the
+    /// gateways `locator` names; datagrams that arrive are handed to
+    /// gossip on the returned receiver.
+    pub fn new(
+        me: Peer,
+        tls: Arc<ClientTls>,
+        locator: watch::Receiver<GatewayLocator>,
+        connect_timeout: Duration,
+    ) -> (GossipTunnel, mpsc::Receiver<RelayedDatagram>) {
+        let (inbound, received) = mpsc::channel(1024);
+        let tunnel = GossipTunnel {
+            inner: Arc::new(Inner {
+                me,
+                tls,
+                locator,
+                inbound,
+                links: Mutex::new(HashMap::new()),
+                unreachable: Mutex::new(HashMap::new()),
+                failed_gateways: Mutex::new(HashMap::new()),
+                connect_timeout,
+                next_id: Default::default(),
+            }),
+        };
+        (tunnel, received)
+    }
+
+    /// Sends gossip's outbound datagrams until the channel closes.
+    pub async fn run(self, mut outbound: mpsc::Receiver<RelayedDatagram>) {
+        while let Some(datagram) = outbound.recv().await {
+            self.send(datagram);
+        }
+    }
+
+    /// Queues one datagram on its member's connection, dialling one when
+    /// there is none (the datagram waits for the dial).
+    fn send(&self, relayed: RelayedDatagram) {
+        let mut links = self.inner.links.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(link) = links.get(&relayed.peer) {
+            if !link.queue.is_closed() {
+                if link.queue.try_send(relayed.datagram).is_err() {
+                    tracing::trace!(peer = %relayed.peer, "WAN gossip tunnel full; a datagram dropped");
+                }
+                return;
+            }
+        }
+        if unexpired(&self.inner.unreachable).contains_key(&relayed.peer) {
+            return;
+        }
+        let Some(name) = relayed.name else {
+            tracing::debug!(peer = %relayed.peer, "WAN gossip: no connection to a member whose name is unknown");
+            return;
+        };
+        let Ok((node, datacenter)) = split_wan_name(&name) else {
+            tracing::debug!(%name, "WAN gossip: not a WAN member name");
+            return;
+        };
+        let (node, datacenter) = (node.to_string(), datacenter.to_string());
+        let (id, queue, queued) = self.new_link();
+        let _ = queue.try_send(relayed.datagram);
+        links.insert(relayed.peer, Link { id, queue });
+        drop(links);
+        let tunnel = self.clone();
+        let peer = relayed.peer;
+        tokio::spawn(async move {
+            match tunnel.dial(Some(&node), &datacenter).await {
+                Ok((peer_seen, stream)) if peer_seen.addr == peer => {
+                    tunnel.run_link(peer_seen, id, stream, queued).await;
+                }
+                Ok((peer_seen, _)) => {
+                    tracing::warn!(expected = %name, answered = %peer_seen.name, "WAN gossip: the gateway reached another server than the one asked for");
+                    tunnel.unreachable(peer, id);
+                }
+                Err(e) => {
+                    tracing::debug!(%name, error = %e, "WAN gossip: no way through the gateways");
+                    tunnel.unreachable(peer, id);
+                }
+            }
+        });
+    }
+
+    /// Reaches any server of `datacenter` through its gateways and keeps
+    /// the connection for gossip: who answered (to join through).
+    pub async fn discover(&self, datacenter: &str) -> Result<Peer, String> {
+        let (peer, stream) = self.dial(None, datacenter).await?;
+        let (id, queued) = self.link_to(peer.addr);
+        let tunnel = self.clone();
+        let answered = peer.clone();
+        tokio::spawn(async move { tunnel.run_link(answered, id, stream, queued).await });
+        Ok(peer)
+    }
+
+    /// A new connection's id and queue.
+    fn new_link(&self) -> (u64, mpsc::Sender<Vec<u8>>, mpsc::Receiver<Vec<u8>>) {
+        let (queue, queued) = mpsc::channel(QUEUE);
+        let id = self
+            .inner
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (id, queue, queued)
+    }
+
+    /// Makes a new connection the one datagrams for `peer` take.
+    fn link_to(&self, peer: SocketAddr) -> (u64, mpsc::Receiver<Vec<u8>>) {
+        let (id, queue, queued) = self.new_link();
+        self.inner
+            .links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, Link { id, queue });
+        (id, queued)
+    }
+
+    /// Forgets a failed dial's connection and holds further dials back.
+    fn unreachable(&self, peer: SocketAddr, id: u64) {
+        self.unlink(peer, id);
+        self.inner
+            .unreachable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, Instant::now() + REDIAL_AFTER);
+    }
+
+    fn unlink(&self, peer: SocketAddr, id: u64) {
+        let mut links = self.inner.links.lock().unwrap_or_else(|e| e.into_inner());
+        if links.get(&peer).is_some_and(|l| l.id == id) {
+            links.remove(&peer);
+        }
+    }
+
+    /// Gateways leading to `datacenter`, ones that just failed last.
+    fn gateways(&self, datacenter: &str) -> Vec<String> {
+        let mut gateways = self.inner.locator.borrow().candidates(datacenter).to_vec();
+        let failed = unexpired(&self.inner.failed_gateways);
+        let n = gateways.len().max(1);
+        gateways.rotate_left(rand::random::<u64>() as usize % n);
+        gateways.sort_by_key(|g| failed.contains_key(g));
+        gateways
+    }
+
+    /// Dials a server of `datacenter` (`node`, or any) through each of
+    /// its gateways in turn and exchanges hellos.
+    async fn dial(
+        &self,
+        node: Option<&str>,
+        datacenter: &str,
+    ) -> Result<(Peer, Box<dyn Connection>), String> {
+        let gateways = self.gateways(datacenter);
+        if gateways.is_empty() {
+            return Err(format!("no mesh gateway to {datacenter} is known yet"));
+        }
+        let name = self.inner.tls.name_through_gateway(node, datacenter)?;
+        let mut errors = Vec::new();
+        for gateway in gateways {
+            let attempt = async {
+                let mut stream = connect_tls(
+                    &gateway,
+                    name.clone(),
+                    Kind::WanGossip,
+                    &self.inner.tls,
+                    self.inner.connect_timeout,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                write_hello(&mut stream, &self.inner.me)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let peer =
+                    tokio::time::timeout(self.inner.connect_timeout, read_hello(&mut stream))
+                        .await
+                        .map_err(|_| "no hello in time".to_string())??;
+                Ok::<_, String>((peer, stream))
+            };
+            match attempt.await {
+                Ok((peer, stream)) => {
+                    self.inner
+                        .failed_gateways
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&gateway);
+                    let in_place = split_wan_name(&peer.name)
+                        .is_ok_and(|(n, dc)| dc == datacenter && node.is_none_or(|want| want == n));
+                    if !in_place {
+                        return Err(format!(
+                            "{gateway} led to {}, not a server of {datacenter}",
+                            peer.name
+                        ));
+                    }
+                    return Ok((peer, Box::new(stream)));
+                }
+                Err(e) => {
+                    let first = self
+                        .inner
+                        .failed_gateways
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(gateway.clone(), Instant::now() + GATEWAY_FAILED_FOR)
+                        .is_none();
+                    // Once per gateway while it stays failed.
+                    if first {
+                        tracing::warn!(%gateway, server = ?name, error = %e, "WAN gossip: dialling through a mesh gateway failed");
+                    }
+                    errors.push(format!("{gateway}: {e}"));
+                }
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    /// Carries datagrams both ways on one connection until it fails or
+    /// idles.
+    async fn run_link(
+        &self,
+        peer: Peer,
+        id: u64,
+        stream: Box<dyn Connection>,
+        mut queued: mpsc::Receiver<Vec<u8>>,
+    ) {
+        let (mut reader, mut writer) = tokio::io::split(stream);
+        let inbound = self.inner.inbound.clone();
+        let from = peer.clone();
+        let reading = async move {
+            loop {
+                match tokio::time::timeout(IDLE, read_frame(&mut reader)).await {
+                    Ok(Ok(Some((DATAGRAM, datagram)))) => {
+                        let relayed = RelayedDatagram {
+                            peer: from.addr,
+                            name: Some(from.name.clone()),
+                            datagram,
+                        };
+                        if inbound.send(relayed).await.is_err() {
+                            return "gossip stopped".to_string();
+                        }
+                    }
+                    Ok(Ok(Some((kind, _)))) => return format!("an unexpected frame {kind}"),
+                    Ok(Ok(None)) => return "closed by the peer".to_string(),
+                    Ok(Err(e)) => return e.to_string(),
+                    Err(_) => return "idle".to_string(),
+                }
+            }
+        };
+        let writing = async move {
+            loop {
+                match tokio::time::timeout(IDLE, queued.recv()).await {
+                    Ok(Some(datagram)) => {
+                        if let Err(e) = write_frame(&mut writer, DATAGRAM, &datagram).await {
+                            return e.to_string();
+                        }
+                    }
+                    Ok(None) => return "replaced".to_string(),
+                    Err(_) => return "idle".to_string(),
+                }
+            }
+        };
+        let ended = tokio::select! {
+            why = reading => why,
+            why = writing => why,
+        };
+        tracing::debug!(peer = %peer.name, why = %ended, "WAN gossip tunnel connection ended");
+        self.unlink(peer.addr, id);
+    }
+}
+
+#[async_trait]
+impl StreamHandler for GossipTunnel {
+    async fn serve(
+        &self,
+        from: SocketAddr,
+        peer_chain: Vec<CertificateDer<'static>>,
+        mut connection: Box<dyn Connection>,
+    ) {
+        let hello = match tokio::time::timeout(
+            self.inner.connect_timeout,
+            read_hello(&mut connection),
+        )
+        .await
+        {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(e)) => {
+                tracing::warn!(%from, error = %e, "WAN gossip: a tunnel connection without a valid hello");
+                return;
+            }
+            Err(_) => return,
+        };
+        let datacenter = match split_wan_name(&hello.name) {
+            Ok((_, dc)) => dc.to_string(),
+            Err(e) => {
+                tracing::warn!(%from, error = %e, "WAN gossip: refused a tunnel connection");
+                return;
+            }
+        };
+        let expected = self.inner.tls.server_name_in(&datacenter);
+        if !certificate_names(&peer_chain, &expected) {
+            tracing::warn!(%from, claimed = %hello.name, %expected, "WAN gossip: refused a tunnel connection whose certificate is not for a server of the datacenter it claims");
+            return;
+        }
+        if let Err(e) = write_hello(&mut connection, &self.inner.me).await {
+            tracing::debug!(%from, error = %e, "WAN gossip: the hello could not be sent");
+            return;
+        }
+        let (id, queued) = self.link_to(hello.addr);
+        self.run_link(hello, id, connection, queued).await;
+    }
+}
+
+/// The map with its expired entries dropped, locked.
+fn unexpired<K>(
+    map: &Mutex<HashMap<K, Instant>>,
+) -> std::sync::MutexGuard<'_, HashMap<K, Instant>> {
+    let now = Instant::now();
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    map.retain(|_, until| *until > now);
+    map
+}
+
+async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    kind: u8,
+    body: &[u8],
+) -> std::io::Result<()> {
+    if body.len() + 1 > MAX_PACKET {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a datagram over the tunnel's 4 MiB cap",
+        ));
+    }
+    let mut frame = Vec::with_capacity(body.len() + 5);
+    frame.extend_from_slice(&((body.len() + 1) as u32).to_be_bytes());
+    frame.push(kind);
+    frame.extend_from_slice(body);
+    writer.write_all(&frame).await?;
+    writer.flush().await
+}
+
+/// The next frame's kind and body; `None` at a clean end of stream.
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    let mut length = [0u8; 4];
+    match reader.read_exact(&mut length).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let length = u32::from_be_bytes(length) as usize;
+    if length == 0 || length > MAX_PACKET {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a frame of {length} bytes (at most 4 MiB)"),
+        ));
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await?;
+    let kind = body.remove(0);
+    Ok(Some((kind, body)))
+}
+
+async fn write_hello<W: AsyncWrite + Unpin>(writer: &mut W, me: &Peer) -> std::io::Result<()> {
+    let body = format!("{} {}", me.addr, me.name);
+    write_frame(writer, HELLO, body.as_bytes()).await
+}
+
+async fn read_hello<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Peer, String> {
+    let (kind, body) = read_frame(reader)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("closed before its hello")?;
+    if kind != HELLO || body.len() > 1024 {
+        return Err("the first frame is not a hello".into());
+    }
+    let text = String::from_utf8(body).map_err(|_| "a hello that is not text")?;
+    let (addr, name) = text.split_once(' ').ok_or("a malformed hello")?;
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| format!("a hello with a bad address {addr:?}"))?;
+    split_wan_name(name)?;
+    Ok(Peer {
+        addr,
+        name: name.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_and_hellos_round_trip_and_bad_ones_are_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let me = Peer {
+            addr: "10.0.0.1:8302".parse().unwrap(),
+            name: "b1.dc2".into(),
+        };
+        write_hello(&mut a, &me).await.unwrap();
+        assert_eq!(read_hello(&mut b).await.unwrap(), me);
+        write_frame(&mut a, DATAGRAM, b"ping").await.unwrap();
+        assert_eq!(
+            read_frame(&mut b).await.unwrap(),
+            Some((DATAGRAM, b"ping".to_vec()))
+        );
+        // A hello whose name encodes no datacenter.
+        write_frame(&mut a, HELLO, b"10.0.0.1:8302 b1")
+            .await
+            .unwrap();
+        assert!(read_hello(&mut b)
+            .await
+            .unwrap_err()
+            .contains("does not encode"));
+        // A datagram where a hello belongs.
+        write_frame(&mut a, DATAGRAM, b"x").await.unwrap();
+        assert!(read_hello(&mut b).await.is_err());
+        // A length over the cap is refused before anything is read.
+        a.write_all(&((MAX_PACKET as u32) + 1).to_be_bytes())
+            .await
+            .unwrap();
+        assert!(read_frame(&mut b).await.is_err());
+        assert!(write_frame(&mut a, DATAGRAM, &vec![0; MAX_PACKET])
+            .await
+            .is_err());
+        drop(a);
+    }
+}
