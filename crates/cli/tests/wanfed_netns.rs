@@ -179,20 +179,34 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         ))
     };
 
-    // The primary first, with its gateway; the secondary then joins
-    // through it, with no WAN join of its own.
-    let mut dc1: Vec<Server> = (0..SERVERS).map(|s| start_server(0, s)).collect();
-    dc1[0].wait_for_leader();
-    let _gateway1 = gateway(0, &dc1[0]);
-    let mut dc2: Vec<Server> = (0..SERVERS).map(|s| start_server(1, s)).collect();
-    dc2[0].wait_for_leader();
-    let _gateway2 = gateway(1, &dc2[0]);
     let logs_of = |servers: &[Server]| -> String {
         servers
             .iter()
             .map(|s| format!("{}:\n{}\n", s.address, s.log_tail()))
             .collect()
     };
+    // The primary, then the secondary before any primary gateway exists:
+    // it keeps trying and says what it waits for.
+    let mut dc1: Vec<Server> = (0..SERVERS).map(|s| start_server(0, s)).collect();
+    dc1[0].wait_for_leader();
+    let mut dc2: Vec<Server> = (0..SERVERS).map(|s| start_server(1, s)).collect();
+    dc2[0].wait_for_leader();
+    eventually_or(
+        Duration::from_secs(30),
+        || {
+            dc2.iter()
+                .all(|s| {
+                    s.log_tail()
+                        .contains("cannot reach a server of dc1 through its gateways yet")
+                })
+                .then_some(())
+        },
+        || logs_of(&dc2),
+    );
+    // Then the gateways; the secondary joins through the primary's, with
+    // no WAN join of its own.
+    let _gateway1 = gateway(0, &dc1[0]);
+    let _gateway2 = gateway(1, &dc2[0]);
 
     // Every server of both datacenters alive in every server's WAN pool.
     let mut everyone: Vec<(String, String)> = (1..=2)
@@ -337,6 +351,85 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     assert_eq!(status, 200, "{body}");
     let primary: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(primary["Reason"], "this is the primary datacenter");
+
+    // A secondary's follower restarted over its data uses the stored
+    // federation states at once: through its own gateways (#9342), and
+    // back in the WAN pool of both datacenters.
+    let follower = (0..SERVERS)
+        .find(|&i| {
+            json_of(&dc2[i], "/v1/internal/gateway-locator").is_some_and(|l| l["Leader"] == false)
+        })
+        .unwrap();
+    drop(dc2.remove(follower));
+    dc2.insert(follower, start_server(1, follower));
+    let restarted = &dc2[follower];
+    eventually(Duration::from_secs(30), || {
+        json_of(restarted, "/v1/internal/gateway-locator")
+    });
+    let locator = eventually(Duration::from_secs(3), || {
+        let l = json_of(restarted, "/v1/internal/gateway-locator")?;
+        (l["LocalGateways"].as_array()?.len() == 1).then_some(l)
+    });
+    assert_eq!(locator["PrimaryThroughLocal"], true, "{locator}");
+    for server in dc1.iter().chain(&dc2) {
+        eventually(Duration::from_secs(60), || {
+            (wan_members(server) == everyone).then_some(())
+        });
+    }
+
+    // A server whose certificate is for another datacenter than the one
+    // it claims is refused, and both sides say why.
+    let rogue_dir = tempfile::tempdir().unwrap();
+    let rogue_cert = {
+        let out = std::process::Command::new(common::binary())
+            .args([
+                "tls", "cert", "create", "-server", "-dc", "dc3", "-node", "s4",
+            ])
+            .current_dir(certs_dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let d = certs_dir.path().display();
+        format!(
+            "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{d}/dc3-server-consul-0.pem\" key_file = \"{d}/dc3-server-consul-0-key.pem\" verify_outgoing = true }} internal_rpc {{ verify_incoming = true }} }}"
+        )
+    };
+    let rogue_address = format!("{}/24", networks.address(1, 3));
+    in_ns(
+        networks.namespace(1),
+        &["addr", "add", &rogue_address, "dev", "eth0"],
+    );
+    let rogue = Server::spawn_with(
+        &networks,
+        ServerSpec {
+            dc: 1,
+            server: 3,
+            expect: 1,
+            wan_join: None,
+            dir: rogue_dir.path(),
+        },
+        &[
+            "-hcl=connect { enabled = true enable_mesh_gateway_wan_federation = true }".to_string(),
+            format!("-hcl={rogue_cert}"),
+            format!("-primary-gateway={}", gateway_wan(0)),
+        ],
+    );
+    eventually_or(
+        Duration::from_secs(30),
+        || {
+            let said = rogue
+                .log_tail()
+                .contains("its certificate is not valid for server.dc2.consul");
+            let heard = dc1.iter().any(|s| {
+                s.log_tail()
+                    .contains("refused a tunnel connection whose certificate is not for a server of the datacenter it claims")
+            });
+            (said && heard).then_some(())
+        },
+        || format!("{}\n{}", rogue.log_tail(), logs_of(&dc1)),
+    );
+    assert!(wan_members(&dc1[0]).iter().all(|(n, _)| n != "s4.dc2"));
+    drop(rogue);
 
     // A dc2 server killed shows failed in dc1: membership is gossip's,
     // through the gateways, not inferred from RPC.

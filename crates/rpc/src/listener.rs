@@ -131,6 +131,9 @@ impl Listener {
         let acceptor = Acceptor::new(self.listener, self.max_per_client, "server port");
         let mut connections = Connections::new();
         let full = legate_net::Throttle::new(std::time::Duration::from_secs(10));
+        let refusals = Arc::new(legate_net::Throttle::new(std::time::Duration::from_secs(
+            10,
+        )));
         loop {
             // Over its client's cap: closed unanswered, as Consul does.
             let Incoming::Admitted(stream) = connections.accept(&acceptor).await else {
@@ -146,9 +149,18 @@ impl Listener {
             let _ = stream.get_ref().set_nodelay(true);
             let handlers = handlers.clone();
             let tls = tls.clone();
+            let refusals = refusals.clone();
             connections.spawn(async move {
-                if let Err(e) = connection(stream, &handlers, tls.as_deref(), hello_timeout).await {
-                    tracing::debug!(%peer, error = %e, "server port connection ended");
+                match connection(stream, &handlers, tls.as_deref(), hello_timeout).await {
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        // A peer refused for what it presented: said once
+                        // per 10 s however many there are.
+                        if let Some(count) = refusals.hit() {
+                            tracing::warn!(%peer, error = %e, refused = count, "server port: TLS refused");
+                        }
+                    }
+                    Err(e) => tracing::debug!(%peer, error = %e, "server port connection ended"),
+                    Ok(()) => {}
                 }
             });
         }
@@ -184,7 +196,13 @@ async fn connection(
             tls.ok_or_else(|| refused("a TLS connection, but TLS is not configured".into()))?;
         let stream = tokio::time::timeout(hello_timeout, tls.acceptor.accept(stream))
             .await
-            .map_err(|_| silent())??;
+            .map_err(|_| silent())?
+            .map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("TLS handshake failed: {e}"),
+                )
+            })?;
         let kind = stream
             .get_ref()
             .1
@@ -192,7 +210,7 @@ async fn connection(
             .and_then(kind_of_alpn)
             .ok_or_else(|| refused("a TLS connection without a known ALPN protocol".into()))?;
         tls.admits(kind, stream.get_ref().1.peer_certificates())
-            .map_err(refused)?;
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
         let handler = handlers
             .get(&kind)
             .ok_or_else(|| refused(format!("no handler for {kind:?}")))?;

@@ -48,6 +48,8 @@ const QUEUE: usize = 256;
 
 const HELLO: u8 = 0;
 const DATAGRAM: u8 = 1;
+/// The acceptor's answer in place of its hello: why it refuses.
+const REFUSED: u8 = 2;
 
 /// Who is at one end of a tunnel connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,6 +379,11 @@ impl StreamHandler for GossipTunnel {
         let expected = self.inner.tls.server_name_in(&datacenter);
         if !certificate_names(&peer_chain, &expected) {
             tracing::warn!(%from, claimed = %hello.name, %expected, "WAN gossip: refused a tunnel connection whose certificate is not for a server of the datacenter it claims");
+            let why = format!(
+                "{} refused {}: its certificate is not valid for {expected}",
+                self.inner.me.name, hello.name
+            );
+            let _ = write_frame(&mut connection, REFUSED, why.as_bytes()).await;
             return;
         }
         if let Err(e) = write_hello(&mut connection, &self.inner.me).await {
@@ -450,6 +457,9 @@ async fn read_hello<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Peer, String
         .await
         .map_err(|e| e.to_string())?
         .ok_or("closed before its hello")?;
+    if kind == REFUSED {
+        return Err(String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned());
+    }
     if kind != HELLO || body.len() > 1024 {
         return Err("the first frame is not a hello".into());
     }
@@ -491,6 +501,18 @@ mod tests {
             .await
             .unwrap_err()
             .contains("does not encode"));
+        // A refusal in place of the hello says why.
+        write_frame(
+            &mut a,
+            REFUSED,
+            b"s1.dc1 refused b1.dc2: its certificate is not valid for server.dc2.consul",
+        )
+        .await
+        .unwrap();
+        assert!(read_hello(&mut b)
+            .await
+            .unwrap_err()
+            .contains("not valid for server.dc2.consul"));
         // A datagram where a hello belongs.
         write_frame(&mut a, DATAGRAM, b"x").await.unwrap();
         assert!(read_hello(&mut b).await.is_err());

@@ -204,7 +204,8 @@ impl Server {
             "-hcl=primary_datacenter = \"dc1\"".into(),
             FAST_WAN.into(),
         ];
-        if spec.server > 0 {
+        // The first server is the LAN seed of a datacenter of several.
+        if spec.server > 0 && spec.expect > 1 {
             args.push(format!("-retry-join={}", networks.address(spec.dc, 0)));
         }
         if let Some(seed) = spec.wan_join {
