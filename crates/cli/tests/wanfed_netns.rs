@@ -20,6 +20,9 @@ use serde_json::Value;
 /// Addresses in a datacenter's subnet, by their place after the servers.
 const GATEWAY_LAN: usize = 9; // .20
 const GATEWAY_WAN: usize = 10; // .21
+/// The addresses of each datacenter's replacement gateway.
+const NEW_GATEWAY_LAN: usize = 11; // .22
+const NEW_GATEWAY_WAN: usize = 12; // .23
 const SERVERS: usize = 3;
 
 fn json_of(server: &Server, path: &str) -> Option<Value> {
@@ -102,13 +105,15 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     let router = networks.namespaces[0].clone();
     for dc in 0..2 {
         let ns = networks.namespace(dc).to_string();
-        for place in [GATEWAY_LAN, GATEWAY_WAN] {
+        for place in [GATEWAY_LAN, GATEWAY_WAN, NEW_GATEWAY_LAN, NEW_GATEWAY_WAN] {
             let address = format!("{}/24", networks.address(dc, place));
             in_ns(&ns, &["addr", "add", &address, "dev", "eth0"]);
         }
         // Across, no gateway's LAN address routes.
-        let lan = format!("{}/32", networks.address(dc, GATEWAY_LAN));
-        in_ns(&router, &["route", "add", "prohibit", &lan]);
+        for place in [GATEWAY_LAN, NEW_GATEWAY_LAN] {
+            let lan = format!("{}/32", networks.address(dc, place));
+            in_ns(&router, &["route", "add", "prohibit", &lan]);
+        }
     }
     // And no server reaches another datacenter's servers (.11-.13, in
     // .8/29): only the gateways' WAN addresses bridge them.
@@ -132,7 +137,8 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     }
     let certs_dir = tempfile::tempdir().unwrap();
     let tls = certificates(certs_dir.path());
-    let gateway_wan = |dc: usize| format!("{}:8443", networks.address(dc, GATEWAY_WAN));
+    let wan_of = |dc: usize, place: usize| format!("{}:8443", networks.address(dc, place));
+    let gateway_wan = |dc: usize| wan_of(dc, GATEWAY_WAN);
     let dirs: Vec<Vec<tempfile::TempDir>> = (0..2)
         .map(|_| (0..SERVERS).map(|_| tempfile::tempdir().unwrap()).collect())
         .collect();
@@ -159,8 +165,10 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         )
     };
     let logs = tempfile::tempdir().unwrap();
-    let gateway = |dc: usize, server: &Server| {
-        let lan = networks.address(dc, GATEWAY_LAN);
+    // A gateway of datacenter `dc` at its (LAN, WAN) places, registered
+    // through `server` as `id`.
+    let gateway_at = |dc: usize, server: &Server, (lan, wan): (usize, usize), id: &str| {
+        let lan = networks.address(dc, lan);
         Proxy(networks.spawn(
             dc,
             &[
@@ -169,14 +177,18 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
                 "-gateway=mesh".into(),
                 "-register".into(),
                 "-expose-servers".into(),
+                format!("-proxy-id={id}"),
                 format!("-address={lan}:8443"),
-                format!("-wan-address={}", gateway_wan(dc)),
+                format!("-wan-address={}", wan_of(dc, wan)),
                 format!("-admin-bind={lan}:19000"),
                 format!("-http-addr={}:8500", server.address),
                 format!("-grpc-addr={}:8502", server.address),
             ],
-            &logs.path().join(format!("gateway{}.log", dc + 1)),
+            &logs.path().join(format!("{id}-dc{}.log", dc + 1)),
         ))
+    };
+    let gateway = |dc: usize, server: &Server| {
+        gateway_at(dc, server, (GATEWAY_LAN, GATEWAY_WAN), "mesh-gateway")
     };
 
     let logs_of = |servers: &[Server]| -> String {
@@ -205,8 +217,8 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     );
     // Then the gateways; the secondary joins through the primary's, with
     // no WAN join of its own.
-    let _gateway1 = gateway(0, &dc1[0]);
-    let _gateway2 = gateway(1, &dc2[0]);
+    let gateway1 = gateway(0, &dc1[0]);
+    let gateway2 = gateway(1, &dc2[0]);
 
     // Every server of both datacenters alive in every server's WAN pool.
     let mut everyone: Vec<(String, String)> = (1..=2)
@@ -216,8 +228,9 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     let gateway_logs = || -> String {
         (1..=2)
             .map(|dc| {
-                let text = std::fs::read_to_string(logs.path().join(format!("gateway{dc}.log")))
-                    .unwrap_or_default();
+                let text =
+                    std::fs::read_to_string(logs.path().join(format!("mesh-gateway-dc{dc}.log")))
+                        .unwrap_or_default();
                 let lines: Vec<&str> = text.lines().collect();
                 format!(
                     "gateway{dc}:\n{}\n",
@@ -377,6 +390,53 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         });
     }
 
+    // The primary's gateway replaced by one at a new address: once the
+    // new one reached the secondary in the federation states, the old one
+    // goes, and the secondary carries on through the new one.
+    let _new_gateway1 = gateway_at(
+        0,
+        &dc1[1],
+        (NEW_GATEWAY_LAN, NEW_GATEWAY_WAN),
+        "mesh-gateway-new",
+    );
+    for server in &dc2 {
+        eventually(Duration::from_secs(60), || {
+            let l = json_of(server, "/v1/internal/gateway-locator")?;
+            l["PrimaryGateways"]
+                .as_array()?
+                .contains(&Value::String(wan_of(0, NEW_GATEWAY_WAN)))
+                .then_some(())
+        });
+    }
+    drop(gateway1);
+    let across = |from: &[Server], to: &str, key: &str| {
+        for server in from {
+            let path = format!("/v1/kv/rotated/{key}/{}?dc={to}", server.address);
+            eventually_or(
+                Duration::from_secs(90),
+                || {
+                    let (status, _) = server.request("PUT", &path, "after")?;
+                    (status == 200).then_some(())
+                },
+                || format!("{path}\n{}{}", logs_of(from), gateway_logs()),
+            );
+        }
+    };
+    across(&dc2, "dc1", "primary-gateway");
+    across(&dc1, "dc2", "primary-gateway");
+    // A secondary's gateway restarted at a new address, the old one gone
+    // first: the primary follows (the secondary's federation state, sent
+    // through the primary's gateways once its own path fails, is fresher).
+    drop(gateway2);
+    let _new_gateway2 = gateway_at(
+        1,
+        &dc2[1],
+        (NEW_GATEWAY_LAN, NEW_GATEWAY_WAN),
+        "mesh-gateway-new",
+    );
+    across(&dc1, "dc2", "secondary-gateway");
+    across(&dc2, "dc1", "secondary-gateway");
+
     // A server whose certificate is for another datacenter than the one
     // it claims is refused, and both sides say why.
     let rogue_dir = tempfile::tempdir().unwrap();
@@ -411,7 +471,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         &[
             "-hcl=connect { enabled = true enable_mesh_gateway_wan_federation = true }".to_string(),
             format!("-hcl={rogue_cert}"),
-            format!("-primary-gateway={}", gateway_wan(0)),
+            format!("-primary-gateway={}", wan_of(0, NEW_GATEWAY_WAN)),
         ],
     );
     eventually_or(
