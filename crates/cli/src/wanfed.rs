@@ -189,16 +189,23 @@ async fn resolve_primary_gateways(
     }
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // An entry whose lookup fails keeps its last good addresses: a DNS
+    // outage must not strand a secondary (#7339's lesson).
+    let mut last_good: std::collections::HashMap<&str, Vec<String>> = Default::default();
     loop {
         tick.tick().await;
         let mut resolved = Vec::new();
         for entry in &configured {
             match tokio::net::lookup_host(entry.as_str()).await {
-                Ok(found) => resolved.extend(found.filter(|a| a.is_ipv4()).map(|a| a.to_string())),
+                Ok(found) => {
+                    let found: Vec<String> = found.map(|a| a.to_string()).collect();
+                    last_good.insert(entry, found);
+                }
                 Err(e) => {
-                    tracing::warn!(gateway = %entry, error = %e, "WAN federation: a primary gateway could not be looked up")
+                    tracing::warn!(gateway = %entry, error = %e, "WAN federation: a primary gateway could not be looked up; keeping its last addresses")
                 }
             }
+            resolved.extend(last_good.get(entry.as_str()).cloned().unwrap_or_default());
         }
         resolved.sort();
         resolved.dedup();

@@ -350,7 +350,11 @@ fn wan_federation_through_gateways_is_refused_where_consuls_is() {
 #[test]
 fn a_server_federating_through_gateways_refuses_a_manual_wan_join() {
     let dir = tempfile::tempdir().unwrap();
-    let tls = common::server_tls_config(dir.path(), "g1", "verify_outgoing = true");
+    let tls = common::server_tls_config(
+        dir.path(),
+        "g1",
+        "verify_outgoing = true\n    verify_incoming = true",
+    );
     let config = write(
         dir.path(),
         "wanfed.hcl",

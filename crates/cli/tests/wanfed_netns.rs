@@ -479,7 +479,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         || {
             let said = rogue
                 .log_tail()
-                .contains("its certificate is not valid for server.dc2.consul");
+                .contains("its certificate is not valid for s4.server.dc2.consul");
             let heard = dc1.iter().any(|s| {
                 s.log_tail()
                     .contains("refused a tunnel connection whose certificate is not for a server of the datacenter it claims")

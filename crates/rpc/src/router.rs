@@ -113,11 +113,16 @@ impl Router {
             Some((node, addr)) => (Some(node), addr),
             // The primary before the WAN pool knows its servers.
             None if !knows && !tried.contains(&any) => (None, any),
+            None if !knows => return Err(RpcError::NoPathToDatacenter(datacenter.to_string())),
             None => return Err(RpcError::DatacenterUnavailable(datacenter.to_string())),
         };
-        let gateway = self
-            .least_failed(gateways, Clone::clone)
-            .ok_or_else(|| RpcError::DatacenterUnavailable(datacenter.to_string()))?;
+        let gateway = self.least_failed(gateways, Clone::clone).ok_or_else(|| {
+            if knows {
+                RpcError::DatacenterUnavailable(datacenter.to_string())
+            } else {
+                RpcError::NoPathToDatacenter(datacenter.to_string())
+            }
+        })?;
         Ok(Route {
             datacenter: datacenter.to_string(),
             server,
@@ -310,7 +315,7 @@ mod tests {
         );
         assert!(matches!(
             router.route("dc0", &["server.dc0".to_string()]),
-            Err(RpcError::DatacenterUnavailable(_))
+            Err(RpcError::NoPathToDatacenter(_))
         ));
         // A datacenter nobody knows has no path.
         assert!(matches!(

@@ -142,13 +142,12 @@ impl ClientTls {
         ServerName::try_from(name.clone()).map_err(|e| format!("server name {name:?}: {e}"))
     }
 
-    /// The `server.<dc>.<domain>` name of a server of `datacenter`, as
-    /// text (what a WAN gossip peer's certificate must carry).
-    pub fn server_name_in(&self, datacenter: &str) -> String {
-        match self.name_for(datacenter) {
-            Ok(name) => name.to_str().into_owned(),
-            Err(_) => self.name_text.clone(),
-        }
+    /// The `<node>.server.<dc>.<domain>` name of a server, as text (what
+    /// a WAN gossip peer's certificate must carry for the name its hello
+    /// claims).
+    pub fn node_name_in(&self, node: &str, datacenter: &str) -> Result<String, String> {
+        self.name_through_gateway(Some(node), datacenter)
+            .map(|name| name.to_str().into_owned())
     }
 
     pub(crate) fn connector(&self, kind: Kind) -> &TlsConnector {

@@ -9,7 +9,7 @@
 //! name); the acceptor checks the dialler's certificate names a server of
 //! the datacenter its hello claims, the dialler checked the acceptor's
 //! name in the handshake. Then each frame (a 4-byte big-endian length, at
-//! most 4 MiB, Consul's cap) is one datagram. A secondary's first join
+//! most 64 KiB) is one datagram. A secondary's first join
 //! dials `server.<primary>.<domain>` — any server there — and learns who
 //! answered from the hello, so no placeholder member is ever announced.
 
@@ -31,8 +31,14 @@ use crate::pool::connect_tls;
 use crate::tls::{certificate_names, ClientTls};
 use crate::Kind;
 
-/// Largest frame (Consul's packet cap).
-pub const MAX_PACKET: usize = 4 << 20;
+/// Largest frame. Consul caps its packets at 4 MiB; Legate's gossip
+/// never sends a datagram over UDP's 64 KiB, so a frame is at most that
+/// (an authenticated peer cannot make a server hold 4 MiB per queued
+/// datagram).
+pub const MAX_PACKET: usize = 64 << 10;
+
+/// Largest hello (an address and a name).
+const MAX_HELLO: usize = 1024;
 
 /// A connection with no frame either way for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(120);
@@ -369,14 +375,18 @@ impl StreamHandler for GossipTunnel {
             }
             Err(_) => return,
         };
-        let datacenter = match split_wan_name(&hello.name) {
-            Ok((_, dc)) => dc.to_string(),
+        // The certificate must name the very server the hello claims
+        // (`tls cert create -server -node`), so no server can pass for
+        // another.
+        let expected = match split_wan_name(&hello.name)
+            .and_then(|(node, dc)| self.inner.tls.node_name_in(node, dc))
+        {
+            Ok(expected) => expected,
             Err(e) => {
                 tracing::warn!(%from, error = %e, "WAN gossip: refused a tunnel connection");
                 return;
             }
         };
-        let expected = self.inner.tls.server_name_in(&datacenter);
         if !certificate_names(&peer_chain, &expected) {
             tracing::warn!(%from, claimed = %hello.name, %expected, "WAN gossip: refused a tunnel connection whose certificate is not for a server of the datacenter it claims");
             let why = format!(
@@ -388,6 +398,18 @@ impl StreamHandler for GossipTunnel {
         }
         if let Err(e) = write_hello(&mut connection, &self.inner.me).await {
             tracing::debug!(%from, error = %e, "WAN gossip: the hello could not be sent");
+            return;
+        }
+        // Both ends dialled each other at once: the connection the lower
+        // address dialled wins on both sides.
+        let mine_is_live = self
+            .inner
+            .links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&hello.addr)
+            .is_some_and(|l| !l.queue.is_closed());
+        if mine_is_live && self.inner.me.addr < hello.addr {
             return;
         }
         let (id, queued) = self.link_to(hello.addr);
@@ -413,7 +435,7 @@ async fn write_frame<W: AsyncWrite + Unpin>(
     if body.len() + 1 > MAX_PACKET {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            "a datagram over the tunnel's 4 MiB cap",
+            "a datagram over the tunnel's 64 KiB cap",
         ));
     }
     let mut frame = Vec::with_capacity(body.len() + 5);
@@ -428,6 +450,14 @@ async fn write_frame<W: AsyncWrite + Unpin>(
 async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
 ) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    read_frame_within(reader, MAX_PACKET).await
+}
+
+/// [`read_frame`] refusing frames over `max` bytes before reading them.
+async fn read_frame_within<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> std::io::Result<Option<(u8, Vec<u8>)>> {
     let mut length = [0u8; 4];
     match reader.read_exact(&mut length).await {
         Ok(_) => {}
@@ -435,10 +465,10 @@ async fn read_frame<R: AsyncRead + Unpin>(
         Err(e) => return Err(e),
     }
     let length = u32::from_be_bytes(length) as usize;
-    if length == 0 || length > MAX_PACKET {
+    if length == 0 || length > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("a frame of {length} bytes (at most 4 MiB)"),
+            format!("a frame of {length} bytes (at most {max})"),
         ));
     }
     let mut body = vec![0u8; length];
@@ -453,7 +483,7 @@ async fn write_hello<W: AsyncWrite + Unpin>(writer: &mut W, me: &Peer) -> std::i
 }
 
 async fn read_hello<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Peer, String> {
-    let (kind, body) = read_frame(reader)
+    let (kind, body) = read_frame_within(reader, MAX_HELLO)
         .await
         .map_err(|e| e.to_string())?
         .ok_or("closed before its hello")?;
@@ -493,6 +523,14 @@ mod tests {
             read_frame(&mut b).await.unwrap(),
             Some((DATAGRAM, b"ping".to_vec()))
         );
+        // A hello over its 1 KiB is refused before it is read.
+        write_frame(&mut a, HELLO, &[b'x'; 2000]).await.unwrap();
+        assert!(read_hello(&mut b)
+            .await
+            .unwrap_err()
+            .contains("at most 1024"));
+        let mut rest = vec![0u8; 2001];
+        b.read_exact(&mut rest).await.unwrap();
         // A hello whose name encodes no datacenter.
         write_frame(&mut a, HELLO, b"10.0.0.1:8302 b1")
             .await
