@@ -467,6 +467,7 @@ pub const HTTP: &[Door] = &[
         "refused before any check: a datacenter is required",
     ),
     row("GET /v1/internal/federation-state/{dc}", OPERATOR_READ),
+    row("GET /v1/internal/gateway-locator", OPERATOR_READ),
     // Coordinates.
     row("GET /v1/coordinate/datacenters", Needs::Nothing),
     row(

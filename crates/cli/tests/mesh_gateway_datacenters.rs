@@ -262,12 +262,17 @@ services {{
         let passing = dc1.agent.get("/v1/health/connect/cache?passing").ok()?;
         (passing.as_array()?.len() == 1).then_some(())
     });
-    let far_before = cache2_received.load(SeqCst);
+    // Once the sidecar's config has caught up (a line reached dc1's
+    // cache), every line does.
     eventually(Duration::from_secs(60), || {
         let near = cache1_received.load(SeqCst);
         echo(cache_up, "near")?;
         (cache1_received.load(SeqCst) > near).then_some(())
     });
+    let far_before = cache2_received.load(SeqCst);
+    for _ in 0..3 {
+        assert_eq!(echo(cache_up, "near").as_deref(), Some("near"));
+    }
     assert_eq!(
         cache2_received.load(SeqCst),
         far_before,
