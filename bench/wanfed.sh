@@ -31,7 +31,7 @@ ROUNDS=${ROUNDS:-3}
     "$OLDPWD/$LEGATE" tls cert create -server -dc dc1 -node a1 >/dev/null &&
     "$OLDPWD/$LEGATE" tls cert create -server -dc dc2 -node b1 >/dev/null &&
     "$OLDPWD/$LEGATE" tls cert create -server -dc dc2 -node b2 >/dev/null)
-tls() { # dc index
+tls() { # dc, certificate index
     echo "tls { defaults { ca_file = \"$work/consul-agent-ca.pem\" cert_file = \"$work/$1-server-consul-$2.pem\" key_file = \"$work/$1-server-consul-$2-key.pem\" verify_outgoing = true } internal_rpc { verify_incoming = true verify_server_hostname = true } }"
 }
 common=(-dns-port=-1 -grpc-port=8502 -log-level=warn -hcl 'primary_datacenter = "dc1"')
@@ -75,17 +75,19 @@ run_path() { # direct | gateways, round
     else
         b1_extra=(-retry-join-wan=127.0.0.101 -retry-interval-wan=1s)
     fi
-    "$LEGATE" agent -server -bootstrap-expect=1 -datacenter=dc1 -node=a1 -bind=127.0.0.101 \
-        -client=127.0.0.101 -data-dir="$dir/a1" -hcl "$(tls dc1 0)" "${common[@]}" "${a1_extra[@]}" \
-        >"$dir/a1.log" 2>&1 &
-    pids+=($!)
-    wait_leader http://127.0.0.101:8500
+    # server <node> <dc> <ip> <cert index> <flags...>: a one-server datacenter.
+    server() {
+        local node=$1 dc=$2 ip=$3 cert=$4
+        shift 4
+        "$LEGATE" agent -server -bootstrap-expect=1 -datacenter="$dc" -node="$node" -bind="$ip" \
+            -client="$ip" -data-dir="$dir/$node" -hcl "$(tls "$dc" "$cert")" "${common[@]}" "$@" \
+            >"$dir/$node.log" 2>&1 &
+        pids+=($!)
+        wait_leader "http://$ip:8500"
+    }
+    server a1 dc1 127.0.0.101 0 "${a1_extra[@]}"
     [ "$mode" = gateways ] && gateway dc1 127.0.0.101 127.0.0.102 127.0.0.103
-    "$LEGATE" agent -server -bootstrap-expect=1 -datacenter=dc2 -node=b1 -bind=127.0.0.111 \
-        -client=127.0.0.111 -data-dir="$dir/b1" -hcl "$(tls dc2 0)" "${common[@]}" "${b1_extra[@]}" \
-        >"$dir/b1.log" 2>&1 &
-    pids+=($!)
-    wait_leader http://127.0.0.111:8500
+    server b1 dc2 127.0.0.111 0 "${b1_extra[@]}"
     [ "$mode" = gateways ] && gateway dc2 127.0.0.111 127.0.0.113 127.0.0.114
     for _ in $(seq 1 1200); do alive_in_a1 b1.dc2 && break; sleep 0.05; done
     curl -sf -X PUT -d value http://127.0.0.111:8500/v1/kv/bench/x >/dev/null

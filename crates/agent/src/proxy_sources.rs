@@ -343,18 +343,14 @@ impl DataSources for AgentSources {
         min_index: u64,
     ) -> Result<Fetched<Vec<CheckServiceNode>>, String> {
         let g = &self.gateway_reads;
-        let q = g
-            .rpc
+        g.rpc
             .catalog_service_dump(
                 &opts(datacenter, min_index, g.tokens.agent_token()),
                 MESH_GATEWAY_KIND.into(),
             )
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            index: q.meta.index,
-            value: q.value,
-        })
+            .map(Fetched::from)
+            .map_err(|e| e.to_string())
     }
 
     async fn servers(
@@ -363,8 +359,7 @@ impl DataSources for AgentSources {
         min_index: u64,
     ) -> Result<Fetched<Vec<CheckServiceNode>>, String> {
         let g = &self.gateway_reads;
-        let q = g
-            .rpc
+        g.rpc
             .health_service_nodes(
                 &opts(datacenter, min_index, g.tokens.agent_token()),
                 ServiceQuery {
@@ -373,11 +368,8 @@ impl DataSources for AgentSources {
                 },
             )
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            index: q.meta.index,
-            value: q.value,
-        })
+            .map(Fetched::from)
+            .map_err(|e| e.to_string())
     }
 
     async fn federation_gateways(
@@ -385,15 +377,11 @@ impl DataSources for AgentSources {
         min_index: u64,
     ) -> Result<Fetched<BTreeMap<String, Vec<CheckServiceNode>>>, String> {
         let g = &self.gateway_reads;
-        let q = g
-            .rpc
+        g.rpc
             .federation_state_mesh_gateways(&opts(&g.datacenter, min_index, g.tokens.agent_token()))
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            index: q.meta.index,
-            value: q.value,
-        })
+            .map(Fetched::from)
+            .map_err(|e| e.to_string())
     }
 
     async fn resolvers(
@@ -402,18 +390,14 @@ impl DataSources for AgentSources {
         min_index: u64,
     ) -> Result<Fetched<Vec<legate_types::config_entry::ConfigEntry>>, String> {
         let g = &self.gateway_reads;
-        let q = g
-            .rpc
+        g.rpc
             .config_list(
                 &opts(datacenter, min_index, g.tokens.agent_token()),
                 "service-resolver".into(),
             )
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            index: q.meta.index,
-            value: q.value,
-        })
+            .map(Fetched::from)
+            .map_err(|e| e.to_string())
     }
 
     async fn datacenters(&self) -> Result<Vec<String>, String> {

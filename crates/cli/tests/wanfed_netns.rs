@@ -44,29 +44,41 @@ fn counter(server: &Server, name: &str, label: (&str, &str)) -> u64 {
         .sum()
 }
 
-/// `tls cert create -server -dc <dc> -node <node>` for every server, in
-/// `dir` beside one CA; the TLS block of each, by (dc, server).
-fn certificates(dir: &Path) -> Vec<Vec<String>> {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(common::binary())
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-    };
-    run(&["tls", "ca", "create"]);
+/// Runs `legate <args>` in `dir` (certificate commands).
+fn run_in(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new(common::binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+}
+
+/// `tls cert create -server -dc <dc> -node <node>` in `dir` (beside its
+/// CA), the `index`-th of that datacenter as the CLI numbers them; its
+/// TLS block.
+fn server_certificate(dir: &Path, dc: &str, node: &str, index: usize) -> String {
+    run_in(
+        dir,
+        &["tls", "cert", "create", "-server", "-dc", dc, "-node", node],
+    );
     let d = dir.display();
+    let file = format!("{d}/{dc}-server-consul-{index}");
+    format!(
+        "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{file}.pem\" key_file = \"{file}-key.pem\" verify_outgoing = true }} internal_rpc {{ verify_incoming = true verify_server_hostname = true }} }}"
+    )
+}
+
+/// One CA in `dir` and every server's certificate; the TLS block of each,
+/// by (dc, server).
+fn certificates(dir: &Path) -> Vec<Vec<String>> {
+    run_in(dir, &["tls", "ca", "create"]);
     (0..2)
         .map(|dc| {
             (0..SERVERS)
                 .map(|server| {
-                    let (dc_name, node) = (format!("dc{}", dc + 1), format!("s{}", server + 1));
-                    run(&["tls", "cert", "create", "-server", "-dc", &dc_name, "-node", &node]);
-                    let file = format!("{d}/{dc_name}-server-consul-{server}");
-                    format!(
-                        "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{file}.pem\" key_file = \"{file}-key.pem\" verify_outgoing = true }} internal_rpc {{ verify_incoming = true verify_server_hostname = true }} }}"
-                    )
+                    let node = format!("s{}", server + 1);
+                    server_certificate(dir, &format!("dc{}", dc + 1), &node, server)
                 })
                 .collect()
         })
@@ -440,20 +452,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     // A server whose certificate is for another datacenter than the one
     // it claims is refused, and both sides say why.
     let rogue_dir = tempfile::tempdir().unwrap();
-    let rogue_cert = {
-        let out = std::process::Command::new(common::binary())
-            .args([
-                "tls", "cert", "create", "-server", "-dc", "dc3", "-node", "s4",
-            ])
-            .current_dir(certs_dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let d = certs_dir.path().display();
-        format!(
-            "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{d}/dc3-server-consul-0.pem\" key_file = \"{d}/dc3-server-consul-0-key.pem\" verify_outgoing = true }} internal_rpc {{ verify_incoming = true }} }}"
-        )
-    };
+    let rogue_cert = server_certificate(certs_dir.path(), "dc3", "s4", 0);
     let rogue_address = format!("{}/24", networks.address(1, 3));
     in_ns(
         networks.namespace(1),

@@ -78,19 +78,15 @@ impl Wire {
             let (len, from) = self.socket.recv_from(buf).await?;
             return Ok((buf[..len].to_vec(), from));
         };
-        tokio::select! {
+        let relayed = tokio::select! {
             received = self.socket.recv_from(buf) => {
                 let (len, from) = received?;
-                Ok((buf[..len].to_vec(), from))
+                return Ok((buf[..len].to_vec(), from));
             }
-            Some(relayed) = relay.inbound.recv() => {
-                if relay.heard.len() >= MAX_HEARD && !relay.heard.contains_key(&relayed.peer) {
-                    relay.heard.clear();
-                }
-                relay.heard.insert(relayed.peer, relayed.name);
-                Ok((relayed.datagram, relayed.peer))
-            }
-        }
+            Some(relayed) = relay.inbound.recv() => relayed,
+        };
+        self.heard_of(relayed.peer, relayed.name);
+        Ok((relayed.datagram, relayed.peer))
     }
 
     /// Sends a sealed datagram to the member at `to`.

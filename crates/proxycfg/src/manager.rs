@@ -33,6 +33,15 @@ pub struct Fetched<T> {
     pub value: T,
 }
 
+impl<T> From<legate_types::Queried<T>> for Fetched<T> {
+    fn from(q: legate_types::Queried<T>) -> Fetched<T> {
+        Fetched {
+            index: q.meta.index,
+            value: q.value,
+        }
+    }
+}
+
 /// Where a proxy's inputs come from. Every read blocks until the index
 /// passes `min_index` (or a server-side wait runs out).
 #[async_trait]
