@@ -121,9 +121,11 @@ impl Acceptor {
                     return match self.limit.try_acquire(peer.ip()) {
                         Some(slot) => Incoming::Admitted(LimitedStream {
                             stream,
-                            peer,
-                            limit: self.limit.clone(),
-                            slot: Some(slot),
+                            count: ClientCount {
+                                peer,
+                                limit: self.limit.clone(),
+                                slot: Some(slot),
+                            },
                         }),
                         None => {
                             if let Some(count) = self.refusals.hit() {
@@ -160,35 +162,63 @@ impl Acceptor {
 /// while it is not [`LimitedStream::uncount`]ed).
 pub struct LimitedStream {
     stream: TcpStream,
-    peer: SocketAddr,
-    limit: Arc<ClientLimit>,
-    slot: Option<ClientSlot>,
+    count: ClientCount,
 }
 
 impl LimitedStream {
     /// Stops counting this connection against its client (while it does
     /// work that is bounded elsewhere, such as a call in flight).
     pub fn uncount(&mut self) {
-        self.slot = None;
+        self.count.uncount();
     }
 
     /// Counts it again; `false` when its client is at its cap meanwhile
     /// (the caller then closes it).
     pub fn recount(&mut self) -> bool {
-        if self.slot.is_none() {
-            self.slot = self.limit.try_acquire(self.peer.ip());
-        }
-        self.slot.is_some()
+        self.count.recount()
     }
 
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
-        self.peer
+        self.count.peer
+    }
+
+    /// Hands this connection's count to a [`ClientCount`] that can be
+    /// kept apart from the stream (a connection split into halves).
+    pub fn detach_count(&mut self) -> ClientCount {
+        ClientCount {
+            peer: self.count.peer,
+            limit: self.count.limit.clone(),
+            slot: self.count.slot.take(),
+        }
     }
 
     /// The socket.
     pub fn get_ref(&self) -> &TcpStream {
         &self.stream
+    }
+}
+
+/// A connection's count against its client, apart from the stream; it
+/// is released when dropped.
+pub struct ClientCount {
+    peer: SocketAddr,
+    limit: Arc<ClientLimit>,
+    slot: Option<ClientSlot>,
+}
+
+impl ClientCount {
+    /// As [`LimitedStream::uncount`].
+    pub fn uncount(&mut self) {
+        self.slot = None;
+    }
+
+    /// As [`LimitedStream::recount`].
+    pub fn recount(&mut self) -> bool {
+        if self.slot.is_none() {
+            self.slot = self.limit.try_acquire(self.peer.ip());
+        }
+        self.slot.is_some()
     }
 }
 

@@ -12,5 +12,7 @@ mod accept;
 mod throttle;
 pub mod tls;
 
-pub use accept::{Acceptor, ClientLimit, ClientSlot, Connections, Incoming, LimitedStream};
+pub use accept::{
+    Acceptor, ClientCount, ClientLimit, ClientSlot, Connections, Incoming, LimitedStream,
+};
 pub use throttle::Throttle;

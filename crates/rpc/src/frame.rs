@@ -22,6 +22,17 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -> std::
 
 /// Reads one frame; `None` at a clean end of stream.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    read_sized(r, 0, MAX_FRAME).await
+}
+
+/// Reads a 4-byte big-endian length and that many bytes, refusing a
+/// length outside `min..=max` before reading on; `None` at a clean end of
+/// stream.
+pub(crate) async fn read_sized<R: AsyncRead + Unpin>(
+    r: &mut R,
+    min: usize,
+    max: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -29,10 +40,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Opti
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
+    if !(min..=max).contains(&len) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes exceeds {MAX_FRAME}"),
+            format!("a frame of {len} bytes (at least {min}, at most {max})"),
         ));
     }
     let mut body = vec![0u8; len];

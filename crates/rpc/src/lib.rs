@@ -7,10 +7,13 @@
 //! Frames are a 4-byte big-endian length and a JSON body (the types use
 //! serde features that only self-describing formats decode). One request
 //! is outstanding per connection; the pool opens more connections for
-//! concurrent calls (blocking queries hold theirs for minutes).
+//! concurrent calls (blocking queries hold theirs for minutes), except
+//! through mesh gateways, where a few multiplexed connections carry every
+//! call (see `mux`).
 
 mod frame;
 mod listener;
+mod mux;
 mod pool;
 pub mod router;
 mod server_rpc;
@@ -19,7 +22,7 @@ pub mod tunnel;
 
 pub use frame::{read_frame, write_frame, MAX_FRAME};
 pub use listener::{Connection, FrameHandler, Listener, StreamHandler};
-pub use pool::{CallError, Dial, Pool};
+pub use pool::{CallError, Dial, Pool, MAX_MUX_CONNS};
 pub use router::{Route, Router};
 pub use server_rpc::{
     serve_rpc, CrossDatacenter, Forwarding, Leadership, Prepared, RemoteRpc, RpcHandler,
@@ -35,6 +38,9 @@ pub enum Kind {
     Rpc = 0,
     /// Raft messages between servers.
     Raft = 1,
+    /// Server RPC calls, many in flight on one connection (Consul's
+    /// `RPCMultiplexV2` byte); answered by the [`Kind::Rpc`] handler.
+    RpcMux = 4,
     /// WAN gossip datagrams through mesh gateways (TLS only: its ALPN
     /// protocol names it; no first byte does). Consul numbers gossip 6.
     WanGossip = 6,
@@ -46,6 +52,7 @@ impl Kind {
         match b {
             0 => Some(Kind::Rpc),
             1 => Some(Kind::Raft),
+            4 => Some(Kind::RpcMux),
             _ => None,
         }
     }

@@ -211,10 +211,11 @@ async fn connection(
             .ok_or_else(|| refused("a TLS connection without a known ALPN protocol".into()))?;
         tls.admits(kind, stream.get_ref().1.peer_certificates())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
-        let handler = handlers
-            .get(&kind)
-            .ok_or_else(|| refused(format!("no handler for {kind:?}")))?;
+        let handler = handler_of(handlers, kind)?;
         count_accepted(&String::from_utf8_lossy(alpn(kind)));
+        if kind == Kind::RpcMux {
+            return serve_mux_with(stream, peer, handler).await;
+        }
         return match handler {
             Handler::Frames(handler) => serve_frames(stream, peer, handler.as_ref()).await,
             Handler::Stream(handler) => {
@@ -240,12 +241,48 @@ async fn connection(
         ));
     }
     let first = stream.read_u8().await?;
-    let handler = match Kind::from_byte(first).and_then(|kind| handlers.get(&kind)) {
-        Some(Handler::Frames(handler)) => handler,
-        _ => return Err(refused(format!("unknown connection type {first}"))),
-    };
+    let kind = Kind::from_byte(first)
+        .ok_or_else(|| refused(format!("unknown connection type {first}")))?;
+    let handler = handler_of(handlers, kind)?;
     count_accepted(&format!("plain/{first}"));
-    serve_frames(stream, peer, handler.as_ref()).await
+    if kind == Kind::RpcMux {
+        return serve_mux_with(stream, peer, handler).await;
+    }
+    match handler {
+        Handler::Frames(handler) => serve_frames(stream, peer, handler.as_ref()).await,
+        Handler::Stream(_) => Err(refused(format!("unknown connection type {first}"))),
+    }
+}
+
+/// The handler of `kind`: multiplexed RPC is answered by the RPC handler.
+fn handler_of(handlers: &HashMap<Kind, Handler>, kind: Kind) -> std::io::Result<&Handler> {
+    let routed = if kind == Kind::RpcMux {
+        Kind::Rpc
+    } else {
+        kind
+    };
+    handlers
+        .get(&routed)
+        .ok_or_else(|| refused(format!("no handler for {kind:?}")))
+}
+
+/// Serves a multiplexed RPC connection, counted against its client's cap
+/// while it carries no call (as a single-call connection is).
+async fn serve_mux_with<S>(
+    mut stream: S,
+    peer: SocketAddr,
+    handler: &Handler,
+) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + Counted + 'static,
+{
+    let count = stream.connection().detach_count();
+    match handler {
+        Handler::Frames(handler) => {
+            crate::mux::serve_mux(stream, peer, handler.clone(), Some(count)).await
+        }
+        Handler::Stream(_) => Err(refused("multiplexed RPC without an RPC handler".into())),
+    }
 }
 
 /// Counts an accepted connection by what it carries: its negotiated ALPN

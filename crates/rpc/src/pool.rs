@@ -1,7 +1,8 @@
 //! A dialer that keeps idle connections per (address, kind) and opens more
-//! for concurrent calls.
+//! for concurrent calls; through a mesh gateway it keeps a few multiplexed
+//! connections per route instead, each carrying many calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -12,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::frame::{read_frame, write_frame};
+use crate::mux::MuxConn;
 use crate::tls::ClientTls;
 use crate::Kind;
 
@@ -86,9 +88,25 @@ impl AsyncWrite for Conn {
 /// Idle connections kept per (address, kind).
 const MAX_IDLE: usize = 32;
 
+/// Multiplexed connections kept per route through a gateway (a bound:
+/// calls beyond them share them).
+pub const MAX_MUX_CONNS: usize = 4;
+
+/// Calls in flight on every multiplexed connection of a route before
+/// another one is opened.
+const MUX_SPREAD_AT: usize = 64;
+
+/// A route's multiplexed connections; its lock is held while one is
+/// dialled, so a route never dials twice at once.
+type MuxSlot = Arc<tokio::sync::Mutex<Vec<Arc<MuxConn>>>>;
+
 /// The pooled dialer.
 pub struct Pool {
     idle: Mutex<HashMap<(String, Kind), Vec<Conn>>>,
+    mux: Mutex<HashMap<String, MuxSlot>>,
+    /// Routes whose server does not speak multiplexed RPC (an older
+    /// Legate): one connection per call, as before.
+    single_only: Mutex<HashSet<String>>,
     connect_timeout: Duration,
     tls: Option<Arc<ClientTls>>,
 }
@@ -104,6 +122,8 @@ impl Pool {
     pub fn new(connect_timeout: Duration) -> Pool {
         Pool {
             idle: Mutex::new(HashMap::new()),
+            mux: Mutex::new(HashMap::new()),
+            single_only: Mutex::new(HashSet::new()),
             connect_timeout,
             tls: None,
         }
@@ -121,12 +141,14 @@ impl Pool {
     /// once; an open one has nothing to read).
     fn take(&self, address: &str, kind: Kind) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(&(address.to_string(), kind))?;
+        let key = (address.to_string(), kind);
+        let list = idle.get_mut(&key)?;
         while let Some(stream) = list.pop() {
             if stream.is_open() {
                 return Some(stream);
             }
         }
+        idle.remove(&key);
         None
     }
 
@@ -138,17 +160,25 @@ impl Pool {
         }
     }
 
+    /// Dials `gateway` for the server `dial` names, speaking `kind`.
+    async fn connect_through(
+        &self,
+        gateway: &str,
+        dial: &Dial<'_>,
+        kind: Kind,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let tls = self.tls.as_ref().ok_or_else(|| {
+            std::io::Error::other("cannot dial via a mesh gateway when outgoing TLS is disabled")
+        })?;
+        let name = tls
+            .name_through_gateway(dial.node, dial.datacenter.unwrap_or_default())
+            .map_err(std::io::Error::other)?;
+        connect_tls(gateway, name, kind, tls, self.connect_timeout).await
+    }
+
     async fn connect(&self, dial: &Dial<'_>, kind: Kind) -> std::io::Result<Conn> {
         if let Some(gateway) = dial.gateway {
-            let tls = self.tls.as_ref().ok_or_else(|| {
-                std::io::Error::other(
-                    "cannot dial via a mesh gateway when outgoing TLS is disabled",
-                )
-            })?;
-            let name = tls
-                .name_through_gateway(dial.node, dial.datacenter.unwrap_or_default())
-                .map_err(std::io::Error::other)?;
-            let stream = connect_tls(gateway, name, kind, tls, self.connect_timeout).await?;
+            let stream = self.connect_through(gateway, dial, kind).await?;
             return Ok(Conn::Tls(Box::new(stream)));
         }
         let address = dial.address;
@@ -218,6 +248,23 @@ impl Pool {
         let not_sent = |error| CallError { sent: false, error };
         let key = dial.pool_key();
         let address = key.as_str();
+        if let (Some(gateway), Kind::Rpc) = (dial.gateway, kind) {
+            if !self.is_single_only(address) {
+                match self.call_mux(gateway, dial, request, timeout).await {
+                    Err(e) if !e.sent && speaks_no_mux(&e.error) => {
+                        tracing::info!(
+                            route = address,
+                            "the server does not speak multiplexed RPC; one connection per call"
+                        );
+                        self.single_only
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(key.clone());
+                    }
+                    outcome => return outcome,
+                }
+            }
+        }
         let (mut stream, pooled) = match self.take(address, kind) {
             Some(s) => (s, true),
             None => (self.connect(dial, kind).await.map_err(not_sent)?, false),
@@ -254,6 +301,98 @@ impl Pool {
             ))),
         }
     }
+}
+
+impl Pool {
+    fn is_single_only(&self, route: &str) -> bool {
+        self.single_only
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(route)
+    }
+
+    /// A call on one of the route's multiplexed connections; one that
+    /// turns out closed before the request left is replaced once.
+    async fn call_mux(
+        &self,
+        gateway: &str,
+        dial: &Dial<'_>,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        let route = dial.pool_key();
+        let failed = |(sent, error): (bool, std::io::Error)| CallError {
+            sent,
+            error: std::io::Error::new(error.kind(), format!("{route}: {error}")),
+        };
+        for attempt in 0..2 {
+            let conn = self
+                .mux_conn(gateway, dial, &route)
+                .await
+                .map_err(|e| failed((false, e)))?;
+            match conn.call(request, timeout).await {
+                Err((false, _)) if attempt == 0 => continue,
+                outcome => return outcome.map_err(failed),
+            }
+        }
+        Err(failed((false, std::io::Error::other("no connection"))))
+    }
+
+    /// The least busy open connection of `route`, or a new one when every
+    /// one has [`MUX_SPREAD_AT`] calls in flight and the route has fewer
+    /// than [`MAX_MUX_CONNS`].
+    async fn mux_conn(
+        &self,
+        gateway: &str,
+        dial: &Dial<'_>,
+        route: &str,
+    ) -> std::io::Result<Arc<MuxConn>> {
+        let slot = {
+            let mut routes = self.mux.lock().unwrap_or_else(|e| e.into_inner());
+            if routes.len() > 256 {
+                // Routes to servers that are gone.
+                routes.retain(|_, slot| slot.try_lock().map_or(true, |conns| !conns.is_empty()));
+            }
+            routes.entry(route.to_string()).or_default().clone()
+        };
+        let mut conns = slot.lock().await;
+        conns.retain(|conn| conn.is_open());
+        let least = conns.iter().min_by_key(|conn| conn.in_flight()).cloned();
+        if let Some(conn) = &least {
+            if conn.in_flight() < MUX_SPREAD_AT || conns.len() >= MAX_MUX_CONNS {
+                return Ok(conn.clone());
+            }
+        }
+        match self.connect_through(gateway, dial, Kind::RpcMux).await {
+            Ok(stream) => {
+                let conn = MuxConn::start(stream);
+                conns.push(conn.clone());
+                Ok(conn)
+            }
+            // A busy connection still serves.
+            Err(e) => least.ok_or(e),
+        }
+    }
+
+    /// Multiplexed connections open per route (for tests and metrics).
+    pub fn mux_connections(&self) -> HashMap<String, usize> {
+        let routes = self.mux.lock().unwrap_or_else(|e| e.into_inner());
+        routes
+            .iter()
+            .map(|(route, slot)| {
+                let open = slot
+                    .try_lock()
+                    .map_or(0, |conns| conns.iter().filter(|c| c.is_open()).count());
+                (route.clone(), open)
+            })
+            .collect()
+    }
+}
+
+/// The server refused the multiplexed protocol in its TLS handshake (it
+/// offers no such ALPN protocol: an older Legate).
+fn speaks_no_mux(error: &std::io::Error) -> bool {
+    error.to_string().contains("NoApplicationProtocol")
 }
 
 /// Where a call goes: a server's address, or a gateway leading to one.

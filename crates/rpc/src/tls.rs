@@ -15,20 +15,23 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::Kind;
 
 /// The ALPN protocol of each kind.
-/// Consul names its own `consul/rpc-single`, `consul/raft`,
-/// `consul/wan-gossip/packet` and `consul/wan-gossip/stream`; Legate's
+/// Consul names its own `consul/rpc-single`, `consul/raft`, one for its
+/// yamux-multiplexed RPC (`RPCMultiplexV2`; Legate's `rpc-multiplex` is
+/// its own framing, not yamux), `consul/wan-gossip/packet` and
+/// `consul/wan-gossip/stream`; Legate's
 /// gossip sends datagrams only (its push-pull is chunked into them), so
 /// it has no stream protocol.
 pub fn alpn(kind: Kind) -> &'static [u8] {
     match kind {
         Kind::Rpc => b"legate/rpc",
         Kind::Raft => b"legate/raft",
+        Kind::RpcMux => b"legate/rpc-multiplex",
         Kind::WanGossip => b"legate/wan-gossip/packet",
     }
 }
 
 /// Every kind, in the order the server offers their ALPN protocols.
-pub const KINDS: [Kind; 3] = [Kind::Rpc, Kind::Raft, Kind::WanGossip];
+pub const KINDS: [Kind; 4] = [Kind::Rpc, Kind::Raft, Kind::RpcMux, Kind::WanGossip];
 
 /// The kind an ALPN protocol names.
 pub(crate) fn kind_of_alpn(protocol: &[u8]) -> Option<Kind> {
@@ -101,6 +104,7 @@ impl ServerTls {
 /// The dialer's side: one client configuration per kind (its ALPN).
 pub struct ClientTls {
     rpc: TlsConnector,
+    rpc_mux: TlsConnector,
     raft: TlsConnector,
     wan_gossip: TlsConnector,
     pub(crate) server_name: ServerName<'static>,
@@ -153,6 +157,7 @@ impl ClientTls {
     pub(crate) fn connector(&self, kind: Kind) -> &TlsConnector {
         match kind {
             Kind::Rpc => &self.rpc,
+            Kind::RpcMux => &self.rpc_mux,
             Kind::Raft => &self.raft,
             Kind::WanGossip => &self.wan_gossip,
         }
@@ -213,6 +218,7 @@ impl TlsSettings {
         };
         Ok(Some(Arc::new(ClientTls {
             rpc: config(Kind::Rpc)?,
+            rpc_mux: config(Kind::RpcMux)?,
             raft: config(Kind::Raft)?,
             wan_gossip: config(Kind::WanGossip)?,
             server_name,

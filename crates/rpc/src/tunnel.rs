@@ -23,7 +23,7 @@ use legate_types::federation::split_wan_name;
 use legate_types::gateway_locator::GatewayLocator;
 use legate_types::wan_relay::RelayedDatagram;
 use rustls::pki_types::CertificateDer;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::listener::{Connection, StreamHandler};
@@ -458,21 +458,9 @@ async fn read_frame_within<R: AsyncRead + Unpin>(
     reader: &mut R,
     max: usize,
 ) -> std::io::Result<Option<(u8, Vec<u8>)>> {
-    let mut length = [0u8; 4];
-    match reader.read_exact(&mut length).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let length = u32::from_be_bytes(length) as usize;
-    if length == 0 || length > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("a frame of {length} bytes (at most {max})"),
-        ));
-    }
-    let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).await?;
+    let Some(mut body) = crate::frame::read_sized(reader, 1, max).await? else {
+        return Ok(None);
+    };
     let kind = body.remove(0);
     Ok(Some((kind, body)))
 }
@@ -508,6 +496,7 @@ async fn read_hello<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Peer, String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     #[tokio::test]
     async fn frames_and_hellos_round_trip_and_bad_ones_are_refused() {

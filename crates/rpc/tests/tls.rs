@@ -230,3 +230,198 @@ async fn connections_beyond_the_limit_are_closed() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(call(&third, &address, Kind::Rpc).await.unwrap(), "rpc:hi");
 }
+
+/// Waits `delay` then answers like [`Tagged`].
+struct Slow(Duration);
+
+#[async_trait]
+impl FrameHandler for Slow {
+    async fn handle(&self, _peer: std::net::SocketAddr, request: Vec<u8>) -> Vec<u8> {
+        tokio::time::sleep(self.0).await;
+        [b"slow:".as_slice(), &request].concat()
+    }
+}
+
+/// A stand-in for a mesh gateway with one server behind it: it copies
+/// bytes both ways and counts the connections it carried.
+async fn byte_relay(server: String) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let carried = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = carried.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let server = server.clone();
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(server).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    (address, carried)
+}
+
+fn server_settings(ca1: &Ca) -> TlsSettings {
+    let (cert, key) = leaf(ca1, &["server.dc2.consul", "s1.server.dc2.consul"]);
+    TlsSettings {
+        ca_pem: ca1.pem.clone(),
+        cert_pem: cert,
+        key_pem: key,
+        verify_incoming: true,
+        verify_outgoing: true,
+        server_name: "server.dc2.consul".into(),
+    }
+}
+
+/// A dc2 server (node s1) answering after `delay`, at most
+/// `max_per_client` connections per client carrying no call (0: any).
+async fn slow_dc2_server(ca1: &Ca, delay: Duration, max_per_client: usize) -> String {
+    let mut listener = Listener::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    listener.route(Kind::Rpc, Arc::new(Slow(delay)));
+    listener.set_tls(server_settings(ca1).server().unwrap());
+    listener.set_client_limits(max_per_client, Duration::from_secs(5));
+    let server = listener.local_addr().unwrap().to_string();
+    tokio::spawn(listener.serve());
+    server
+}
+
+fn dc1_server(ca1: &Ca) -> Pool {
+    let (cert, key) = leaf(ca1, &["server.dc1.consul", "a1.server.dc1.consul"]);
+    dialer(&TlsSettings {
+        ca_pem: ca1.pem.clone(),
+        cert_pem: cert,
+        key_pem: key,
+        verify_incoming: true,
+        verify_outgoing: true,
+        server_name: "server.dc1.consul".into(),
+    })
+}
+
+async fn call_through(pool: &Pool, gateway: &str, node: Option<&str>) -> Result<Vec<u8>, String> {
+    let dial = legate_rpc::Dial {
+        address: "s1",
+        datacenter: Some("dc2"),
+        gateway: Some(gateway),
+        node,
+    };
+    pool.call_dial(&dial, Kind::Rpc, b"hi", Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn calls_through_a_gateway_share_a_bounded_number_of_multiplexed_connections() {
+    let ca1 = ca("Legate CA");
+    let server = slow_dc2_server(&ca1, Duration::from_millis(300), 0).await;
+    let (gateway, carried) = byte_relay(server).await;
+    let pool = Arc::new(dc1_server(&ca1));
+
+    // 600 calls at once, each held 300 ms by the server: without
+    // multiplexing that is 600 connections through the gateway.
+    let mut calls = Vec::new();
+    for _ in 0..600 {
+        let (pool, gateway) = (pool.clone(), gateway.clone());
+        calls.push(tokio::spawn(async move {
+            call_through(&pool, &gateway, Some("s1")).await
+        }));
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), b"slow:hi");
+    }
+    let used = carried.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=legate_rpc::MAX_MUX_CONNS).contains(&used),
+        "{used} connections through the gateway"
+    );
+    assert_eq!(
+        pool.mux_connections()
+            .get(&format!("{gateway}/s1.server.dc2")),
+        Some(&used)
+    );
+    // Later calls reuse them.
+    call_through(&pool, &gateway, Some("s1")).await.unwrap();
+    assert_eq!(carried.load(std::sync::atomic::Ordering::SeqCst), used);
+    // The server checks the name the caller asked for: a node it is not.
+    let error = call_through(&pool, &gateway, Some("s9")).await.unwrap_err();
+    assert!(error.contains("certificate"), "{error}");
+}
+
+/// A server of an older Legate: TLS without the multiplexed protocol,
+/// one call per connection.
+async fn older_server(settings: &TlsSettings) -> String {
+    let config = legate_net::tls::server_config(
+        &legate_net::tls::ServerPem {
+            cert_pem: settings.cert_pem.clone(),
+            key_pem: settings.key_pem.clone(),
+            client_ca_pem: Some(settings.ca_pem.clone()),
+        },
+        &[b"legate/rpc", b"legate/raft"],
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                while let Ok(Some(request)) = legate_rpc::read_frame(&mut stream).await {
+                    let answer = [b"old:".as_slice(), &request].concat();
+                    if legate_rpc::write_frame(&mut stream, &answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_server_without_multiplexed_rpc_is_called_one_connection_per_call() {
+    let ca1 = ca("Legate CA");
+    let server = older_server(&server_settings(&ca1)).await;
+    let (gateway, _) = byte_relay(server).await;
+    let pool = dc1_server(&ca1);
+    for _ in 0..3 {
+        assert_eq!(
+            call_through(&pool, &gateway, Some("s1")).await.unwrap(),
+            b"old:hi"
+        );
+    }
+    assert!(pool.mux_connections().values().all(|open| *open == 0));
+}
+
+#[tokio::test]
+async fn a_multiplexed_connection_counts_against_its_client_only_while_idle() {
+    let ca1 = ca("Legate CA");
+    let server = slow_dc2_server(&ca1, Duration::from_millis(1500), 1).await;
+    let (gateway, _) = byte_relay(server.clone()).await;
+    let through = Arc::new(dc1_server(&ca1));
+    call_through(&through, &gateway, Some("s1")).await.unwrap();
+
+    // Idle, it is this address's one connection: another is refused.
+    async fn single(pool: &Pool, server: &str) -> Result<Vec<u8>, legate_rpc::CallError> {
+        let timeout = Duration::from_secs(5);
+        pool.call_in(Some("dc2"), server, Kind::Rpc, b"hi", timeout)
+            .await
+    }
+    assert!(single(&dc1_server(&ca1), &server).await.is_err());
+    // Carrying a call, it leaves room for one.
+    let busy = {
+        let (through, gateway) = (through.clone(), gateway.clone());
+        tokio::spawn(async move { call_through(&through, &gateway, Some("s1")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        single(&dc1_server(&ca1), &server).await.unwrap(),
+        b"slow:hi"
+    );
+    assert_eq!(busy.await.unwrap().unwrap(), b"slow:hi");
+}
