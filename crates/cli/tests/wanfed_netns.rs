@@ -13,9 +13,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::datacenters::{in_ns, Networks, Server, ServerSpec};
-use common::mesh::Proxy;
+use common::mesh::{echo_server_at, echo_within, Proxy};
 use common::{eventually, eventually_or};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Addresses in a datacenter's subnet, by their place after the servers.
 const GATEWAY_LAN: usize = 9; // .20
@@ -23,6 +23,14 @@ const GATEWAY_WAN: usize = 10; // .21
 /// The addresses of each datacenter's replacement gateway.
 const NEW_GATEWAY_LAN: usize = 11; // .22
 const NEW_GATEWAY_WAN: usize = 12; // .23
+/// The addresses of the primary's third gateway (Consul #7339's step).
+const THIRD_GATEWAY_LAN: usize = 13; // .24
+const THIRD_GATEWAY_WAN: usize = 14; // .25
+/// The host name the secondary's servers are given for the primary's
+/// gateways (`primary_gateways`), looked up again every 2 s.
+const PRIMARY_GATEWAYS_NAME: &str = "primary-gateways.test";
+/// web's sidecar in dc1, db's in dc2.
+const SIDECAR: usize = 19; // .30
 const SERVERS: usize = 3;
 
 fn json_of(server: &Server, path: &str) -> Option<Value> {
@@ -117,12 +125,16 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     let router = networks.namespaces[0].clone();
     for dc in 0..2 {
         let ns = networks.namespace(dc).to_string();
-        for place in [GATEWAY_LAN, GATEWAY_WAN, NEW_GATEWAY_LAN, NEW_GATEWAY_WAN] {
+        let places = [GATEWAY_LAN, GATEWAY_WAN, NEW_GATEWAY_LAN, NEW_GATEWAY_WAN];
+        let places = places
+            .into_iter()
+            .chain([THIRD_GATEWAY_LAN, THIRD_GATEWAY_WAN, SIDECAR]);
+        for place in places {
             let address = format!("{}/24", networks.address(dc, place));
             in_ns(&ns, &["addr", "add", &address, "dev", "eth0"]);
         }
-        // Across, no gateway's LAN address routes.
-        for place in [GATEWAY_LAN, NEW_GATEWAY_LAN] {
+        // Across, no gateway's LAN address routes, nor any sidecar's.
+        for place in [GATEWAY_LAN, NEW_GATEWAY_LAN, THIRD_GATEWAY_LAN, SIDECAR] {
             let lan = format!("{}/32", networks.address(dc, place));
             in_ns(&router, &["route", "add", "prohibit", &lan]);
         }
@@ -151,6 +163,11 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     let tls = certificates(certs_dir.path());
     let wan_of = |dc: usize, place: usize| format!("{}:8443", networks.address(dc, place));
     let gateway_wan = |dc: usize| wan_of(dc, GATEWAY_WAN);
+    let primary_gateways_are = |place: usize| {
+        let address = networks.address(0, place);
+        networks.set_hosts(1, &[(address.as_str(), PRIMARY_GATEWAYS_NAME)]);
+    };
+    primary_gateways_are(GATEWAY_WAN);
     let dirs: Vec<Vec<tempfile::TempDir>> = (0..2)
         .map(|_| (0..SERVERS).map(|_| tempfile::tempdir().unwrap()).collect())
         .collect();
@@ -161,7 +178,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
             "-hcl=gossip_wan { probe_timeout = \"500ms\" }".into(),
         ];
         if dc == 1 {
-            extra.push(format!("-primary-gateway={}", gateway_wan(0)));
+            extra.push(format!("-primary-gateway={PRIMARY_GATEWAYS_NAME}:8443"));
             extra.push("-hcl=primary_gateways_interval = \"2s\"".into());
         }
         Server::spawn_with(
@@ -349,6 +366,10 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         });
     }
 
+    // The mesh across: web in dc1 reaches db in dc2 through both gateways,
+    // as the replicated intention allows and then no longer does.
+    web_reaches_db_only_as_the_replicated_intention_says(&networks, &dc1[0], &dc2, logs.path());
+
     // The locator, as each server shows it. The secondary's followers go
     // through their own gateways (#9341), and the configured primary
     // gateway stays beside the replicated one (#7339).
@@ -404,7 +425,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     // The primary's gateway replaced by one at a new address: once the
     // new one reached the secondary in the federation states, the old one
     // goes, and the secondary carries on through the new one.
-    let _new_gateway1 = gateway_at(
+    let new_gateway1 = gateway_at(
         0,
         &dc1[1],
         (NEW_GATEWAY_LAN, NEW_GATEWAY_WAN),
@@ -435,6 +456,45 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     };
     across(&dc2, "dc1", "primary-gateway");
     across(&dc1, "dc2", "primary-gateway");
+
+    // Consul #7339: the primary's gateway replaced at once by one at an
+    // address no federation state in dc2 can learn (its only ways to the
+    // primary went with the old gateway). dc2 stays cut off while its
+    // configured name still leads to the old address; once the name is
+    // looked up again to the new one, dc2 carries on: the configured
+    // gateways stay beside the replicated ones, never replaced by them.
+    drop(new_gateway1);
+    let _third_gateway1 = gateway_at(
+        0,
+        &dc1[2],
+        (THIRD_GATEWAY_LAN, THIRD_GATEWAY_WAN),
+        "mesh-gateway-third",
+    );
+    let third = Value::String(wan_of(0, THIRD_GATEWAY_WAN));
+    std::thread::sleep(Duration::from_secs(5));
+    for server in &dc2 {
+        let locator = json_of(server, "/v1/internal/gateway-locator").unwrap();
+        assert!(
+            !locator["PrimaryGateways"]
+                .as_array()
+                .unwrap()
+                .contains(&third),
+            "{locator}"
+        );
+    }
+    let (status, body) = dc2[0]
+        .request("PUT", "/v1/kv/cut-off?dc=dc1", "no way")
+        .unwrap();
+    assert!(status >= 500, "{status} {body}");
+    primary_gateways_are(THIRD_GATEWAY_WAN);
+    for server in &dc2 {
+        eventually(Duration::from_secs(30), || {
+            let l = json_of(server, "/v1/internal/gateway-locator")?;
+            (l["ConfiguredPrimaryGateways"] == json!([third])).then_some(())
+        });
+    }
+    across(&dc2, "dc1", "stale-federation-states");
+    across(&dc1, "dc2", "stale-federation-states");
     // A secondary's gateway restarted at a new address, the old one gone
     // first: the primary follows (the secondary's federation state, sent
     // through the primary's gateways once its own path fails, is fresher).
@@ -469,7 +529,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         &[
             "-hcl=connect { enabled = true enable_mesh_gateway_wan_federation = true }".to_string(),
             format!("-hcl={rogue_cert}"),
-            format!("-primary-gateway={}", wan_of(0, NEW_GATEWAY_WAN)),
+            format!("-primary-gateway={}", wan_of(0, THIRD_GATEWAY_WAN)),
         ],
     );
     eventually_or(
@@ -509,4 +569,105 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     let (status, _) = dc2[0].request("PUT", "/v1/kv/local", "still").unwrap();
     assert_eq!(status, 200);
     dc1.clear();
+}
+
+/// Registers db in dc2 and web in dc1 (upstream db in dc2, mesh gateway
+/// mode `local`) with built-in sidecars, and checks, with dc2's CA signed
+/// by the primary and a `service-intentions` entry written in dc1 and
+/// replicated into every dc2 server: allowed, bytes go web -> dc1's
+/// gateway -> dc2's gateway -> db; denied, they no longer do.
+fn web_reaches_db_only_as_the_replicated_intention_says(
+    networks: &Networks,
+    primary: &Server,
+    dc2: &[Server],
+    logs: &Path,
+) {
+    for server in dc2 {
+        eventually(Duration::from_secs(60), || {
+            let roots = json_of(server, "/v1/connect/ca/roots?stale")?;
+            roots["Roots"][0]["IntermediateCerts"][0]
+                .as_str()
+                .map(|_| ())
+        });
+    }
+    let host = networks.host(1);
+    let (db_received, db_port) = echo_server_at(&host);
+    let register = |server: &Server, body: Value| {
+        let (status, text) = server
+            .request("PUT", "/v1/agent/service/register", &body.to_string())
+            .unwrap();
+        assert_eq!(status, 200, "{text}");
+    };
+    register(
+        &dc2[0],
+        json!({"Name": "db", "Port": db_port, "Connect": {"SidecarService": {
+            "Address": networks.address(1, SIDECAR), "Port": 21000,
+            "Proxy": {"LocalServiceAddress": host, "LocalServicePort": db_port}}}}),
+    );
+    register(
+        primary,
+        json!({"Name": "web", "Port": 8080, "Connect": {"SidecarService": {
+            "Address": networks.address(0, SIDECAR), "Port": 21000,
+            "Proxy": {"MeshGateway": {"Mode": "local"}, "Upstreams": [{
+                "DestinationName": "db", "Datacenter": "dc2",
+                "LocalBindAddress": primary.address, "LocalBindPort": 19191}]}}}}),
+    );
+    let sidecar = |dc: usize, server: &Server, service: &str| {
+        let args = [
+            "connect".to_string(),
+            "proxy".into(),
+            format!("-sidecar-for={service}"),
+            format!("-admin-bind={}:19001", networks.address(dc, SIDECAR)),
+            format!("-http-addr={}:8500", server.address),
+            format!("-grpc-addr={}:8502", server.address),
+        ];
+        Proxy(networks.spawn(dc, &args, &logs.join(format!("{service}-sidecar.log"))))
+    };
+    let _db = sidecar(1, &dc2[0], "db");
+    let _web = sidecar(0, primary, "web");
+    let intention = |action: &str| {
+        let entry = json!({"Kind": "service-intentions", "Name": "db",
+            "Sources": [{"Name": "web", "Action": action}]});
+        let (status, body) = primary
+            .request("PUT", "/v1/config", &entry.to_string())
+            .unwrap();
+        assert_eq!((status, body.as_str()), (200, "true"));
+        for server in dc2 {
+            eventually(Duration::from_secs(30), || {
+                let stored = json_of(server, "/v1/config/service-intentions/db?stale")?;
+                (stored["Sources"][0]["Action"] == action).then_some(())
+            });
+        }
+    };
+    let sidecar_logs = || -> String {
+        ["web", "db"]
+            .iter()
+            .map(|s| {
+                let text = std::fs::read_to_string(logs.join(format!("{s}-sidecar.log")));
+                format!("{s}:\n{}\n", text.unwrap_or_default())
+            })
+            .collect()
+    };
+    let through = |line: &str| echo_within(&primary.address, 19191, line, Duration::from_secs(5));
+    intention("allow");
+    let answer = eventually_or(
+        Duration::from_secs(60),
+        || through("web to db across\n"),
+        sidecar_logs,
+    );
+    assert_eq!(answer, "web to db across\n");
+    assert!(db_received.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    intention("deny");
+    eventually_or(
+        Duration::from_secs(30),
+        || through("denied\n").is_none().then_some(()),
+        sidecar_logs,
+    );
+    let received = db_received.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(through("still denied\n"), None);
+    assert_eq!(
+        db_received.load(std::sync::atomic::Ordering::SeqCst),
+        received,
+        "nothing reached db once denied"
+    );
 }

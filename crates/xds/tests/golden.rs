@@ -17,6 +17,9 @@ use legate_xds::json::any_to_json;
 use legate_xds::resources::{generate, Resources};
 use serde_json::{json, Map, Value};
 
+#[path = "fixtures/gateway.rs"]
+mod gateway_fixture;
+
 const TD: &str = "11111111-2222-3333-4444-555555555555.consul";
 
 fn entries(values: Vec<Value>) -> Vec<ConfigEntry> {
@@ -322,6 +325,16 @@ fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
     out.push((
         "escape_hatches",
         snapshot("web", "tcp", vec![], true, vec![db_up], hatches),
+    ));
+
+    // A mesh gateway carrying the servers' traffic (WAN federation):
+    // Consul's `mesh-gateway-using-federation` shapes.
+    out.push((
+        "mesh_gateway_using_federation",
+        gateway_fixture::gateway_snapshot(
+            serde_json::json!({}),
+            gateway_fixture::wan_federation_state(),
+        ),
     ));
     out
 }

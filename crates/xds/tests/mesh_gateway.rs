@@ -6,136 +6,21 @@
 //! Envoy, and the binds of tagged and custom addresses.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3 as cluster;
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
 use envoy_types::pb::envoy::config::listener::v3 as listener;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3 as tcp_proxy;
-use legate_proxycfg::gateway::{GatewayAddress, MeshGatewayState};
-use legate_proxycfg::{ConnectProxySnapshot, Endpoint, EndpointHealth};
+use legate_proxycfg::gateway::MeshGatewayState;
 use legate_xds::resources::{generate, CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE};
 use prost::Message;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-const TD: &str = "11111111-2222-3333-4444-555555555555.consul";
+#[path = "fixtures/gateway.rs"]
+mod gateway_fixture;
 
-fn endpoint(node: &str, address: &str, port: u16, health: EndpointHealth) -> Endpoint {
-    Endpoint {
-        node: node.into(),
-        service_id: format!("{node}-svc"),
-        address: address.into(),
-        port,
-        health,
-        weight: 1,
-    }
-}
-
-fn gateway_snapshot(config: Value, state: MeshGatewayState) -> ConnectProxySnapshot {
-    let config: Map<String, Value> = match config {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
-    ConnectProxySnapshot {
-        proxy_id: "mesh-gateway".into(),
-        proxy_service: "mesh-gateway".into(),
-        destination_service: String::new(),
-        native: false,
-        address: "1.2.3.4".into(),
-        port: 8443,
-        local_service_address: String::new(),
-        local_service_port: 0,
-        config,
-        datacenter: "dc1".into(),
-        trust_domain: TD.into(),
-        roots: vec!["-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----".into()],
-        leaf_cert: String::new(),
-        leaf_key: String::new(),
-        intentions: Arc::new(Vec::new()),
-        default_allow: false,
-        protocol: "tcp".into(),
-        upstreams: Vec::new(),
-        pending_upstreams: Vec::new(),
-        mesh_gateway: Some(Arc::new(state)),
-        changed_at: None,
-    }
-}
-
-fn state() -> MeshGatewayState {
-    let mut services = BTreeMap::new();
-    services.insert(
-        "foo".to_string(),
-        vec![
-            endpoint("n1", "172.16.1.3", 2222, EndpointHealth::Passing),
-            endpoint("n2", "172.16.1.4", 2222, EndpointHealth::Critical),
-        ],
-    );
-    services.insert(
-        "bar".to_string(),
-        vec![endpoint("n3", "172.16.1.6", 2222, EndpointHealth::Warning)],
-    );
-    let mut remote = BTreeMap::new();
-    remote.insert(
-        "dc2".to_string(),
-        vec![
-            endpoint("g1", "198.18.1.1", 443, EndpointHealth::Passing),
-            endpoint("g2", "198.18.1.2", 443, EndpointHealth::Passing),
-        ],
-    );
-    remote.insert(
-        "dc4".to_string(),
-        vec![
-            endpoint(
-                "g3",
-                "123.us-west-2.elb.notaws.com",
-                443,
-                EndpointHealth::Critical,
-            ),
-            endpoint(
-                "g4",
-                "456.us-west-2.elb.notaws.com",
-                443,
-                EndpointHealth::Passing,
-            ),
-        ],
-    );
-    let mut tagged = BTreeMap::new();
-    tagged.insert(
-        "lan".to_string(),
-        GatewayAddress {
-            address: "1.2.3.4".into(),
-            port: 8443,
-        },
-    );
-    tagged.insert(
-        "wan".to_string(),
-        GatewayAddress {
-            address: "198.18.0.1".into(),
-            port: 443,
-        },
-    );
-    let mut bar_subsets = BTreeMap::new();
-    bar_subsets.insert(
-        "v1".to_string(),
-        vec![endpoint("n3", "172.16.1.6", 2222, EndpointHealth::Warning)],
-    );
-    bar_subsets.insert("v2".to_string(), Vec::new());
-    let mut subsets = BTreeMap::new();
-    subsets.insert("bar".to_string(), bar_subsets);
-    let mut timeouts = BTreeMap::new();
-    timeouts.insert("bar".to_string(), 10_000);
-    MeshGatewayState {
-        tagged_addresses: tagged,
-        wan_federation: false,
-        services,
-        remote_gateways: remote,
-        subsets,
-        connect_timeouts_ms: timeouts,
-        servers: Vec::new(),
-        domain: "consul".into(),
-    }
-}
+use gateway_fixture::{gateway_snapshot, state, wan_federation_state, TD};
 
 fn decoded<T: Message + Default>(
     resources: &legate_xds::resources::Resources,
@@ -432,13 +317,7 @@ fn a_gateway_with_nothing_behind_it_still_listens() {
 
 #[test]
 fn a_gateway_carrying_servers_routes_them_by_name_as_consuls_does() {
-    let mut state = state();
-    state.wan_federation = true;
-    state.servers = vec![
-        endpoint("s2", "10.0.0.12", 8300, EndpointHealth::Passing),
-        endpoint("s1", "10.0.0.11", 8300, EndpointHealth::Critical),
-    ];
-    let resources = generate(&gateway_snapshot(json!({}), state));
+    let resources = generate(&gateway_snapshot(json!({}), wan_federation_state()));
     let listeners: BTreeMap<String, listener::Listener> = decoded(&resources, LISTENER_TYPE);
     let l = &listeners["default:1.2.3.4:8443"];
     // Per datacenter, then each other datacenter's servers, then each

@@ -121,6 +121,20 @@ impl Networks {
         in_ns(&self.namespaces[0], &["link", "set", "leg1", state]);
     }
 
+    /// Sets the host names processes started in datacenter `dc`'s
+    /// namespace see (`/etc/netns/<namespace>/hosts`, which `ip netns
+    /// exec` mounts over `/etc/hosts`): `entries` are `(address, name)`.
+    /// Written in place, so processes already running see the change.
+    pub fn set_hosts(&self, dc: usize, entries: &[(&str, &str)]) {
+        let dir = std::path::Path::new("/etc/netns").join(self.namespace(dc));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (address, name) in entries {
+            text.push_str(&format!("{address} {name}\n"));
+        }
+        std::fs::write(dir.join("hosts"), text).unwrap();
+    }
+
     /// Starts `legate <args>` inside datacenter `dc`'s namespace, logging to `log`.
     pub fn spawn(&self, dc: usize, args: &[String], log: &std::path::Path) -> Child {
         let file = std::fs::File::create(log).unwrap();
@@ -142,6 +156,7 @@ impl Drop for Networks {
             let _ = Command::new("ip")
                 .args(["netns", "del", namespace])
                 .status();
+            let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(namespace));
         }
         for bridge in &self.bridges {
             let _ = Command::new("ip").args(["link", "del", bridge]).status();
