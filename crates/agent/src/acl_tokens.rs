@@ -4,7 +4,6 @@
 //! persisted token beats the config's on the next start, with a warning.
 
 use std::path::PathBuf;
-use std::sync::RwLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +43,9 @@ fn canonical_kind(kind: &str) -> Option<&'static str> {
 
 /// The agent's tokens.
 pub struct TokenStore {
-    tokens: RwLock<AclTokens>,
+    /// The tokens now, published to whoever follows them (the server's
+    /// replication token).
+    tokens: tokio::sync::watch::Sender<AclTokens>,
     persist_to: Option<PathBuf>,
 }
 
@@ -98,17 +99,19 @@ impl TokenStore {
             }
         }
         TokenStore {
-            tokens: RwLock::new(tokens),
+            tokens: tokio::sync::watch::Sender::new(tokens),
             persist_to,
         }
     }
 
     /// The tokens now.
     pub fn get(&self) -> AclTokens {
-        self.tokens
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.tokens.borrow().clone()
+    }
+
+    /// Follows the tokens as they are set.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<AclTokens> {
+        self.tokens.subscribe()
     }
 
     /// The token tokenless requests use.
@@ -148,19 +151,14 @@ impl TokenStore {
     pub fn set(&self, kind: &str, token: String) -> Result<&'static str, String> {
         let kind = canonical_kind(kind).ok_or_else(|| format!("Token {kind:?} is unknown"))?;
         let value = Some(token).filter(|t| !t.is_empty());
-        {
-            let mut tokens = self.tokens.write().unwrap_or_else(|e| e.into_inner());
-            match kind {
-                "default" => tokens.default = value,
-                "agent" => tokens.agent = value,
-                "agent_recovery" => tokens.agent_recovery = value,
-                "replication" => tokens.replication = value,
-                "config_file_service_registration" => {
-                    tokens.config_file_service_registration = value
-                }
-                _ => tokens.dns = value,
-            }
-        }
+        self.tokens.send_modify(|tokens| match kind {
+            "default" => tokens.default = value,
+            "agent" => tokens.agent = value,
+            "agent_recovery" => tokens.agent_recovery = value,
+            "replication" => tokens.replication = value,
+            "config_file_service_registration" => tokens.config_file_service_registration = value,
+            _ => tokens.dns = value,
+        });
         self.persist()?;
         Ok(kind)
     }

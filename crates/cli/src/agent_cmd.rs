@@ -525,11 +525,34 @@ struct StartedServer {
 
 /// Starts this agent's server: in `-dev` alone in memory; otherwise with
 /// the server port, gossip, Raft over the network and forwarding.
+/// Publishes the agent's `replication` token to the server whenever it
+/// changes (`acl set-agent-token replication`, persisted tokens).
+fn follow_replication_token(
+    mut tokens: tokio::sync::watch::Receiver<legate_agent::acl_config::AclTokens>,
+    to_server: tokio::sync::watch::Sender<String>,
+) {
+    tokio::spawn(async move {
+        loop {
+            let token = tokens.borrow_and_update().replication.clone();
+            let token = token.unwrap_or_default();
+            to_server.send_if_modified(|current| {
+                let changed = *current != token;
+                *current = token;
+                changed
+            });
+            if tokens.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
 async fn start_server(
     config: &AgentConfig,
     node_id: &str,
     pool: &Arc<legate_rpc::Pool>,
     tls: &legate_rpc::TlsSettings,
+    replication_token: tokio::sync::watch::Receiver<String>,
 ) -> Result<StartedServer, String> {
     let advertise = config.advertise().to_string();
     let server_port = config.ports.server.unwrap_or(8300);
@@ -623,6 +646,7 @@ async fn start_server(
             policy_cache_capacity: config.acl.policy_cache_size.unwrap_or(4096),
             down_policy: legate_acl::DownPolicy::parse(&config.acl.down_policy).unwrap_or_default(),
             token_ttl: config.acl.token_ttl,
+            replication_token,
         },
     })
     .await
@@ -815,6 +839,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         tls.client()
             .map_err(|e| format!("Error loading TLS: {e}"))?,
     ));
+    // The server's replication token is the agent's, as it is set.
+    let (replication_token, replication_token_rx) =
+        tokio::sync::watch::channel(config.acl.tokens.replication.clone().unwrap_or_default());
     let StartedServer {
         server,
         membership,
@@ -822,7 +849,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         rpc,
         events,
     } = if config.server || config.dev {
-        start_server(&config, &node_id, &pool, &tls).await?
+        start_server(&config, &node_id, &pool, &tls, replication_token_rx).await?
     } else {
         // A client agent: no Raft; calls go to the servers gossip knows.
         let (gossip, membership) = crate::cluster::start_gossip(
@@ -848,6 +875,7 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let agent = Agent::start(config.clone(), node_id, rpc)
         .await
         .map_err(|e| format!("Error starting the agent: {e}"))?;
+    follow_replication_token(agent.tokens().subscribe(), replication_token);
     if let Some(m) = &membership {
         agent.set_membership(m.clone());
     }

@@ -227,7 +227,7 @@ async fn follow_federation_states(server: Arc<Server>, inputs: watch::Sender<Loc
             max_wait: Some(Duration::from_secs(300)),
             ..Default::default()
         };
-        match server.federation_state_list(&opts).await {
+        match server.federation_states_held(&opts).await {
             Ok(answer) => {
                 index = answer.meta.index;
                 inputs.send_if_modified(|i| {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::datacenters::{in_ns, Networks, Server, ServerSpec};
 use common::mesh::{echo_server_at, echo_within, Proxy};
+use common::wanfed::{certificates, json_of, server_certificate, wan_members};
 use common::{eventually, eventually_or};
 use serde_json::{json, Value};
 
@@ -33,11 +34,6 @@ const PRIMARY_GATEWAYS_NAME: &str = "primary-gateways.test";
 const SIDECAR: usize = 19; // .30
 const SERVERS: usize = 3;
 
-fn json_of(server: &Server, path: &str) -> Option<Value> {
-    let (status, body) = server.request("GET", path, "")?;
-    (status == 200).then(|| serde_json::from_str(&body).ok())?
-}
-
 /// A counter of `/v1/agent/metrics` with `label` = `value` (0 when absent).
 fn counter(server: &Server, name: &str, label: (&str, &str)) -> u64 {
     let Some(metrics) = json_of(server, "/v1/agent/metrics") else {
@@ -50,73 +46,6 @@ fn counter(server: &Server, name: &str, label: (&str, &str)) -> u64 {
         .filter(|c| c["Name"] == name && c["Labels"][label.0] == label.1)
         .filter_map(|c| c["Count"].as_u64())
         .sum()
-}
-
-/// Runs `legate <args>` in `dir` (certificate commands).
-fn run_in(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new(common::binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{args:?}: {out:?}");
-}
-
-/// `tls cert create -server -dc <dc> -node <node>` in `dir` (beside its
-/// CA), the `index`-th of that datacenter as the CLI numbers them; its
-/// TLS block.
-fn server_certificate(dir: &Path, dc: &str, node: &str, index: usize) -> String {
-    run_in(
-        dir,
-        &["tls", "cert", "create", "-server", "-dc", dc, "-node", node],
-    );
-    let d = dir.display();
-    let file = format!("{d}/{dc}-server-consul-{index}");
-    format!(
-        "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{file}.pem\" key_file = \"{file}-key.pem\" verify_outgoing = true }} internal_rpc {{ verify_incoming = true verify_server_hostname = true }} }}"
-    )
-}
-
-/// One CA in `dir` and every server's certificate; the TLS block of each,
-/// by (dc, server).
-fn certificates(dir: &Path) -> Vec<Vec<String>> {
-    run_in(dir, &["tls", "ca", "create"]);
-    (0..2)
-        .map(|dc| {
-            (0..SERVERS)
-                .map(|server| {
-                    let node = format!("s{}", server + 1);
-                    server_certificate(dir, &format!("dc{}", dc + 1), &node, server)
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// `members -wan` as `server` sees it: (name, status) of each member.
-fn wan_members(server: &Server) -> Vec<(String, String)> {
-    let Some(members) = json_of(server, "/v1/agent/members?wan=1") else {
-        return Vec::new();
-    };
-    let mut all: Vec<(String, String)> = members
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| {
-            let status = match m["Status"].as_u64() {
-                Some(1) => "alive",
-                Some(4) => "failed",
-                Some(3) => "left",
-                _ => "other",
-            };
-            (
-                m["Name"].as_str().unwrap_or("").to_string(),
-                status.to_string(),
-            )
-        })
-        .collect();
-    all.sort();
-    all
 }
 
 #[test]
@@ -160,7 +89,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
         );
     }
     let certs_dir = tempfile::tempdir().unwrap();
-    let tls = certificates(certs_dir.path());
+    let tls = certificates(certs_dir.path(), SERVERS);
     let wan_of = |dc: usize, place: usize| format!("{}:8443", networks.address(dc, place));
     let gateway_wan = |dc: usize| wan_of(dc, GATEWAY_WAN);
     let primary_gateways_are = |place: usize| {

@@ -37,6 +37,10 @@ pub struct AclSettings {
     pub down_policy: legate_acl::DownPolicy,
     /// How long a secondary keeps a token the primary resolved.
     pub token_ttl: std::time::Duration,
+    /// The token a secondary's own calls to the primary carry (replication
+    /// rounds, federation state anti-entropy, signing its intermediate CA):
+    /// `acl.tokens.replication`, as the agent's token store has it now.
+    pub replication_token: tokio::sync::watch::Receiver<String>,
 }
 
 impl Default for AclSettings {
@@ -50,6 +54,7 @@ impl Default for AclSettings {
             enable_key_list_policy: false,
             down_policy: legate_acl::DownPolicy::ExtendCache,
             token_ttl: std::time::Duration::from_secs(30),
+            replication_token: tokio::sync::watch::channel(String::new()).1,
         }
     }
 }

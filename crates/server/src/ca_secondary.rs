@@ -144,7 +144,7 @@ impl Server {
                 .map_err(ca_error)?;
                 let routed = WriteOptions {
                     datacenter: primary.to_string(),
-                    ..Default::default()
+                    token: self.replication_token(),
                 };
                 let cert = remote
                     .ca_sign_intermediate(&routed, csr)
@@ -250,7 +250,7 @@ pub(crate) async fn run(server: Arc<Server>) {
             .intermediate_renewal_at()
             .map(|at| (at - OffsetDateTime::now_utc()).max(time::Duration::ZERO))
             .and_then(|d| std::time::Duration::try_from(d).ok());
-        let opts = fetch_options(&primary, last_index);
+        let opts = fetch_options(&server, &primary, last_index);
         let fetch = remote.ca_roots(&opts);
         let fetched = match renew_in {
             Some(wait) if primary_roots.is_some() => tokio::select! {

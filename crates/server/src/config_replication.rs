@@ -165,7 +165,7 @@ pub(crate) async fn round(
             .unwrap_or_else(|e| e.into_inner())
             == kinds;
         let index = if same_kinds { last_index } else { 0 };
-        let options = fetch_options(&primary, index);
+        let options = fetch_options(&server, &primary, index);
         let read = remote.config_list_all(&options, kinds.clone());
         tokio::select! {
             fetched = read => break (kinds, fetched?),

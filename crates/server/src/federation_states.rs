@@ -111,6 +111,16 @@ impl Server {
     ) -> Result<Queried<Vec<FederationState>>, RpcError> {
         self.federation_states_enabled()?;
         self.authorize(&opts.token, Resource::Operator, Access::Read)?;
+        self.federation_states_held(opts).await
+    }
+
+    /// The federation states this server holds (blocking as `opts` says),
+    /// unchecked: for this server's own WAN federation (its gateway
+    /// locator), where nothing leaves the process and no token applies.
+    pub async fn federation_states_held(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<FederationState>>, RpcError> {
         self.blocking_query(
             opts,
             |w| w.tables(&[Table::FederationStates]),
@@ -225,9 +235,11 @@ pub(crate) async fn anti_entropy(server: Arc<Server>) {
             // The primary's leader writes its own state itself; a
             // secondary's goes to the primary as any write does.
             let written = if server.is_secondary() {
-                server
-                    .federation_state_write(&WriteOptions::default(), op)
-                    .await
+                let opts = WriteOptions {
+                    token: server.replication_token(),
+                    ..Default::default()
+                };
+                server.federation_state_write(&opts, op).await
             } else {
                 server.apply_federation_state_op(op).await
             };
@@ -263,7 +275,7 @@ pub(crate) async fn replication_round(
     }
     let (remote, primary) = server.to_primary()?;
     let fetched = remote
-        .federation_state_list(&fetch_options(&primary, last_index))
+        .federation_state_list(&fetch_options(&server, &primary, last_index))
         .await?;
     let local: BTreeMap<String, FederationState> = server
         .store

@@ -69,10 +69,11 @@ pub(crate) fn backoff(failures: u32) -> Duration {
 }
 
 /// The options of a blocking read of the primary at `min_index` (stale:
-/// any of its servers answers).
-pub(crate) fn fetch_options(primary: &str, min_index: u64) -> QueryOptions {
+/// any of its servers answers), with the replication token.
+pub(crate) fn fetch_options(server: &Server, primary: &str, min_index: u64) -> QueryOptions {
     QueryOptions {
         datacenter: primary.to_string(),
+        token: server.replication_token(),
         consistency: Consistency::Stale,
         min_index,
         max_wait: Some(FETCH_WAIT),

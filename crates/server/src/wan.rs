@@ -27,6 +27,12 @@ impl Server {
         self.primary_datacenter() != self.config.datacenter
     }
 
+    /// The token this server's own calls to the primary carry
+    /// (`acl.tokens.replication`; none when unset).
+    pub(crate) fn replication_token(&self) -> String {
+        self.config.acl.replication_token.borrow().clone()
+    }
+
     /// The way to other datacenters, for calls a secondary makes of its
     /// primary.
     pub(crate) fn to_primary(&self) -> Result<(Arc<dyn ServerRpc>, String), RpcError> {

@@ -252,11 +252,28 @@ impl Server {
 
     /// An HTTP request to the server; `None` when it cannot be reached.
     pub fn request(&self, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+        self.request_as("", method, path, body)
+    }
+
+    /// [`Server::request`] with `token` in `X-Consul-Token` (none when
+    /// empty).
+    pub fn request_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Option<(u16, String)> {
         let address: SocketAddr = format!("{}:8500", self.address).parse().unwrap();
         let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
         let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let token = if token.is_empty() {
+            String::new()
+        } else {
+            format!("X-Consul-Token: {token}\r\n")
+        };
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n{token}Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).ok()?;

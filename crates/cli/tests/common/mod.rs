@@ -8,6 +8,7 @@ pub mod certs;
 pub mod datacenters;
 pub mod dig;
 pub mod mesh;
+pub mod wanfed;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
