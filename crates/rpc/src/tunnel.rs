@@ -82,6 +82,8 @@ struct Inner {
     /// then, rather than dialling again for each.
     unreachable: Mutex<HashMap<SocketAddr, Instant>>,
     failed_gateways: Mutex<HashMap<String, Instant>>,
+    /// Refusals by the servers dialled, said once per 10 s.
+    refusals: legate_net::Throttle,
     connect_timeout: Duration,
     next_id: std::sync::atomic::AtomicU64,
 }
@@ -111,6 +113,7 @@ impl GossipTunnel {
                 links: Mutex::new(HashMap::new()),
                 unreachable: Mutex::new(HashMap::new()),
                 failed_gateways: Mutex::new(HashMap::new()),
+                refusals: legate_net::Throttle::new(Duration::from_secs(10)),
                 connect_timeout,
                 next_id: Default::default(),
             }),
@@ -254,15 +257,15 @@ impl GossipTunnel {
                     self.inner.connect_timeout,
                 )
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| HelloError::from(e.to_string()))?;
                 write_hello(&mut stream, &self.inner.me)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| HelloError::from(e.to_string()))?;
                 let peer =
                     tokio::time::timeout(self.inner.connect_timeout, read_hello(&mut stream))
                         .await
-                        .map_err(|_| "no hello in time".to_string())??;
-                Ok::<_, String>((peer, stream))
+                        .map_err(|_| HelloError::from("no hello in time"))??;
+                Ok::<_, HelloError>((peer, stream))
             };
             match attempt.await {
                 Ok((peer, stream)) => {
@@ -280,6 +283,15 @@ impl GossipTunnel {
                         ));
                     }
                     return Ok((peer, Box::new(stream)));
+                }
+                Err(e) if e.refused => {
+                    // The gateway led to the server, which refused this
+                    // one: the gateway is fine, this server's identity
+                    // is not.
+                    if let Some(refused) = self.inner.refusals.hit() {
+                        tracing::warn!(%gateway, server = ?name, error = %e, refused, "WAN gossip: the server refused this one");
+                    }
+                    errors.push(format!("{gateway}: {e}"));
                 }
                 Err(e) => {
                     let first = self
@@ -470,13 +482,45 @@ async fn write_hello<W: AsyncWrite + Unpin>(writer: &mut W, me: &Peer) -> std::i
     write_frame(writer, HELLO, body.as_bytes()).await
 }
 
-async fn read_hello<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Peer, String> {
+/// Why no hello was read: the peer refused this side (its answer says
+/// why), or what came was no valid hello.
+#[derive(Debug)]
+struct HelloError {
+    refused: bool,
+    reason: String,
+}
+
+impl std::fmt::Display for HelloError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl From<String> for HelloError {
+    fn from(reason: String) -> HelloError {
+        HelloError {
+            refused: false,
+            reason,
+        }
+    }
+}
+
+impl From<&str> for HelloError {
+    fn from(reason: &str) -> HelloError {
+        HelloError::from(reason.to_string())
+    }
+}
+
+async fn read_hello<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Peer, HelloError> {
     let (kind, body) = read_frame_within(reader, MAX_HELLO)
         .await
         .map_err(|e| e.to_string())?
         .ok_or("closed before its hello")?;
     if kind == REFUSED {
-        return Err(String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned());
+        return Err(HelloError {
+            refused: true,
+            reason: String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned(),
+        });
     }
     if kind != HELLO || body.len() > 1024 {
         return Err("the first frame is not a hello".into());
@@ -517,6 +561,7 @@ mod tests {
         assert!(read_hello(&mut b)
             .await
             .unwrap_err()
+            .reason
             .contains("at most 1024"));
         let mut rest = vec![0u8; 2001];
         b.read_exact(&mut rest).await.unwrap();
@@ -527,6 +572,7 @@ mod tests {
         assert!(read_hello(&mut b)
             .await
             .unwrap_err()
+            .reason
             .contains("does not encode"));
         // A refusal in place of the hello says why.
         write_frame(
@@ -536,10 +582,9 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(read_hello(&mut b)
-            .await
-            .unwrap_err()
-            .contains("not valid for server.dc2.consul"));
+        let refusal = read_hello(&mut b).await.unwrap_err();
+        assert!(refusal.refused);
+        assert!(refusal.reason.contains("not valid for server.dc2.consul"));
         // A datagram where a hello belongs.
         write_frame(&mut a, DATAGRAM, b"x").await.unwrap();
         assert!(read_hello(&mut b).await.is_err());
