@@ -217,7 +217,9 @@ def test_golden_files_parse_strictly_as_envoy_v3():
 
     from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as http_rbac_pb2  # noqa: F401
     from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
+    from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2  # noqa: F401
     from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+    from envoy.extensions.filters.network.sni_cluster.v3 import sni_cluster_pb2  # noqa: F401
     from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
     from conftest import ROOT
 

@@ -224,6 +224,9 @@ pub(crate) struct MuxConn {
     next_id: AtomicU64,
     in_flight: AtomicUsize,
     closed: AtomicBool,
+    /// Why it closed, when a read failed (a TLS alert: the server refused
+    /// this side's certificate).
+    closed_because: Mutex<Option<String>>,
     last_used: Mutex<Instant>,
     idle: Duration,
 }
@@ -250,6 +253,7 @@ impl MuxConn {
             next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            closed_because: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
             idle,
         });
@@ -266,6 +270,29 @@ impl MuxConn {
     /// Calls in flight.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Closes it because `reason` (a read error) when there is one.
+    fn close_because(&self, reason: String) {
+        *self
+            .closed_because
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(reason);
+        self.close();
+    }
+
+    /// The error a caller gets from a closed connection.
+    fn closed(&self) -> std::io::Error {
+        let because = self
+            .closed_because
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let text = match because {
+            Some(reason) => format!("the multiplexed connection closed: {reason}"),
+            None => "the multiplexed connection closed".to_string(),
+        };
+        std::io::Error::new(std::io::ErrorKind::ConnectionAborted, text)
     }
 
     fn close(&self) {
@@ -299,18 +326,18 @@ impl MuxConn {
         let frame = encode(id, REQUEST, request);
         match tokio::time::timeout(timeout, self.frames.send(frame)).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) => return Err((false, closed())),
+            Ok(Err(_)) => return Err((false, self.closed())),
             Err(_) => return Err((false, timed_out(timeout))),
         }
         if self.closed.load(Ordering::Acquire) {
-            return Err((true, closed()));
+            return Err((true, self.closed()));
         }
         match tokio::time::timeout(timeout, answer_rx).await {
             Ok(Ok(answer)) => {
                 guard.answered = true;
                 Ok(answer)
             }
-            Ok(Err(_)) => Err((true, closed())),
+            Ok(Err(_)) => Err((true, self.closed())),
             Err(_) => Err((true, timed_out(timeout))),
         }
     }
@@ -345,13 +372,6 @@ impl Drop for InFlight<'_> {
             let _ = self.conn.frames.try_send(encode(self.id, CANCEL, &[]));
         }
     }
-}
-
-fn closed() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::ConnectionAborted,
-        "the multiplexed connection closed",
-    )
 }
 
 fn timed_out(timeout: Duration) -> std::io::Error {
@@ -400,8 +420,12 @@ async fn read_answers<R: AsyncRead + Unpin>(
                 conn.close();
                 break;
             }
-            Ok(None) | Err(_) => {
+            Ok(None) => {
                 conn.close();
+                break;
+            }
+            Err(e) => {
+                conn.close_because(e.to_string());
                 break;
             }
         }

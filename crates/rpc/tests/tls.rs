@@ -425,3 +425,52 @@ async fn a_multiplexed_connection_counts_against_its_client_only_while_idle() {
     );
     assert_eq!(busy.await.unwrap().unwrap(), b"slow:hi");
 }
+
+/// A leaf for `names` signed by `ca` that expired in 2021.
+fn expired_leaf(ca: &Ca, names: &[&str]) -> (String, String) {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn expired_certificates_are_refused_either_way_and_the_caller_hears_why() {
+    let ca1 = ca("Legate CA");
+    let settings = |(cert_pem, key_pem): (String, String)| TlsSettings {
+        ca_pem: ca1.pem.clone(),
+        cert_pem,
+        key_pem,
+        verify_incoming: true,
+        verify_outgoing: true,
+        server_name: "server.dc1.consul".into(),
+    };
+    // A server whose certificate expired: the dialler refuses it.
+    let stale_server = listen(&settings(expired_leaf(&ca1, &["server.dc1.consul"]))).await;
+    let client = dialer(&settings(leaf(&ca1, &["client.dc1.consul"])));
+    let error = call(&client, &stale_server, Kind::Rpc).await.unwrap_err();
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+    // A dialler whose certificate expired: the server refuses it, and its
+    // alert tells the dialler why.
+    let server = listen(&settings(leaf(&ca1, &["server.dc1.consul"]))).await;
+    let stale_client = dialer(&settings(expired_leaf(&ca1, &["client.dc1.consul"])));
+    let error = call(&stale_client, &server, Kind::Rpc).await.unwrap_err();
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+    // Through a gateway (multiplexed RPC) the same.
+    let (gateway, _) = byte_relay(server).await;
+    let dial = legate_rpc::Dial {
+        address: "s1",
+        datacenter: Some("dc1"),
+        gateway: Some(&gateway),
+        node: None,
+    };
+    let error = stale_client
+        .call_dial(&dial, Kind::Rpc, b"hi", Duration::from_secs(5))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+}
