@@ -72,6 +72,12 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut w: W, mut frames: mpsc::Receive
     while let Some(frame) = frames.recv().await {
         batch.clear();
         batch.extend_from_slice(&frame);
+        if frames.is_empty() {
+            // Frames from tasks woken together (answers of calls that
+            // finished at once) join this write: fewer, larger writes,
+            // and fewer reads at every gateway on the way.
+            tokio::task::yield_now().await;
+        }
         while batch.len() < BATCH {
             match frames.try_recv() {
                 Ok(frame) => batch.extend_from_slice(&frame),
