@@ -598,4 +598,103 @@ mod tests {
             .is_err());
         drop(a);
     }
+
+    /// A CA and a leaf signed by it for `names`: (CA PEM, leaf PEM, key PEM).
+    fn certificates(names: &[&str]) -> (String, String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (ca.pem(), leaf.pem(), key.serialize_pem())
+    }
+
+    /// A server of dc1 behind a "gateway" (its own address) that refuses
+    /// every tunnel with a REFUSED frame, after the TLS handshake (as a
+    /// server does whose check of the dialler's name fails).
+    async fn refusing_server(cert: &str, key: &str) -> String {
+        let config = legate_net::tls::server_config(
+            &legate_net::tls::ServerPem {
+                cert_pem: cert.into(),
+                key_pem: key.into(),
+                client_ca_pem: None,
+            },
+            &[crate::tls::alpn(Kind::WanGossip)],
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let Ok(mut stream) = acceptor.accept(stream).await else {
+                    continue;
+                };
+                let _ = read_hello(&mut stream).await;
+                let why =
+                    b"s1.dc1 refused b1.dc2: its certificate is not valid for b1.server.dc2.consul";
+                let _ = write_frame(&mut stream, REFUSED, why).await;
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn a_refusal_by_the_server_leaves_its_gateway_usable_and_a_dead_gateway_does_not() {
+        let (ca, server_cert, server_key) = certificates(&["server.dc1.consul"]);
+        let refusing = refusing_server(&server_cert, &server_key).await;
+        let dead = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().to_string()
+        };
+        let (_, client_cert, client_key) = certificates(&["b1.server.dc2.consul"]);
+        // The client trusts the server's CA; the server refuses its name.
+        let tls = crate::tls::TlsSettings {
+            ca_pem: ca,
+            cert_pem: client_cert,
+            key_pem: client_key,
+            verify_incoming: false,
+            verify_outgoing: true,
+            server_name: "server.dc2.consul".into(),
+        }
+        .client()
+        .unwrap()
+        .unwrap();
+        let locator_of = |gateway: &str| {
+            GatewayLocator::compute(&legate_types::gateway_locator::LocatorInputs {
+                datacenter: "dc2".into(),
+                primary_datacenter: "dc1".into(),
+                configured_primary: vec![gateway.to_string()],
+                ..Default::default()
+            })
+        };
+        let me = Peer {
+            addr: "10.0.0.2:8302".parse().unwrap(),
+            name: "b1.dc2".into(),
+        };
+        let (_locator_tx, locator) = watch::channel(locator_of(&refusing));
+        let (tunnel, _) =
+            GossipTunnel::new(me.clone(), tls.clone(), locator, Duration::from_secs(2));
+        let error = tunnel.discover("dc1").await.unwrap_err();
+        assert!(
+            error.contains("not valid for b1.server.dc2.consul"),
+            "{error}"
+        );
+        assert!(
+            unexpired(&tunnel.inner.failed_gateways).is_empty(),
+            "a refusal is the server's answer: the gateway works"
+        );
+
+        let (_locator_tx, locator) = watch::channel(locator_of(&dead));
+        let (tunnel, _) = GossipTunnel::new(me, tls, locator, Duration::from_secs(2));
+        assert!(tunnel.discover("dc1").await.is_err());
+        assert!(unexpired(&tunnel.inner.failed_gateways).contains_key(&dead));
+    }
 }
