@@ -117,7 +117,24 @@ where
                 index = 0;
                 let wait = backoff(failures);
                 tracing::warn!(replicator = name, error = %e, retry_in = ?wait, "replication: round failed");
-                tokio::time::sleep(wait).await;
+                // A primary with no live server known (a WAN pool still
+                // joining, a partition) is tried again as soon as one shows,
+                // rather than after the backoff; rounds stay rate-limited.
+                let primary = server.primary_datacenter().to_string();
+                let mut wan = server.config.wan.clone();
+                let unreachable = wan.borrow_and_update().alive(&primary).is_empty();
+                let shows = async {
+                    while unreachable && wan.changed().await.is_ok() {
+                        if !wan.borrow_and_update().alive(&primary).is_empty() {
+                            return;
+                        }
+                    }
+                    std::future::pending::<()>().await
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shows => {}
+                }
             }
         }
     }
