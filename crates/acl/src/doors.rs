@@ -422,6 +422,45 @@ pub const HTTP: &[Door] = &[
         Needs::EachOperation(&[write(R::Key, Body("KV.Key"))]),
         "reads need key:read and are filtered",
     ),
+    // Prepared queries.
+    noted(
+        "POST /v1/query",
+        Needs::All(&[write(R::Query, Body("Name"))]),
+        "a query with neither a name nor a template needs no query rule",
+    ),
+    noted(
+        "GET /v1/query",
+        Needs::Filtered(&[read(R::Query, Each("Name"))]),
+        "unnamed queries only with acl:read; tokens shown only with acl:write",
+    ),
+    noted(
+        "GET /v1/query/{id}",
+        Needs::All(&[read(R::Query, Stored("the query's name"))]),
+        "403 when the token may not read it",
+    ),
+    row(
+        "PUT /v1/query/{id}",
+        Needs::All(&[
+            write(R::Query, Body("Name")),
+            write(R::Query, Stored("the query's name")),
+        ]),
+    ),
+    row(
+        "DELETE /v1/query/{id}",
+        Needs::All(&[write(R::Query, Stored("the query's name"))]),
+    ),
+    noted(
+        "GET /v1/query/{id}/execute",
+        Needs::Filtered(&[
+            read(R::Service, Each("Service.Service")),
+            read(R::Node, Each("Node.Node")),
+        ]),
+        "filtered with the query's own token when it has one, else the caller's",
+    ),
+    row(
+        "GET /v1/query/{id}/explain",
+        Needs::All(&[read(R::Query, Stored("the query's name"))]),
+    ),
     // Sessions.
     row(
         "PUT /v1/session/create",
@@ -606,6 +645,41 @@ pub const RPC: &[Door] = &[
         "txn",
         Needs::EachOperation(&[write(R::Key, Body("KV.Key"))]),
         "reads need key:read and are filtered",
+    ),
+    row(
+        "prepared_query_apply",
+        Needs::All(&[
+            write(R::Query, Body("Name")),
+            write(R::Query, Stored("the query's name")),
+        ]),
+    ),
+    row(
+        "prepared_query_get",
+        Needs::All(&[read(R::Query, Stored("the query's name"))]),
+    ),
+    row(
+        "prepared_query_list",
+        Needs::Filtered(&[read(R::Query, Each("Name"))]),
+    ),
+    noted(
+        "prepared_query_execute",
+        Needs::Filtered(&[
+            read(R::Service, Each("Service.Service")),
+            read(R::Node, Each("Node.Node")),
+        ]),
+        "filtered with the query's own token when it has one, else the caller's",
+    ),
+    noted(
+        "prepared_query_execute_remote",
+        Needs::Filtered(&[
+            read(R::Service, Each("Service.Service")),
+            read(R::Node, Each("Node.Node")),
+        ]),
+        "the token the calling datacenter chose (the query's or its caller's)",
+    ),
+    row(
+        "prepared_query_explain",
+        Needs::All(&[read(R::Query, Stored("the query's name"))]),
     ),
     row(
         "session_create",

@@ -15,6 +15,7 @@ mod intentions;
 mod kv;
 mod metrics;
 mod misc;
+mod prepared_query;
 mod serve;
 mod translate;
 pub mod util;
@@ -173,6 +174,13 @@ fn routes() -> Routes {
         .any("/v1/kv/", kv::kv_root)
         .any("/v1/kv/{*key}", kv::kv)
         .put("/v1/txn", kv::txn)
+        .get("/v1/query", prepared_query::list)
+        .post("/v1/query", prepared_query::create)
+        .get("/v1/query/{id}", prepared_query::get)
+        .put("/v1/query/{id}", prepared_query::update)
+        .delete("/v1/query/{id}", prepared_query::delete)
+        .get("/v1/query/{id}/execute", prepared_query::execute)
+        .get("/v1/query/{id}/explain", prepared_query::explain)
         .put("/v1/session/create", misc::session_create)
         .put("/v1/session/destroy/{id}", misc::session_destroy)
         .put("/v1/session/renew/{id}", misc::session_renew)
@@ -377,15 +385,20 @@ impl Req {
             None => String::new(),
         };
         if opts.near == "_ip" {
-            opts.source_ip = self
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(',').next())
-                .map(|v| v.trim().to_string())
-                .or_else(|| self.peer.map(|p| p.ip().to_string()))
-                .unwrap_or_default();
+            opts.source_ip = self.client_ip();
         }
         Ok(opts)
+    }
+
+    /// The client's address as Consul reads it for `_ip`: the first
+    /// `X-Forwarded-For` entry, else the connection's peer.
+    pub(crate) fn client_ip(&self) -> String {
+        self.headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(|v| v.trim().to_string())
+            .or_else(|| self.peer.map(|p| p.ip().to_string()))
+            .unwrap_or_default()
     }
 }

@@ -672,6 +672,12 @@ server_rpc_calls! {
     federation_state_get(opts: &QueryOptions; datacenter: String) -> Queried<Option<legate_types::federation_state::FederationState>>;
     federation_state_list(opts: &QueryOptions;) -> Queried<Vec<legate_types::federation_state::FederationState>>;
     federation_state_mesh_gateways(opts: &QueryOptions;) -> Queried<BTreeMap<String, Vec<CheckServiceNode>>>;
+    prepared_query_apply(opts: &WriteOptions; op: legate_types::prepared_query::PreparedQueryOp, query: legate_types::prepared_query::PreparedQuery) -> String;
+    prepared_query_get(opts: &QueryOptions; id: String) -> Queried<Vec<legate_types::prepared_query::PreparedQuery>>;
+    prepared_query_list(opts: &QueryOptions;) -> Queried<Vec<legate_types::prepared_query::PreparedQuery>>;
+    prepared_query_execute(opts: &QueryOptions; request: legate_types::prepared_query::ExecuteRequest) -> Queried<legate_types::prepared_query::ExecuteResponse>;
+    prepared_query_execute_remote(opts: &QueryOptions; request: legate_types::prepared_query::ExecuteRemoteRequest) -> Queried<legate_types::prepared_query::ExecuteResponse>;
+    prepared_query_explain(opts: &QueryOptions; id_or_name: String) -> Queried<legate_types::prepared_query::ExplainResponse>;
     acl_bootstrap(opts: &WriteOptions;) -> legate_types::acl::AclToken;
     acl_token_set(opts: &WriteOptions; token: legate_types::acl::AclToken, create: bool) -> legate_types::acl::AclToken;
     acl_token_get(opts: &QueryOptions; accessor_id: String) -> Queried<Option<legate_types::acl::AclToken>>;

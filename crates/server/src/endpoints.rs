@@ -1034,6 +1034,54 @@ impl ServerRpc for Server {
         self.ca_sign_intermediate_request(opts, csr).await
     }
 
+    async fn prepared_query_apply(
+        &self,
+        opts: &WriteOptions,
+        op: legate_types::prepared_query::PreparedQueryOp,
+        query: legate_types::prepared_query::PreparedQuery,
+    ) -> Result<String, RpcError> {
+        self.prepared_query_write(opts, op, query).await
+    }
+
+    async fn prepared_query_get(
+        &self,
+        opts: &QueryOptions,
+        id: String,
+    ) -> Result<Queried<Vec<legate_types::prepared_query::PreparedQuery>>, RpcError> {
+        self.prepared_query_read(opts, id).await
+    }
+
+    async fn prepared_query_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<legate_types::prepared_query::PreparedQuery>>, RpcError> {
+        self.prepared_query_all(opts).await
+    }
+
+    async fn prepared_query_execute(
+        &self,
+        opts: &QueryOptions,
+        request: legate_types::prepared_query::ExecuteRequest,
+    ) -> Result<Queried<legate_types::prepared_query::ExecuteResponse>, RpcError> {
+        self.prepared_query_run(opts, request).await
+    }
+
+    async fn prepared_query_execute_remote(
+        &self,
+        opts: &QueryOptions,
+        request: legate_types::prepared_query::ExecuteRemoteRequest,
+    ) -> Result<Queried<legate_types::prepared_query::ExecuteResponse>, RpcError> {
+        self.prepared_query_run_remote(opts, request).await
+    }
+
+    async fn prepared_query_explain(
+        &self,
+        opts: &QueryOptions,
+        id_or_name: String,
+    ) -> Result<Queried<legate_types::prepared_query::ExplainResponse>, RpcError> {
+        self.prepared_query_explain_of(opts, id_or_name).await
+    }
+
     async fn federation_state_apply(
         &self,
         opts: &WriteOptions,

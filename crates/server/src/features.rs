@@ -29,6 +29,10 @@ pub const PIECEWISE_RESTORE: &str = "rp";
 /// (`ft_acl`).
 pub const ACL_TABLES: &str = "acl";
 
+/// Legate's prepared-query table: FSM commands 25/26 and snapshot record
+/// 20 (`ft_pq`).
+pub const PREPARED_QUERIES: &str = "pq";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -41,6 +45,7 @@ pub const SUPPORTED: &[&str] = &[
     PIECEWISE_RESTORE,
     COORDINATES,
     ACL_TABLES,
+    PREPARED_QUERIES,
 ];
 
 /// The features a server advertises: this build's, minus any masked.

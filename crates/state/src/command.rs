@@ -145,6 +145,13 @@ pub enum Command {
         /// The reset index read from `acl-bootstrap-reset`, if any.
         reset_index: Option<u64>,
     },
+    /// Create or replace a prepared query (validated by the server;
+    /// written only once every server advertises `pq`).
+    #[serde(rename = "25")]
+    PreparedQuerySet(Box<legate_types::prepared_query::PreparedQuery>),
+    /// Delete a prepared query by ID.
+    #[serde(rename = "26")]
+    PreparedQueryDelete(String),
 }
 
 impl Command {
@@ -176,6 +183,8 @@ impl Command {
             Command::AclRoleSet(_) => 22,
             Command::AclRoleDelete(_) => 23,
             Command::AclBootstrap { .. } => 24,
+            Command::PreparedQuerySet(_) => 25,
+            Command::PreparedQueryDelete(_) => 26,
         }
     }
 }
@@ -312,6 +321,13 @@ pub(crate) fn apply(
                 Ok(applied) => CommandResult::Applied(applied),
                 Err(e) => CommandResult::Failed(e),
             }
+        }
+        Command::PreparedQuerySet(query) => {
+            done_or_failed(tables.prepared_query_set(index, query, changes))
+        }
+        Command::PreparedQueryDelete(id) => {
+            tables.prepared_query_delete(index, id, changes);
+            CommandResult::Done
         }
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);

@@ -19,6 +19,7 @@ mod connect_ca;
 mod coordinates;
 mod federation_states;
 mod kv;
+mod prepared_queries;
 mod session;
 pub mod stream;
 mod upload;
@@ -34,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 pub use command::{Command, CommandResult};
 pub use connect_ca::StoredCaRoot;
+pub use prepared_queries::QueryMatch;
 pub use stream::StreamError;
 pub use watch::{Changes, Table, WatchSet, Watches};
 
@@ -82,6 +84,8 @@ pub struct Tables {
     pub(crate) acl_policies: BTreeMap<String, legate_types::acl::AclPolicy>,
     /// ACL roles, by ID.
     pub(crate) acl_roles: BTreeMap<String, legate_types::acl::AclRole>,
+    /// Prepared queries, by ID.
+    pub(crate) prepared_queries: BTreeMap<String, legate_types::prepared_query::PreparedQuery>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as
@@ -115,6 +119,8 @@ pub struct SnapshotData {
     acl_policies: Vec<legate_types::acl::AclPolicy>,
     #[serde(default)]
     acl_roles: Vec<legate_types::acl::AclRole>,
+    #[serde(default)]
+    prepared_queries: Vec<legate_types::prepared_query::PreparedQuery>,
     /// A restore being uploaded in pieces (Raft snapshots only: the
     /// stream writes it as pieces; JSON forms and archives never hold it).
     #[serde(skip)]
@@ -160,7 +166,8 @@ impl Tables {
             + self.federation_states.len()
             + self.acl_tokens.len()
             + self.acl_policies.len()
-            + self.acl_roles.len();
+            + self.acl_roles.len()
+            + self.prepared_queries.len();
         kv + rows as u64 * ROW + self.restore_upload_bytes()
     }
 
@@ -256,6 +263,7 @@ impl Tables {
             acl_tokens: self.acl_tokens.values().cloned().collect(),
             acl_policies: self.acl_policies.values().cloned().collect(),
             acl_roles: self.acl_roles.values().cloned().collect(),
+            prepared_queries: self.prepared_queries.values().cloned().collect(),
             restore_upload: self.restore_upload.clone(),
         }
     }
@@ -312,6 +320,11 @@ impl Tables {
             .acl_roles
             .into_iter()
             .map(|r| (r.id.clone(), r))
+            .collect();
+        tables.prepared_queries = data
+            .prepared_queries
+            .into_iter()
+            .map(|q| (q.id.clone(), q))
             .collect();
         tables.index_acl_secrets();
         tables

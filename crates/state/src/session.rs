@@ -55,6 +55,7 @@ impl Tables {
             return;
         };
         self.bump(Table::Sessions, index, changes);
+        self.prepared_queries_of_session_delete(index, id, changes);
         let held: Vec<String> = self
             .kv
             .values()

@@ -69,6 +69,7 @@ mod kind {
     pub const ACL_TOKEN: u8 = 17;
     pub const ACL_POLICY: u8 = 18;
     pub const ACL_ROLE: u8 = 19;
+    pub const PREPARED_QUERY: u8 = 20;
 }
 
 /// Bytes that serialize as a byte string (raw in the binary encoding).
@@ -160,6 +161,8 @@ impl SnapshotData {
         w.all(kind::ACL_TOKEN, &self.acl_tokens)?;
         w.all(kind::ACL_POLICY, &self.acl_policies)?;
         w.all(kind::ACL_ROLE, &self.acl_roles)?;
+        // Likewise: queries exist once every server advertises `pq`.
+        w.all(kind::PREPARED_QUERY, &self.prepared_queries)?;
         if let Some(upload) = self.restore_upload.as_ref().filter(|_| with_upload) {
             // In pieces, as it was logged: one record stays small.
             let mut offset = 0u64;
@@ -284,6 +287,7 @@ fn add_record(
         kind::ACL_TOKEN => data.acl_tokens.push(row(body, position)?),
         kind::ACL_POLICY => data.acl_policies.push(row(body, position)?),
         kind::ACL_ROLE => data.acl_roles.push(row(body, position)?),
+        kind::PREPARED_QUERY => data.prepared_queries.push(row(body, position)?),
         kind::RESTORE_UPLOAD => {
             let (id, offset, piece): (String, u64, legate_types::rpc::SnapshotArchive) =
                 row(body, position)?;

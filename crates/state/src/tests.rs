@@ -113,6 +113,14 @@ fn command_numbers_are_pinned() {
             16,
         ),
         (Command::FederationStateDelete("dc2".into()), 17),
+        (
+            Command::PreparedQuerySet(Box::new(legate_types::prepared_query::PreparedQuery {
+                id: "q".into(),
+                ..Default::default()
+            })),
+            25,
+        ),
+        (Command::PreparedQueryDelete("q".into()), 26),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);

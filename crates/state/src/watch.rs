@@ -41,11 +41,13 @@ pub enum Table {
     AclPolicies,
     /// ACL roles.
     AclRoles,
+    /// Prepared queries.
+    PreparedQueries,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 13] = [
+    pub const ALL: [Table; 14] = [
         Table::Nodes,
         Table::Services,
         Table::Checks,
@@ -59,6 +61,7 @@ impl Table {
         Table::AclTokens,
         Table::AclPolicies,
         Table::AclRoles,
+        Table::PreparedQueries,
     ];
 
     /// The name used in index bookkeeping.
@@ -77,6 +80,7 @@ impl Table {
             Table::AclTokens => "acl-tokens",
             Table::AclPolicies => "acl-policies",
             Table::AclRoles => "acl-roles",
+            Table::PreparedQueries => "prepared-queries",
         }
     }
 }

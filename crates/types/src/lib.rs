@@ -23,6 +23,7 @@ pub mod kv;
 pub mod memory;
 pub mod meta;
 pub mod metrics;
+pub mod prepared_query;
 pub mod query;
 pub mod rpc;
 pub mod session;

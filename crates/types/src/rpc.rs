@@ -565,6 +565,46 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
     ) -> Result<Queried<std::collections::BTreeMap<String, Vec<crate::CheckServiceNode>>>, RpcError>;
 
+    /// Creates, replaces or deletes a prepared query
+    /// (`PreparedQuery.Apply`): the query's ID.
+    async fn prepared_query_apply(
+        &self,
+        opts: &WriteOptions,
+        op: crate::prepared_query::PreparedQueryOp,
+        query: crate::prepared_query::PreparedQuery,
+    ) -> Result<String, RpcError>;
+    /// One prepared query by ID, as a list of one (blocking).
+    async fn prepared_query_get(
+        &self,
+        opts: &QueryOptions,
+        id: String,
+    ) -> Result<Queried<Vec<crate::prepared_query::PreparedQuery>>, RpcError>;
+    /// Every prepared query the token may read (blocking).
+    async fn prepared_query_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<crate::prepared_query::PreparedQuery>>, RpcError>;
+    /// Runs a prepared query by ID or name, failing over to other
+    /// datacenters (`PreparedQuery.Execute`).
+    async fn prepared_query_execute(
+        &self,
+        opts: &QueryOptions,
+        request: crate::prepared_query::ExecuteRequest,
+    ) -> Result<Queried<crate::prepared_query::ExecuteResponse>, RpcError>;
+    /// Runs another datacenter's query here, without failover
+    /// (`PreparedQuery.ExecuteRemote`).
+    async fn prepared_query_execute_remote(
+        &self,
+        opts: &QueryOptions,
+        request: crate::prepared_query::ExecuteRemoteRequest,
+    ) -> Result<Queried<crate::prepared_query::ExecuteResponse>, RpcError>;
+    /// The rendered query a name or ID resolves to (`PreparedQuery.Explain`).
+    async fn prepared_query_explain(
+        &self,
+        opts: &QueryOptions,
+        id_or_name: String,
+    ) -> Result<Queried<crate::prepared_query::ExplainResponse>, RpcError>;
+
     /// Bootstraps the ACL system (`ACL.BootstrapTokens`; the primary's):
     /// the first management token.
     async fn acl_bootstrap(&self, opts: &WriteOptions) -> Result<crate::acl::AclToken, RpcError>;

@@ -1,0 +1,155 @@
+//! `/v1/query`: prepared queries — create, list, read, replace, delete,
+//! execute and explain, in Consul's shapes (execute and explain carry the
+//! read's metadata in their bodies too, as Consul's structs do).
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use legate_types::prepared_query::{ExecuteRequest, PreparedQuery, PreparedQueryOp};
+use legate_types::QueryMeta;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::util::{decode_body, json, json_meta, ApiError, ApiResult};
+use crate::{AppState, Req};
+
+async fn apply(
+    st: &AppState,
+    req: &Req,
+    op: PreparedQueryOp,
+    query: PreparedQuery,
+) -> Result<String, ApiError> {
+    let opts = req.write_options();
+    Ok(st
+        .agent
+        .rpc()
+        .prepared_query_apply(&opts, op, query)
+        .await?)
+}
+
+/// `POST /v1/query`: `{"ID": …}`.
+pub async fn create(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
+    let query: PreparedQuery = decode_body(&body)?;
+    let id = apply(&st, &req, PreparedQueryOp::Create, query).await?;
+    Ok(json(&req.params, &json!({ "ID": id })))
+}
+
+/// `GET /v1/query`: every query the token may read, `[]` when none.
+pub async fn list(State(st): State<AppState>, req: Req) -> ApiResult {
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.prepared_query_list(&opts).await })
+        .await
+}
+
+/// `GET /v1/query/:id`: a list of one.
+pub async fn get(State(st): State<AppState>, Path(id): Path<String>, req: Req) -> ApiResult {
+    let rpc = st.agent.rpc().clone();
+    req.read(|opts| async move { rpc.prepared_query_get(&opts, id).await })
+        .await
+}
+
+/// `PUT /v1/query/:id`: a full replacement; the ID is the URL's.
+pub async fn update(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    req: Req,
+    body: Bytes,
+) -> ApiResult {
+    let mut query: PreparedQuery = decode_body(&body)?;
+    query.id = id;
+    apply(&st, &req, PreparedQueryOp::Update, query).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `DELETE /v1/query/:id`.
+pub async fn delete(State(st): State<AppState>, Path(id): Path<String>, req: Req) -> ApiResult {
+    let query = PreparedQuery {
+        id,
+        ..Default::default()
+    };
+    apply(&st, &req, PreparedQueryOp::Delete, query).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `value`'s JSON object with the read's metadata beside its fields, as
+/// Consul's response structs embed `QueryMeta`.
+fn with_meta_fields<T: Serialize>(value: &T, meta: &QueryMeta) -> Value {
+    let mut object = serde_json::to_value(value).unwrap_or(Value::Null);
+    if let Value::Object(fields) = &mut object {
+        fields.insert("Index".into(), json!(meta.index));
+        fields.insert(
+            "LastContact".into(),
+            json!(meta.last_contact.as_nanos() as u64),
+        );
+        fields.insert("KnownLeader".into(), json!(meta.known_leader));
+        fields.insert(
+            "ConsistencyLevel".into(),
+            json!(meta.consistency.header_value()),
+        );
+        fields.insert("NotModified".into(), json!(false));
+        fields.insert("Backend".into(), json!(0));
+        fields.insert(
+            "ResultsFilteredByACLs".into(),
+            json!(meta.results_filtered_by_acls),
+        );
+    }
+    object
+}
+
+/// `GET /v1/query/:id-or-name/execute?near=&limit=&connect`.
+pub async fn execute(
+    State(st): State<AppState>,
+    Path(id_or_name): Path<String>,
+    req: Req,
+) -> ApiResult {
+    let mut opts = req.query_options()?;
+    if opts.source_ip.is_empty() {
+        // The query's own `Near` may be `_ip`.
+        opts.source_ip = req.client_ip();
+    }
+    let limit = match req.params.get("limit") {
+        None | Some("") => 0,
+        // Consul's parse error leaves as a 500.
+        Some(text) => text.parse::<usize>().map_err(|_| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("Bad limit: strconv.Atoi: parsing {text:?}: invalid syntax"),
+        })?,
+    };
+    let request = ExecuteRequest {
+        id_or_name,
+        limit,
+        connect: req.params.has("connect"),
+        agent_node: req.agent_node.clone(),
+    };
+    let mut result = st
+        .agent
+        .rpc()
+        .prepared_query_execute(&opts, request)
+        .await?;
+    let from = result.value.datacenter.clone();
+    if crate::translate::active(&st, &from) {
+        crate::translate::check_service_nodes(&mut result.value.nodes);
+    }
+    let body = with_meta_fields(&result.value, &result.meta);
+    Ok(crate::translate::mark(
+        &st,
+        json_meta(&req.params, &result.meta, &body),
+    ))
+}
+
+/// `GET /v1/query/:id-or-name/explain`.
+pub async fn explain(
+    State(st): State<AppState>,
+    Path(id_or_name): Path<String>,
+    req: Req,
+) -> ApiResult {
+    let opts = req.query_options()?;
+    let result = st
+        .agent
+        .rpc()
+        .prepared_query_explain(&opts, id_or_name)
+        .await?;
+    let body = with_meta_fields(&result.value, &result.meta);
+    Ok(json_meta(&req.params, &result.meta, &body))
+}
