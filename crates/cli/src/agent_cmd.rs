@@ -896,12 +896,15 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         Some(port) => {
             let address = SocketAddr::new(config.dns_addr.unwrap_or(config.client_addr), port);
             let tokens = agent.tokens().clone();
-            let resolver = Arc::new(legate_dns::Resolver::with_token(
-                agent.rpc().clone(),
-                config.dns.clone(),
-                config.datacenter.clone(),
-                Arc::new(move || tokens.dns_token()),
-            ));
+            let resolver = Arc::new(
+                legate_dns::Resolver::with_token(
+                    agent.rpc().clone(),
+                    config.dns.clone(),
+                    config.datacenter.clone(),
+                    Arc::new(move || tokens.dns_token()),
+                )
+                .for_agent_node(config.node_name.clone()),
+            );
             let server = legate_dns::DnsServer::start(
                 address,
                 resolver,

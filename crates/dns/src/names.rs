@@ -25,12 +25,20 @@ pub enum Lookup {
         /// Explicit datacenter.
         datacenter: Option<String>,
     },
+    /// `<query>.query[.dc]` (the name may hold dots) or RFC 2782
+    /// `_<query>._tcp.query[.dc]`: a prepared query by name or ID.
+    Query {
+        /// The query's name or ID.
+        query: String,
+        /// Explicit datacenter.
+        datacenter: Option<String>,
+    },
     /// `<hex>.addr[.dc]`: an address encoded in the name.
     Addr(IpAddr),
     /// The domain itself (SOA, NS).
     Apex,
-    /// A well-formed name of a kind Legate does not serve (`.query`,
-    /// `.virtual`, `.ingress`): answered NXDOMAIN.
+    /// A well-formed name of a kind Legate does not serve (`.virtual`,
+    /// `.ingress`): answered NXDOMAIN.
     Unsupported(&'static str),
     /// Anything else under our domain: NXDOMAIN.
     Invalid,
@@ -168,7 +176,12 @@ fn lookup(rest: &str, srv: bool) -> Lookup {
             [hex] => hex_addr(hex).map(Lookup::Addr).unwrap_or(Lookup::Invalid),
             _ => Lookup::Invalid,
         },
-        "query" => Lookup::Unsupported("query"),
+        "query" => match before {
+            [name, protocol] if name.starts_with('_') && protocol.starts_with('_') => {
+                query_lookup(&name[1..], datacenter)
+            }
+            _ => query_lookup(&before.join("."), datacenter),
+        },
         "virtual" => Lookup::Unsupported("virtual"),
         "ingress" => Lookup::Unsupported("ingress"),
         _ => Lookup::Invalid,
@@ -180,6 +193,16 @@ fn rfc2782(service: &str, tag: &str, datacenter: Option<String>) -> Lookup {
     let tag = &tag[1..];
     let tag = (tag != "tcp").then(|| tag.to_string());
     service_lookup(&service[1..], tag, datacenter, false)
+}
+
+fn query_lookup(query: &str, datacenter: Option<String>) -> Lookup {
+    if query.is_empty() || query.split('.').any(str::is_empty) {
+        return Lookup::Invalid;
+    }
+    Lookup::Query {
+        query: query.to_string(),
+        datacenter,
+    }
 }
 
 fn is_kind(label: &str) -> bool {
@@ -289,7 +312,17 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(ours("q.query.consul"), Lookup::Unsupported("query"));
+        let query = |q: &str, dc: Option<&str>| Lookup::Query {
+            query: q.into(),
+            datacenter: dc.map(String::from),
+        };
+        assert_eq!(ours("q.query.consul"), query("q", None));
+        assert_eq!(
+            ours("Geo.DB.query.dc2.consul"),
+            query("geo.db", Some("dc2"))
+        );
+        assert_eq!(ours("_geo-db._tcp.query.consul"), query("geo-db", None));
+        assert_eq!(ours("query.consul"), Lookup::Invalid);
         for bad in [
             "web.consul",
             "a.b.c.service.consul",

@@ -107,6 +107,8 @@ pub struct Resolver {
     /// Local-datacenter service lookups, kept current by blocking queries
     /// (`use_cache`): a query costs a lookup, not a catalog read.
     services: Option<Arc<SharedWatch<ServiceKey, Instances>>>,
+    /// The agent's node (a prepared query's `Near: "_agent"`).
+    agent_node: String,
 }
 
 /// A name built from labels we parsed or validated; one that still fails
@@ -221,7 +223,15 @@ impl Resolver {
             datacenter,
             token,
             services,
+            agent_node: String::new(),
         }
+    }
+
+    /// This resolver, for prepared queries that sort near the agent,
+    /// answering for `node`.
+    pub fn for_agent_node(mut self, node: String) -> Resolver {
+        self.agent_node = node;
+        self
     }
 
     /// The instances of a service: from the cache for the local
@@ -391,6 +401,17 @@ impl Resolver {
                 };
                 self.service(qname, qtype, domain, wanted, count_limit)
                     .await
+            }
+            (_, Lookup::Query { query, datacenter }) => {
+                self.query(
+                    qname,
+                    qtype,
+                    domain,
+                    &query,
+                    datacenter.as_deref(),
+                    count_limit,
+                )
+                .await
             }
             (_, Lookup::Apex | Lookup::Unsupported(_) | Lookup::Invalid) => {
                 Ok(self.negative(ResponseCode::NXDomain, domain))
@@ -577,7 +598,70 @@ impl Resolver {
         let needed = count_limit.min(instances.len());
         instances.partial_shuffle(&mut rand::rng(), needed);
         let ttl = ttl_of(self.config.service_ttl(wanted.service));
-        let dc = wanted.datacenter.unwrap_or(&self.datacenter);
+        let from = Source {
+            datacenter: wanted.datacenter,
+            domain,
+            ttl,
+        };
+        Ok(self.instance_records(qname, qtype, &instances, &from, count_limit))
+    }
+
+    /// A prepared query's answer: its instances, in the order the servers
+    /// gave (shuffled, then by distance), with the query's TTL, else the
+    /// service's.
+    async fn query(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        domain: &str,
+        query: &str,
+        datacenter: Option<&str>,
+        count_limit: usize,
+    ) -> Result<Answer, RpcError> {
+        let rpc = self.rpc.clone();
+        let request = legate_types::prepared_query::ExecuteRequest {
+            id_or_name: query.to_string(),
+            agent_node: self.agent_node.clone(),
+            ..Default::default()
+        };
+        let found = self
+            .read(datacenter, |opts| {
+                let (rpc, request) = (rpc.clone(), request.clone());
+                async move { rpc.prepared_query_execute(&opts, request).await }
+            })
+            .await;
+        let found = match found {
+            Ok(found) => found.value,
+            Err(RpcError::NotFound(_)) => return Ok(self.negative(ResponseCode::NXDomain, domain)),
+            Err(e) => return Err(e),
+        };
+        if found.nodes.is_empty() {
+            return Ok(self.negative(ResponseCode::NXDomain, domain));
+        }
+        let ttl = match legate_types::duration::parse_go_duration(&found.dns.ttl) {
+            Ok(ttl) if !found.dns.ttl.is_empty() => ttl_of(ttl),
+            _ => ttl_of(self.config.service_ttl(&found.service)),
+        };
+        let instances: Vec<&CheckServiceNode> = found.nodes.iter().collect();
+        let from = Source {
+            datacenter: Some(found.datacenter.as_str()).filter(|dc| *dc != self.datacenter),
+            domain,
+            ttl,
+        };
+        Ok(self.instance_records(qname, qtype, &instances, &from, count_limit))
+    }
+
+    /// A, AAAA or SRV records of `instances` (non-empty), in their order.
+    fn instance_records(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        instances: &[&CheckServiceNode],
+        from: &Source<'_>,
+        count_limit: usize,
+    ) -> Answer {
+        let (domain, ttl) = (from.domain, from.ttl);
+        let dc = from.datacenter.unwrap_or(&self.datacenter);
         let mut a = Answer::new(ResponseCode::NoError);
         match qtype {
             RecordType::A | RecordType::AAAA | RecordType::ANY => {
@@ -587,8 +671,8 @@ impl Resolver {
                 };
                 let mut seen = BTreeSet::new();
                 let mut first_cname = None;
-                for csn in &instances {
-                    let (address, _) = self.instance_address(csn, wanted.datacenter, qtype);
+                for csn in instances {
+                    let (address, _) = self.instance_address(csn, from.datacenter, qtype);
                     match address.parse::<IpAddr>() {
                         Ok(ip) if family_matches(ip, qtype) && seen.insert(ip) => {
                             if a.answers.len() < limit {
@@ -612,8 +696,8 @@ impl Resolver {
             }
             RecordType::SRV => {
                 let mut seen = BTreeSet::new();
-                for csn in &instances {
-                    let (address, port) = self.instance_address(csn, wanted.datacenter, qtype);
+                for csn in instances {
+                    let (address, port) = self.instance_address(csn, from.datacenter, qtype);
                     if address.is_empty()
                         || !seen.insert((csn.node.node.clone(), address.clone(), port))
                     {
@@ -644,7 +728,7 @@ impl Resolver {
         if a.answers.is_empty() {
             a.authority.extend(self.soa(domain));
         }
-        Ok(a)
+        a
     }
 
     /// The address and port an instance is reached at for `qtype`: its
@@ -815,6 +899,16 @@ fn keep_additional_for_answers(a: &mut Answer) {
 }
 
 /// What a service lookup asks for.
+/// Where instances come from, for their records.
+struct Source<'a> {
+    /// Another datacenter (its addresses may be translated), or `None`.
+    datacenter: Option<&'a str>,
+    /// The domain the question was under.
+    domain: &'a str,
+    /// The records' TTL.
+    ttl: u32,
+}
+
 struct Wanted<'a> {
     service: &'a str,
     tag: Option<&'a str>,

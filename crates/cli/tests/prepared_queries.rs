@@ -1,0 +1,274 @@
+//! Prepared queries through the binary: DNS `.query` names answered with
+//! `dig`, failover to another datacenter, and the `query` ACL rules with
+//! tokens redacted — as Consul's `PreparedQuery` endpoint and DNS server
+//! behave.
+
+mod common;
+
+use std::time::Duration;
+
+use common::acl::{Acl, ROOT};
+use common::dig::dig;
+use common::{eventually, free_port, TestAgent};
+use serde_json::{json, Value};
+
+fn create(agent: &TestAgent, body: Value) -> String {
+    let (status, _, text) = agent.request("POST", "/v1/query", Some(&body.to_string()));
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str::<Value>(&text).unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn register(agent: &TestAgent, node: &str, address: &str, service: &str, status: &str) {
+    let body = json!({
+        "Node": node, "Address": address,
+        "Service": {"ID": format!("{service}-{node}"), "Service": service, "Port": 5432, "Tags": ["v1"]},
+        "Check": {"CheckID": format!("{service}-{node}-check"), "Name": "c", "Status": status,
+                  "ServiceID": format!("{service}-{node}")},
+    });
+    let (status, text) = agent.put("/v1/catalog/register", &body.to_string());
+    assert_eq!(status, 200, "{text}");
+}
+
+#[test]
+fn dns_query_names_answer_with_the_querys_results_and_ttl() {
+    let dns_port = free_port();
+    let dns = format!("-dns-port={dns_port}");
+    let agent = TestAgent::start_with(&["-dev", "-grpc-port=-1", "-node=node1", &dns], false);
+    register(&agent, "n1", "10.1.0.1", "db", "passing");
+    register(&agent, "n2", "10.1.0.2", "db", "warning");
+    register(&agent, "n3", "10.1.0.3", "db", "critical");
+    create(
+        &agent,
+        json!({"Name": "db-live", "Service": {"Service": "db", "OnlyPassing": true}, "DNS": {"TTL": "42s"}}),
+    );
+    create(
+        &agent,
+        json!({"Name": "db-any", "Service": {"Service": "db"}}),
+    );
+    create(
+        &agent,
+        json!({"Name": "geo-", "Template": {"Type": "name_prefix_match", "Regexp": "^geo-(.*)$"},
+               "Service": {"Service": "${match(1)}", "Tags": ["!v2"]}}),
+    );
+
+    // Only passing instances with OnlyPassing; the query's TTL.
+    let live = dig(dns_port, &["db-live.query.consul"]);
+    assert_eq!(live.status, "NOERROR");
+    assert_eq!(live.answers_of("A"), vec!["10.1.0.1"]);
+    assert!(live.answer.iter().all(|r| r.ttl == 42), "{:?}", live.answer);
+    // Warning instances count by default; no query TTL: the service's (0).
+    let any = dig(dns_port, &["db-any.query.consul"]);
+    let mut addresses = any.answers_of("A");
+    addresses.sort();
+    assert_eq!(addresses, vec!["10.1.0.1", "10.1.0.2"]);
+    assert!(any.answer.iter().all(|r| r.ttl == 0));
+    // RFC 2782 SRV, a template rendered by name, with a datacenter label.
+    let srv = dig(dns_port, &["_db-live._tcp.query.consul", "SRV"]);
+    assert_eq!(srv.answers_of("SRV"), vec!["1 1 5432 n1.node.dc1.consul."]);
+    let geo = dig(dns_port, &["geo-db.query.dc1.consul"]);
+    assert_eq!(geo.answers_of("A").len(), 2);
+    // An unknown query, and a query whose service has no healthy instance.
+    assert_eq!(dig(dns_port, &["nope.query.consul"]).status, "NXDOMAIN");
+    create(
+        &agent,
+        json!({"Name": "empty", "Service": {"Service": "cache"}}),
+    );
+    let empty = dig(dns_port, &["empty.query.consul"]);
+    assert_eq!(empty.status, "NXDOMAIN");
+}
+
+#[test]
+fn execute_answers_in_consuls_shape_with_its_errors() {
+    let agent = TestAgent::dev(&["-node", "node1"]);
+    register(&agent, "n1", "10.1.0.1", "db", "passing");
+    let id = create(&agent, json!({"Name": "db", "Service": {"Service": "db"}}));
+    let (status, headers, text) = agent.request("GET", "/v1/query/db/execute", None);
+    assert_eq!(status, 200, "{text}");
+    assert!(common::header(&headers, "x-consul-index").is_some());
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    for key in [
+        "Service",
+        "Nodes",
+        "DNS",
+        "Datacenter",
+        "Failovers",
+        "Index",
+        "KnownLeader",
+    ] {
+        assert!(answer.get(key).is_some(), "{key} missing: {answer}");
+    }
+    assert_eq!(answer["Nodes"][0]["Node"]["Node"], "n1");
+    // GET by ID is a list of one; an unknown ID is a 404 with Consul's text.
+    let got = agent.get(&format!("/v1/query/{id}")).unwrap();
+    assert_eq!(got.as_array().unwrap().len(), 1);
+    for path in [
+        "/v1/query/9c6c9a3d-0000-4000-8000-000000000000",
+        "/v1/query/nope/execute",
+        "/v1/query/nope/explain",
+    ] {
+        let (status, _, text) = agent.request("GET", path, None);
+        assert_eq!((status, text.as_str()), (404, "Query not found"), "{path}");
+    }
+    // Refused writes change nothing: an ID on create, a bad TTL, a body
+    // that is not JSON.
+    let (status, _, text) = agent.request(
+        "POST",
+        "/v1/query",
+        Some(r#"{"ID": "x", "Service": {"Service": "db"}}"#),
+    );
+    assert_eq!(
+        (status, text.as_str()),
+        (500, "ID must be empty when creating a new prepared query")
+    );
+    let (status, _, text) = agent.request(
+        "POST",
+        "/v1/query",
+        Some(r#"{"Name": "t", "Service": {"Service": "db"}, "DNS": {"TTL": "soon"}}"#),
+    );
+    assert_eq!(status, 500);
+    assert!(
+        text.starts_with("Invalid prepared query: Bad DNS TTL 'soon'"),
+        "{text}"
+    );
+    let (status, _, _) = agent.request("POST", "/v1/query", Some("{"));
+    assert_eq!(status, 400);
+    assert_eq!(agent.get("/v1/query").unwrap().as_array().unwrap().len(), 1);
+    // Empty list form.
+    let (status, _, _) = agent.request("DELETE", &format!("/v1/query/{id}"), None);
+    assert_eq!(status, 200);
+    assert_eq!(agent.get_text("/v1/query").unwrap(), "[]");
+}
+
+/// A single-server datacenter on `ip`, WAN-joining `join` when given.
+fn server(ip: &str, dc: &str, join: Option<&str>) -> (TestAgent, tempfile::TempDir, u16) {
+    let data = tempfile::tempdir().unwrap();
+    let wan_port = free_port();
+    let dns_port = free_port();
+    let mut flags = vec![
+        format!("-node=s-{dc}"),
+        format!("-datacenter={dc}"),
+        format!("-bind={ip}"),
+        "-client=127.0.0.1".into(),
+        format!("-data-dir={}", data.path().display()),
+        format!("-server-port={}", free_port()),
+        format!("-serf-lan-port={}", free_port()),
+        format!("-serf-wan-port={wan_port}"),
+        format!("-dns-port={dns_port}"),
+        "-grpc-port=-1".into(),
+        "-server".into(),
+        "-bootstrap-expect=1".into(),
+        "-retry-interval-wan=1s".into(),
+        "-hcl=primary_datacenter = \"dc1\"".into(),
+    ];
+    if let Some(address) = join {
+        flags.push(format!("-retry-join-wan={address}"));
+    }
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let agent = TestAgent::spawn(&refs, false);
+    agent.wait_ready();
+    (agent, data, wan_port)
+}
+
+#[test]
+fn a_query_fails_over_to_the_next_datacenter_with_instances() {
+    let (dc1, _d1, wan1) = server("127.0.0.81", "dc1", None);
+    let (dc2, _d2, _) = server("127.0.0.82", "dc2", Some(&format!("127.0.0.81:{wan1}")));
+    eventually(Duration::from_secs(30), || {
+        let dcs = dc1.get("/v1/catalog/datacenters").ok()?;
+        (dcs.as_array()?.len() == 2).then_some(())
+    });
+    // dc1's only db instance is critical; dc2 has a healthy one.
+    register(&dc1, "a1", "10.1.0.1", "db", "critical");
+    register(&dc2, "b1", "10.2.0.1", "db", "passing");
+    create(
+        &dc1,
+        json!({"Name": "db-nearest", "Service": {"Service": "db", "Failover": {"NearestN": 1}}}),
+    );
+    create(
+        &dc1,
+        json!({"Name": "db-listed", "Service": {"Service": "db",
+               "Failover": {"Datacenters": ["dc9", "dc1", "dc2"]}}}),
+    );
+    create(
+        &dc1,
+        json!({"Name": "db-local", "Service": {"Service": "db"}}),
+    );
+    for name in ["db-nearest", "db-listed"] {
+        let answer = eventually(Duration::from_secs(20), || {
+            let a = dc1.get(&format!("/v1/query/{name}/execute")).ok()?;
+            (a["Nodes"].as_array()?.len() == 1).then_some(a)
+        });
+        assert_eq!(answer["Datacenter"], "dc2", "{name}: {answer}");
+        // Unknown and local datacenters are skipped, not counted.
+        assert_eq!(answer["Failovers"], 1, "{name}: {answer}");
+        assert_eq!(answer["Nodes"][0]["Node"]["Node"], "b1");
+    }
+    let local = dc1.get("/v1/query/db-local/execute").unwrap();
+    assert_eq!(
+        (local["Datacenter"].as_str(), local["Failovers"].as_u64()),
+        (Some("dc1"), Some(0))
+    );
+    assert_eq!(local["Nodes"], json!([]));
+    // `?dc=` runs the query stored in that datacenter: dc2 has none.
+    let (status, _, _) = dc1.request("GET", "/v1/query/db-local/execute?dc=dc2", None);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn query_rules_guard_writes_and_reads_and_tokens_are_redacted() {
+    let acl = Acl::start();
+    let writer = acl.token_with_rules(
+        "q-writer",
+        r#"query_prefix "app-" { policy = "write" } service_prefix "" { policy = "read" } node_prefix "" { policy = "read" }"#,
+    );
+    let reader = acl.token_with_rules("q-reader", r#"query "app-db" { policy = "read" }"#);
+    let body =
+        json!({"Name": "app-db", "Token": ROOT, "Service": {"Service": "consul"}}).to_string();
+    // No rule for the name: 403, nothing written.
+    let other = json!({"Name": "other", "Service": {"Service": "consul"}}).to_string();
+    let (status, _, _) = acl.call("POST", "/v1/query", Some(&writer), Some(&other));
+    assert_eq!(status, 403);
+    let created = acl.json("POST", "/v1/query", &writer, Some(&body));
+    let id = created["ID"].as_str().unwrap();
+    // The writer may read it but not see its token; management sees it.
+    let seen = acl.json("GET", &format!("/v1/query/{id}"), &writer, None);
+    assert_eq!(seen[0]["Token"], "<hidden>");
+    let seen = acl.json("GET", &format!("/v1/query/{id}"), ROOT, None);
+    assert_eq!(seen[0]["Token"], ROOT);
+    // Resubmitting a redacted definition is refused.
+    let redacted = json!({"Name": "app-db", "Token": "<hidden>", "Service": {"Service": "consul"}});
+    let (status, _, text) = acl.call(
+        "PUT",
+        &format!("/v1/query/{id}"),
+        Some(&writer),
+        Some(&redacted.to_string()),
+    );
+    assert_eq!(status, 500, "{text}");
+    assert!(text.contains("redacted token"), "{text}");
+    // The reader lists and explains it; a token with no rule sees an empty
+    // list and gets 403 on the query itself.
+    let listed = acl.json("GET", "/v1/query", &reader, None);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    acl.json("GET", "/v1/query/app-db/explain", &reader, None);
+    let nobody = acl.token_with_rules("nobody", r#"key "x" { policy = "read" }"#);
+    let (status, headers, text) = acl.call("GET", "/v1/query", Some(&nobody), None);
+    assert_eq!((status, text.as_str()), (200, "[]"));
+    assert_eq!(
+        common::header(&headers, "x-consul-results-filtered-by-acls"),
+        Some("true")
+    );
+    let (status, _, _) = acl.call("GET", &format!("/v1/query/{id}"), Some(&nobody), None);
+    assert_eq!(status, 403);
+    // Execute runs with the query's own token: `nobody` cannot read the
+    // consul service, but the query's management token can.
+    let answer = acl.json("GET", "/v1/query/app-db/execute", &nobody, None);
+    assert_eq!(answer["Nodes"].as_array().unwrap().len(), 1, "{answer}");
+    // Deleting needs write on the stored name.
+    let (status, _, _) = acl.call("DELETE", &format!("/v1/query/{id}"), Some(&reader), None);
+    assert_eq!(status, 403);
+    let (status, _, _) = acl.call("DELETE", &format!("/v1/query/{id}"), Some(&writer), None);
+    assert_eq!(status, 200);
+}
