@@ -61,7 +61,16 @@ done
 if [ "$(dig @127.0.0.1 -p "$bind" +short web.service.consul)" != "10.1.0.1" ]; then
     echo "BIND did not load the zone:" >&2; cat "$work/named.log" >&2; exit 1
 fi
+# Prepared queries over the same services (issue: `.query` against the
+# plain lookup of the same service, same cache setting).
+for name in web big; do
+    curl -sf -X POST "http://127.0.0.1:$http/v1/query" \
+        -d "{\"Name\":\"$name-q\",\"Service\":{\"Service\":\"$name\"}}" >/dev/null
+done
 sleep 1
+for name in web big; do
+    echo -n "dns $name-q.query.consul legate: "; "$BENCH" dns --server "127.0.0.1:$dns" --name "$name-q.query.consul" --concurrency "$CONCURRENCY" --seconds "$SECONDS_PER_RUN"
+done
 for name in web big; do
     echo -n "dns $name.service.consul legate: "; "$BENCH" dns --server "127.0.0.1:$dns" --name "$name.service.consul" --concurrency "$CONCURRENCY" --seconds "$SECONDS_PER_RUN"
     echo -n "dns $name.service.consul bind9:  "; "$BENCH" dns --server "127.0.0.1:$bind" --name "$name.service.consul" --concurrency "$CONCURRENCY" --seconds "$SECONDS_PER_RUN"

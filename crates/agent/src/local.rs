@@ -746,7 +746,7 @@ fn check_upstreams(upstreams: &[legate_types::Upstream]) -> Result<(), AgentErro
             "" | "service" => {}
             "prepared_query" => {
                 return Err(AgentError::BadRequest(format!(
-                    "Upstreams[{i}] ({}): destination_type \"prepared_query\" is not supported yet (Legate has no prepared queries); use a service upstream",
+                    "Upstreams[{i}] ({}): destination_type \"prepared_query\" is not supported yet (prepared-query upstreams are not built; the query itself works through /v1/query and DNS); use a service upstream",
                     u.destination_name
                 )))
             }

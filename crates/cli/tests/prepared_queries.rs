@@ -142,8 +142,9 @@ fn execute_answers_in_consuls_shape_with_its_errors() {
     assert_eq!(agent.get_text("/v1/query").unwrap(), "[]");
 }
 
-/// A single-server datacenter on `ip`, WAN-joining `join` when given.
-fn server(ip: &str, dc: &str, join: Option<&str>) -> (TestAgent, tempfile::TempDir, u16) {
+/// A single-server datacenter on `ip`, WAN-joining `join` when given:
+/// the agent, its data dir, its WAN and DNS ports.
+fn server(ip: &str, dc: &str, join: Option<&str>) -> (TestAgent, tempfile::TempDir, u16, u16) {
     let data = tempfile::tempdir().unwrap();
     let wan_port = free_port();
     let dns_port = free_port();
@@ -169,13 +170,13 @@ fn server(ip: &str, dc: &str, join: Option<&str>) -> (TestAgent, tempfile::TempD
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let agent = TestAgent::spawn(&refs, false);
     agent.wait_ready();
-    (agent, data, wan_port)
+    (agent, data, wan_port, dns_port)
 }
 
 #[test]
 fn a_query_fails_over_to_the_next_datacenter_with_instances() {
-    let (dc1, _d1, wan1) = server("127.0.0.81", "dc1", None);
-    let (dc2, _d2, _) = server("127.0.0.82", "dc2", Some(&format!("127.0.0.81:{wan1}")));
+    let (dc1, _d1, wan1, dns1) = server("127.0.0.81", "dc1", None);
+    let (dc2, _d2, _, _) = server("127.0.0.82", "dc2", Some(&format!("127.0.0.81:{wan1}")));
     eventually(Duration::from_secs(30), || {
         let dcs = dc1.get("/v1/catalog/datacenters").ok()?;
         (dcs.as_array()?.len() == 2).then_some(())
@@ -206,6 +207,9 @@ fn a_query_fails_over_to_the_next_datacenter_with_instances() {
         assert_eq!(answer["Failovers"], 1, "{name}: {answer}");
         assert_eq!(answer["Nodes"][0]["Node"]["Node"], "b1");
     }
+    // Over DNS too: dc1's agent answers with dc2's instance.
+    let found = dig(dns1, &["db-nearest.query.consul"]);
+    assert_eq!(found.answers_of("A"), vec!["10.2.0.1"]);
     let local = dc1.get("/v1/query/db-local/execute").unwrap();
     assert_eq!(
         (local["Datacenter"].as_str(), local["Failovers"].as_u64()),
