@@ -323,15 +323,39 @@ pub async fn serve_tls(
     serve::serve(listener, router(state), &limits, Some(acceptor), shutdown).await
 }
 
+/// Consul CE's refusal of Enterprise namespaces and partitions, for a
+/// request naming one other than `default` (in `?ns=`, `?partition=` or
+/// their headers).
+fn enterprise_scope(params: &util::Params, headers: &HeaderMap) -> Result<(), util::ApiError> {
+    let named = |value: Option<&str>| {
+        value.is_some_and(|v| !v.is_empty() && !v.eq_ignore_ascii_case("default"))
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let refusal = if named(header("x-consul-namespace")) {
+        "Invalid header: \"X-Consul-Namespace\" - Namespaces are a Consul Enterprise feature"
+    } else if named(params.get("ns")) {
+        "Invalid query parameter: \"ns\" - Namespaces are a Consul Enterprise feature"
+    } else if named(header("x-consul-partition")) {
+        "Invalid header: \"X-Consul-Partition\" - Partitions are a Consul Enterprise feature"
+    } else if named(params.get("partition")) {
+        "Invalid query parameter: \"partition\" - Partitions are a Consul Enterprise feature"
+    } else {
+        return Ok(());
+    };
+    Err(util::ApiError::bad_request(refusal))
+}
+
 impl axum::extract::FromRequestParts<AppState> for Req {
-    type Rejection = std::convert::Infallible;
+    type Rejection = util::ApiError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
         state: &AppState,
     ) -> Result<Req, Self::Rejection> {
+        let params = util::Params::parse(parts.uri.query());
+        enterprise_scope(&params, &parts.headers)?;
         Ok(Req {
-            params: util::Params::parse(parts.uri.query()),
+            params,
             headers: parts.headers.clone(),
             peer: parts.extensions.get::<PeerAddr>().map(|p| p.0),
             agent_node: state.agent.config().node_name.clone(),

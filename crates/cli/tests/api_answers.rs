@@ -1,0 +1,155 @@
+//! The answers clients map to exceptions: for each endpoint's error and
+//! empty cases, the status, the text (or the empty form: `[]`, `{}`,
+//! `null`) Consul's handler gives, one row each, with the handler cited.
+//! Rows are added as endpoints are matched against Consul's.
+
+mod common;
+
+use common::{http_request_full, TestAgent};
+
+/// What a row expects of the body.
+enum Body {
+    /// Exactly this text.
+    Is(&'static str),
+    /// Starting with this text.
+    Starts(&'static str),
+}
+
+/// One request and Consul's answer to it.
+struct Row {
+    method: &'static str,
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    body: Option<&'static str>,
+    status: u16,
+    answer: Body,
+    /// The Consul handler the row follows.
+    consul: &'static str,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        method: "GET",
+        path: "/v1/catalog/nodes?ns=team",
+        headers: &[],
+        body: None,
+        status: 400,
+        answer: Body::Is(
+            "Invalid query parameter: \"ns\" - Namespaces are a Consul Enterprise feature",
+        ),
+        consul: "agent/http_ce.go parseEntMeta",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/catalog/services",
+        headers: &[("X-Consul-Namespace", "team")],
+        body: None,
+        status: 400,
+        answer: Body::Is(
+            "Invalid header: \"X-Consul-Namespace\" - Namespaces are a Consul Enterprise feature",
+        ),
+        consul: "agent/http_ce.go parseEntMeta",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/kv/app?partition=p1",
+        headers: &[],
+        body: None,
+        status: 400,
+        answer: Body::Is(
+            "Invalid query parameter: \"partition\" - Partitions are a Consul Enterprise feature",
+        ),
+        consul: "agent/http_ce.go parseEntMetaPartition",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/health/service/web",
+        headers: &[("X-Consul-Partition", "p1")],
+        body: None,
+        status: 400,
+        answer: Body::Is(
+            "Invalid header: \"X-Consul-Partition\" - Partitions are a Consul Enterprise feature",
+        ),
+        consul: "agent/http_ce.go parseEntMetaPartition",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/query",
+        headers: &[],
+        body: None,
+        status: 200,
+        answer: Body::Is("[]"),
+        consul: "agent/prepared_query_endpoint.go preparedQueryList (never null)",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/query/6d2f0a52-0000-4000-8000-000000000000",
+        headers: &[],
+        body: None,
+        status: 404,
+        answer: Body::Is("Query not found"),
+        consul: "agent/prepared_query_endpoint.go preparedQueryGet",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/query/nope/execute",
+        headers: &[],
+        body: None,
+        status: 404,
+        answer: Body::Is("Query not found"),
+        consul: "agent/prepared_query_endpoint.go preparedQueryExecute",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/query/nope/explain",
+        headers: &[],
+        body: None,
+        status: 404,
+        answer: Body::Is("Query not found"),
+        consul: "agent/prepared_query_endpoint.go preparedQueryExplain",
+    },
+    Row {
+        method: "PUT",
+        path: "/v1/query/6d2f0a52-0000-4000-8000-000000000000",
+        headers: &[],
+        body: Some(r#"{"Service": {"Service": "db"}}"#),
+        status: 500,
+        answer: Body::Is(
+            "Cannot modify non-existent prepared query: '6d2f0a52-0000-4000-8000-000000000000'",
+        ),
+        consul: "agent/consul/prepared_query_endpoint.go Apply",
+    },
+    Row {
+        method: "POST",
+        path: "/v1/query",
+        headers: &[],
+        body: Some(r#"{"Name": "q"}"#),
+        status: 500,
+        answer: Body::Is("Invalid prepared query: Must provide a Service name to query"),
+        consul: "agent/consul/prepared_query_endpoint.go Apply, parseService",
+    },
+    Row {
+        method: "POST",
+        path: "/v1/query",
+        headers: &[],
+        body: Some(r#"{"Name": "q", "Service": {"Service": "db"}, "Template": {"Type": "glob"}}"#),
+        status: 500,
+        answer: Body::Starts("Bad Template.Type 'glob'"),
+        consul: "agent/consul/prepared_query/template.go Compile",
+    },
+];
+
+#[test]
+fn error_and_empty_answers_are_consuls() {
+    let agent = TestAgent::dev(&[]);
+    for row in ROWS {
+        let (status, _, text) =
+            http_request_full(agent.http_port, row.method, row.path, row.headers, row.body);
+        let what = format!("{} {} ({})", row.method, row.path, row.consul);
+        assert_eq!(status, row.status, "{what}: {text}");
+        match row.answer {
+            Body::Is(expected) => assert_eq!(text, expected, "{what}"),
+            Body::Starts(expected) => assert!(text.starts_with(expected), "{what}: {text}"),
+        }
+    }
+}
