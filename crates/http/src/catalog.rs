@@ -70,6 +70,9 @@ pub async fn datacenters(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 pub async fn nodes(State(st): State<AppState>, req: Req) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+        return answer;
+    }
     let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let mut result = st.agent.rpc().catalog_nodes(&opts).await?;
@@ -84,6 +87,9 @@ pub async fn nodes(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!({})) {
+        return answer;
+    }
     let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let result = st.agent.rpc().catalog_services(&opts).await?;
@@ -125,6 +131,9 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+        return answer;
+    }
     let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let query = ServiceQuery {
@@ -163,6 +172,9 @@ pub async fn connect_nodes(
 }
 
 pub async fn node(State(st): State<AppState>, Path(node): Path<String>, req: Req) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!(null)) {
+        return answer;
+    }
     let rpc = st.agent.rpc().clone();
     req.read(|opts| async move { rpc.catalog_node_services(&opts, node).await })
         .await
@@ -201,6 +213,9 @@ pub async fn health_node(
     Path(node): Path<String>,
     req: Req,
 ) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+        return answer;
+    }
     let rpc = st.agent.rpc().clone();
     req.read(|opts| async move { rpc.health_node_checks(&opts, node).await })
         .await
@@ -211,6 +226,9 @@ pub async fn health_checks(
     Path(service): Path<String>,
     req: Req,
 ) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+        return answer;
+    }
     let rpc = st.agent.rpc().clone();
     req.read(|opts| async move { rpc.health_service_checks(&opts, service).await })
         .await
@@ -221,6 +239,9 @@ pub async fn health_state(
     Path(state): Path<String>,
     req: Req,
 ) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+        return answer;
+    }
     let opts = req.query_options()?;
     let wanted = match state.as_str() {
         "any" => None,
@@ -236,6 +257,9 @@ pub async fn health_state(
 }
 
 async fn health_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+        return answer;
+    }
     let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
     let passing_only = req.params.bool("passing")?.unwrap_or(false);

@@ -380,6 +380,19 @@ impl Req {
         Ok(util::json_meta(&self.params, &result.meta, &result.value))
     }
 
+    /// `?peer=<name>`: no cluster peers exist in Legate, so a read about
+    /// one answers Consul's empty form (`[]`, `{}`, `null`), never this
+    /// cluster's rows.
+    pub(crate) fn peer_empty(&self, empty: serde_json::Value) -> Option<util::ApiResult> {
+        self.params.get("peer").filter(|p| !p.is_empty())?;
+        let meta = legate_types::QueryMeta {
+            index: 1,
+            known_leader: true,
+            ..Default::default()
+        };
+        Some(Ok(util::json_meta(&self.params, &meta, &empty)))
+    }
+
     /// This request's token: its own, else the agent's default token.
     pub(crate) fn token(&self) -> String {
         let own = util::token(&self.headers, &self.params);
