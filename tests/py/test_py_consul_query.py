@@ -61,6 +61,15 @@ def test_create_list_get_update_explain_execute_delete(client):
     assert client.query.execute("db-primary") is None
 
 
+def test_failover_settings_sent_in_lower_case_are_kept(client):
+    # py-consul sends `failover: {nearestn, datacenters}` in lower case.
+    created = client.query.create("db", name="db-failover", nearestn=2, datacenters=["dc2", "dc3"])
+    (got,) = client.query.get(created["ID"])
+    assert got["Service"]["Failover"]["NearestN"] == 2
+    assert got["Service"]["Failover"]["Datacenters"] == ["dc2", "dc3"]
+    assert got["Service"]["Failover"]["Targets"] is None
+
+
 def test_a_query_bound_to_a_session_goes_with_it(client):
     register(client)
     session = client.session.create(name="owner")

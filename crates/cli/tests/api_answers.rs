@@ -182,6 +182,35 @@ const ROWS: &[Row] = &[
         answer: Body::Is("[]"),
         consul: "agent/health_endpoint.go HealthChecksInState (PeerName)",
     },
+    Row {
+        method: "POST",
+        path: "/v1/query",
+        headers: &[],
+        body: Some(r#"{"Service": {"Service": "db"}}"#),
+        status: 500,
+        answer: Body::Is("Invalid prepared query: Must be bound to a session"),
+        consul: "agent/consul/prepared_query_endpoint.go parseQuery (anonymous queries)",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/query/any/execute?connect=maybe",
+        headers: &[],
+        body: None,
+        status: 500,
+        answer: Body::Is(
+            "Error parsing 'connect' value: strconv.ParseBool: parsing \"maybe\": invalid syntax",
+        ),
+        consul: "agent/prepared_query_endpoint.go preparedQueryExecute",
+    },
+    Row {
+        method: "GET",
+        path: "/v1/query/any/execute?limit=ten",
+        headers: &[],
+        body: None,
+        status: 500,
+        answer: Body::Is("Bad limit: strconv.Atoi: parsing \"ten\": invalid syntax"),
+        consul: "agent/prepared_query_endpoint.go parseLimit",
+    },
 ];
 
 #[test]

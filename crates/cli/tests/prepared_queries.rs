@@ -68,8 +68,20 @@ fn dns_query_names_answer_with_the_querys_results_and_ttl() {
     // RFC 2782 SRV, a template rendered by name, with a datacenter label.
     let srv = dig(dns_port, &["_db-live._tcp.query.consul", "SRV"]);
     assert_eq!(srv.answers_of("SRV"), vec!["1 1 5432 n1.node.dc1.consul."]);
-    let geo = dig(dns_port, &["geo-db.query.dc1.consul"]);
-    assert_eq!(geo.answers_of("A").len(), 2);
+    // `!v2` keeps out the instance tagged v2 that db-any answers with.
+    let v2 = json!({"Node": "n4", "Address": "10.1.0.4",
+        "Service": {"ID": "db-n4", "Service": "db", "Port": 5432, "Tags": ["v2"]}});
+    let (status, text) = agent.put("/v1/catalog/register", &v2.to_string());
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        dig(dns_port, &["db-any.query.consul"])
+            .answers_of("A")
+            .len(),
+        3
+    );
+    let mut geo = dig(dns_port, &["geo-db.query.dc1.consul"]).answers_of("A");
+    geo.sort();
+    assert_eq!(geo, vec!["10.1.0.1", "10.1.0.2"]);
     // An unknown query, and a query whose service has no healthy instance.
     assert_eq!(dig(dns_port, &["nope.query.consul"]).status, "NXDOMAIN");
     create(
@@ -270,6 +282,27 @@ fn query_rules_guard_writes_and_reads_and_tokens_are_redacted() {
     // consul service, but the query's management token can.
     let answer = acl.json("GET", "/v1/query/app-db/execute", &nobody, None);
     assert_eq!(answer["Nodes"].as_array().unwrap().len(), 1, "{answer}");
+    // An unnamed query (bound to a session): anyone may read it by ID
+    // (redacted), but lists and explain show it only to acl:write.
+    let session = acl.json("PUT", "/v1/session/create", ROOT, Some("{}"));
+    let unnamed =
+        json!({"Session": session["ID"], "Token": ROOT, "Service": {"Service": "consul"}});
+    let created = acl.json("POST", "/v1/query", ROOT, Some(&unnamed.to_string()));
+    let unnamed_id = created["ID"].as_str().unwrap();
+    let seen = acl.json("GET", &format!("/v1/query/{unnamed_id}"), &nobody, None);
+    assert_eq!(seen[0]["Token"], "<hidden>");
+    let acl_reader = acl.token_with_rules("acl-reader", r#"acl = "read""#);
+    let listed = acl.json("GET", "/v1/query", &acl_reader, None);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["ID"] != unnamed_id),
+        "{listed}"
+    );
+    let listed = acl.json("GET", "/v1/query", ROOT, None);
+    assert_eq!(listed.as_array().unwrap().len(), 2);
     // Deleting needs write on the stored name.
     let (status, _, _) = acl.call("DELETE", &format!("/v1/query/{id}"), Some(&reader), None);
     assert_eq!(status, 403);

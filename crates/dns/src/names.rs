@@ -177,8 +177,9 @@ fn lookup(rest: &str, srv: bool) -> Lookup {
             _ => Lookup::Invalid,
         },
         "query" => match before {
-            [name, protocol] if name.starts_with('_') && protocol.starts_with('_') => {
-                query_lookup(&name[1..], datacenter)
+            // RFC 2782 `_<query>._<protocol>`; the query's name may hold dots.
+            [first, .., protocol] if first.starts_with('_') && protocol.starts_with('_') => {
+                query_lookup(&before[..before.len() - 1].join(".")[1..], datacenter)
             }
             _ => query_lookup(&before.join("."), datacenter),
         },
@@ -322,6 +323,10 @@ mod tests {
             query("geo.db", Some("dc2"))
         );
         assert_eq!(ours("_geo-db._tcp.query.consul"), query("geo-db", None));
+        assert_eq!(
+            ours("_geo.db._tcp.query.dc2.consul"),
+            query("geo.db", Some("dc2"))
+        );
         assert_eq!(ours("query.consul"), Lookup::Invalid);
         for bad in [
             "web.consul",

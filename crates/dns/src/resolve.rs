@@ -638,9 +638,14 @@ impl Resolver {
         if found.nodes.is_empty() {
             return Ok(self.negative(ResponseCode::NXDomain, domain));
         }
-        let ttl = match legate_types::duration::parse_go_duration(&found.dns.ttl) {
-            Ok(ttl) if !found.dns.ttl.is_empty() => ttl_of(ttl),
-            _ => ttl_of(self.config.service_ttl(&found.service)),
+        // The query's TTL (0 when it does not parse, as Consul), else the
+        // service's.
+        let ttl = if found.dns.ttl.is_empty() {
+            ttl_of(self.config.service_ttl(&found.service))
+        } else {
+            legate_types::duration::parse_go_duration(&found.dns.ttl)
+                .map(ttl_of)
+                .unwrap_or(0)
         };
         let instances: Vec<&CheckServiceNode> = found.nodes.iter().collect();
         let from = Source {

@@ -70,7 +70,7 @@ pub async fn datacenters(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 pub async fn nodes(State(st): State<AppState>, req: Req) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])).await {
         return answer;
     }
     let opts = req.query_options()?;
@@ -87,7 +87,7 @@ pub async fn nodes(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!({})) {
+    if let Some(answer) = req.peer_empty(serde_json::json!({})).await {
         return answer;
     }
     let opts = req.query_options()?;
@@ -131,7 +131,7 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])).await {
         return answer;
     }
     let opts = req.query_options()?;
@@ -172,7 +172,7 @@ pub async fn connect_nodes(
 }
 
 pub async fn node(State(st): State<AppState>, Path(node): Path<String>, req: Req) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!(null)) {
+    if let Some(answer) = req.peer_empty(serde_json::json!(null)).await {
         return answer;
     }
     let rpc = st.agent.rpc().clone();
@@ -213,7 +213,7 @@ pub async fn health_node(
     Path(node): Path<String>,
     req: Req,
 ) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])).await {
         return answer;
     }
     let rpc = st.agent.rpc().clone();
@@ -226,7 +226,7 @@ pub async fn health_checks(
     Path(service): Path<String>,
     req: Req,
 ) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])).await {
         return answer;
     }
     let rpc = st.agent.rpc().clone();
@@ -239,7 +239,7 @@ pub async fn health_state(
     Path(state): Path<String>,
     req: Req,
 ) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])).await {
         return answer;
     }
     let opts = req.query_options()?;
@@ -257,7 +257,7 @@ pub async fn health_state(
 }
 
 async fn health_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
-    if let Some(answer) = req.peer_empty(serde_json::json!([])) {
+    if let Some(answer) = req.peer_empty(serde_json::json!([])).await {
         return answer;
     }
     let opts = req.query_options()?;

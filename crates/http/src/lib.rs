@@ -383,8 +383,17 @@ impl Req {
     /// `?peer=<name>`: no cluster peers exist in Legate, so a read about
     /// one answers Consul's empty form (`[]`, `{}`, `null`), never this
     /// cluster's rows.
-    pub(crate) fn peer_empty(&self, empty: serde_json::Value) -> Option<util::ApiResult> {
+    /// A blocking read (`?index=` at or past 1) waits out its wait first,
+    /// since nothing about the peer ever changes.
+    pub(crate) async fn peer_empty(&self, empty: serde_json::Value) -> Option<util::ApiResult> {
         self.params.get("peer").filter(|p| !p.is_empty())?;
+        let opts = match self.query_options() {
+            Ok(opts) => opts,
+            Err(e) => return Some(Err(e)),
+        };
+        if opts.min_index >= 1 {
+            tokio::time::sleep(opts.effective_wait()).await;
+        }
         let meta = legate_types::QueryMeta {
             index: 1,
             known_leader: true,

@@ -28,9 +28,26 @@ async fn apply(
         .await?)
 }
 
+/// A query definition with its keys in any case, as Go decodes them: the
+/// keys inside `Service.Failover` too (the key canonicalization leaves a
+/// `Failover` object's keys alone, which in resolvers are subset names).
+fn decode_query(body: &[u8]) -> Result<PreparedQuery, ApiError> {
+    let mut value: Value = decode_body(body)?;
+    if let Some(Value::Object(failover)) =
+        value.get_mut("Service").and_then(|s| s.get_mut("Failover"))
+    {
+        *failover = std::mem::take(failover)
+            .into_iter()
+            .map(|(k, v)| (legate_types::keys::canonical_key(&k), v))
+            .collect();
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))
+}
+
 /// `POST /v1/query`: `{"ID": …}`.
 pub async fn create(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
-    let query: PreparedQuery = decode_body(&body)?;
+    let query = decode_query(&body)?;
     let id = apply(&st, &req, PreparedQueryOp::Create, query).await?;
     Ok(json(&req.params, &json!({ "ID": id })))
 }
@@ -56,7 +73,7 @@ pub async fn update(
     req: Req,
     body: Bytes,
 ) -> ApiResult {
-    let mut query: PreparedQuery = decode_body(&body)?;
+    let mut query = decode_query(&body)?;
     query.id = id;
     apply(&st, &req, PreparedQueryOp::Update, query).await?;
     Ok(StatusCode::OK.into_response())
@@ -70,6 +87,15 @@ pub async fn delete(State(st): State<AppState>, Path(id): Path<String>, req: Req
     };
     apply(&st, &req, PreparedQueryOp::Delete, query).await?;
     Ok(StatusCode::OK.into_response())
+}
+
+/// Go's `strconv.ParseBool`.
+fn go_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// `value`'s JSON object with the read's metadata beside its fields, as
@@ -108,18 +134,29 @@ pub async fn execute(
         // The query's own `Near` may be `_ip`.
         opts.source_ip = req.client_ip();
     }
+    // Consul's parse errors leave as 500s; a negative limit is no limit.
     let limit = match req.params.get("limit") {
         None | Some("") => 0,
-        // Consul's parse error leaves as a 500.
-        Some(text) => text.parse::<usize>().map_err(|_| ApiError {
+        Some(text) => text.parse::<i64>().map_err(|_| ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: format!("Bad limit: strconv.Atoi: parsing {text:?}: invalid syntax"),
+        })?,
+    }
+    .max(0) as usize;
+    // `?connect` counts only with a true value (Go's ParseBool).
+    let connect = match req.params.get("connect") {
+        None | Some("") => false,
+        Some(text) => go_bool(text).ok_or_else(|| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!(
+                "Error parsing 'connect' value: strconv.ParseBool: parsing {text:?}: invalid syntax"
+            ),
         })?,
     };
     let request = ExecuteRequest {
         id_or_name,
         limit,
-        connect: req.params.has("connect"),
+        connect,
         agent_node: req.agent_node.clone(),
     };
     let mut result = st

@@ -30,6 +30,12 @@ impl Tables {
         if query.id.is_empty() {
             return Err("Missing query ID".into());
         }
+        // IDs are UUIDs the server makes (lower case); they are matched
+        // without regard to case, as Consul's UUID index does.
+        let query = &PreparedQuery {
+            id: query.id.to_ascii_lowercase(),
+            ..query.clone()
+        };
         let existing = self.prepared_queries.get(&query.id);
         if !query.name.is_empty() {
             let taken = self
@@ -42,7 +48,10 @@ impl Tables {
                     query.name
                 ));
             }
-            if self.prepared_queries.contains_key(&query.name) {
+            if self
+                .prepared_queries
+                .contains_key(&query.name.to_ascii_lowercase())
+            {
                 return Err(format!(
                     "name '{}' aliases an existing query id",
                     query.name
@@ -73,7 +82,11 @@ impl Tables {
 
     /// Removes a query (nothing when it does not exist).
     pub(crate) fn prepared_query_delete(&mut self, index: u64, id: &str, changes: &mut Changes) {
-        if self.prepared_queries.remove(id).is_some() {
+        if self
+            .prepared_queries
+            .remove(&id.to_ascii_lowercase())
+            .is_some()
+        {
             self.bump(Table::PreparedQueries, index, changes);
         }
     }
@@ -92,11 +105,16 @@ impl Tables {
         }
     }
 
+    /// Whether any query is stored (the feature then stays on).
+    pub fn has_prepared_queries(&self) -> bool {
+        !self.prepared_queries.is_empty()
+    }
+
     /// One query by ID, with the table's index.
     pub fn prepared_query(&self, id: &str) -> (u64, Option<PreparedQuery>) {
         (
             self.table_index(Table::PreparedQueries),
-            self.prepared_queries.get(id).cloned(),
+            self.prepared_queries.get(&id.to_ascii_lowercase()).cloned(),
         )
     }
 
@@ -115,7 +133,7 @@ impl Tables {
         if id_or_name.is_empty() {
             return (index, None);
         }
-        if let Some(q) = self.prepared_queries.get(id_or_name) {
+        if let Some(q) = self.prepared_queries.get(&id_or_name.to_ascii_lowercase()) {
             return (index, Some(QueryMatch::Id(q.clone())));
         }
         let lowered = id_or_name.to_ascii_lowercase();
@@ -177,6 +195,10 @@ mod tests {
             failed(store.apply(3, &query("c", "a", false))),
             "name 'a' aliases an existing query id"
         );
+        assert_eq!(
+            failed(store.apply(3, &query("c", "A", false))),
+            "name 'A' aliases an existing query id"
+        );
         assert_eq!(store.apply(4, &query("t", "", true)), CommandResult::Done);
         assert_eq!(
             failed(store.apply(5, &query("u", "", true))),
@@ -202,6 +224,7 @@ mod tests {
         store.apply(4, &query("t-all", "", true));
         let resolve = |name: &str| store.read().prepared_query_resolve(name).1;
         assert!(matches!(resolve("id-1"), Some(QueryMatch::Id(q)) if q.id == "id-1"));
+        assert!(matches!(resolve("ID-1"), Some(QueryMatch::Id(q)) if q.id == "id-1"));
         assert!(matches!(resolve("EXACT"), Some(QueryMatch::Name(q)) if q.id == "id-1"));
         assert!(matches!(resolve("geo-db-1"), Some(QueryMatch::Prefix(q)) if q.id == "t-long"));
         assert!(matches!(resolve("geo-web"), Some(QueryMatch::Prefix(q)) if q.id == "t-short"));

@@ -25,6 +25,10 @@ const NOT_YET: &str = "prepared queries are not enabled until every server suppo
 
 /// Consul's `parseQuery`: the service lookup and the DNS options.
 fn validate(query: &PreparedQuery) -> Result<(), String> {
+    // Anonymous queries need a session or a template.
+    if query.name.is_empty() && !query.is_template() && query.session.is_empty() {
+        return Err("Must be bound to a session".into());
+    }
     let service = &query.service;
     if service.service.is_empty() {
         return Err("Must provide a Service name to query".into());
@@ -118,7 +122,7 @@ fn selected(query: &legate_types::prepared_query::ServiceQuery, row: &CheckServi
 impl Server {
     /// `Ok` once every server can apply the prepared-query commands.
     fn prepared_queries_enabled(&self) -> Result<(), RpcError> {
-        let has_rows = !self.store.read().prepared_queries().1.is_empty();
+        let has_rows = self.store.read().has_prepared_queries();
         if has_rows
             || crate::features::cluster_supports(
                 &self.server_features(),
@@ -136,8 +140,9 @@ impl Server {
         self.authorize(token, Resource::Acl, Access::Write).is_ok()
     }
 
-    /// Whether `token` may read `query` (a `query` read rule on its
-    /// name; management for a query without one).
+    /// Whether `token` may see `query` in a list or explain it: a `query`
+    /// read rule on its name; a query without one only with `acl:write`
+    /// (Consul's filter).
     fn may_read_query(&self, token: &str, query: &PreparedQuery) -> Result<bool, RpcError> {
         let Some(resolved) = self.request_token(token)? else {
             return Ok(true);
@@ -148,7 +153,7 @@ impl Server {
                 name,
                 legate_acl::Access::Read,
             ),
-            None => self.authorize(token, Resource::Acl, Access::Read).is_ok(),
+            None => self.sees_query_tokens(token),
         })
     }
 
@@ -209,7 +214,7 @@ impl Server {
         validate(&query).map_err(|e| RpcError::Internal(format!("Invalid prepared query: {e}")))?;
         if query.token == REDACTED_TOKEN {
             return Err(RpcError::Internal(format!(
-                "Bad Token '{REDACTED_TOKEN}', it looks like a query definition with a redacted token was submitted"
+                "Invalid prepared query: Bad Token '{REDACTED_TOKEN}', it looks like a query definition with a redacted token was submitted"
             )));
         }
         if query.is_template() {
@@ -239,7 +244,8 @@ impl Server {
         let Some(query) = found.value else {
             return Err(RpcError::NotFound(QUERY_NOT_FOUND.into()));
         };
-        if !self.may_read_query(&opts.token, &query)? {
+        // By ID, a query without a name is anyone's to read (redacted).
+        if acl_prefix(&query).is_some() && !self.may_read_query(&opts.token, &query)? {
             return Err(RpcError::PermissionDenied("Permission denied".into()));
         }
         Ok(Queried {
@@ -260,14 +266,15 @@ impl Server {
                 |t| Ok(t.prepared_queries()),
             )
             .await?;
-        let before = all.value.len();
-        let mut kept = Vec::with_capacity(before);
+        let mut kept = Vec::with_capacity(all.value.len());
         for query in std::mem::take(&mut all.value) {
             if self.may_read_query(&opts.token, &query)? {
                 kept.push(self.redacted(&opts.token, query));
+            } else if acl_prefix(&query).is_some() {
+                // Only a named query left out marks the answer (Consul's).
+                all.meta.results_filtered_by_acls = true;
             }
         }
-        all.meta.results_filtered_by_acls |= kept.len() != before;
         all.value = kept;
         Ok(all)
     }
@@ -369,6 +376,26 @@ impl Server {
             by.near = near.to_string();
             let tables = self.store.read();
             crate::coordinates::sort_near(&tables, &by, &mut rows.value, |r| &r.node.node);
+            // The source node itself, among the first ten, goes first
+            // (sorted or not, as Consul's execute does).
+            let source = if near == "_ip" {
+                tables
+                    .nodes()
+                    .1
+                    .iter()
+                    .find(|n| !opts.source_ip.is_empty() && n.address == opts.source_ip)
+                    .map(|n| n.node.clone())
+            } else {
+                Some(near.to_string())
+            };
+            if let Some(at) = source.and_then(|source| {
+                rows.value
+                    .iter()
+                    .take(10)
+                    .position(|r| r.node.node == source)
+            }) {
+                rows.value[..=at].rotate_right(1);
+            }
         }
         if limit > 0 {
             rows.value.truncate(limit);
@@ -474,7 +501,12 @@ impl Server {
                     answer.value.failovers = failovers;
                     return;
                 }
-                Ok(_) => {}
+                Ok(empty) => {
+                    // All empty: the last datacenter asked answers.
+                    let failovers = answer.value.failovers;
+                    answer.value = empty.value;
+                    answer.value.failovers = failovers;
+                }
                 Err(e) => {
                     tracing::warn!(datacenter = %dc, error = %e, "prepared query failover: the datacenter could not be asked");
                 }
@@ -568,6 +600,8 @@ mod tests {
     #[test]
     fn queries_are_validated_with_consuls_texts() {
         let mut q = PreparedQuery::default();
+        assert_eq!(validate(&q).unwrap_err(), "Must be bound to a session");
+        q.name = "q".into();
         assert_eq!(
             validate(&q).unwrap_err(),
             "Must provide a Service name to query"

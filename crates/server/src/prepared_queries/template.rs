@@ -23,6 +23,9 @@ enum Variable {
     Suffix,
     Segment,
     Match(usize),
+    /// Parses, but fails when evaluated (HIL's semantic errors): the
+    /// message.
+    Fails(String),
 }
 
 /// The values a render reads.
@@ -35,6 +38,9 @@ struct Scope<'a> {
 impl Variable {
     fn parse(expression: &str) -> Result<Variable, String> {
         let e = expression.trim();
+        if e.is_empty() {
+            return Err("expected expression".into());
+        }
         match e {
             "name.full" => return Ok(Variable::Full),
             "name.prefix" => return Ok(Variable::Prefix),
@@ -48,21 +54,31 @@ impl Variable {
             .and_then(|rest| rest.strip_prefix('('))
             .and_then(|rest| rest.strip_suffix(')'))
         {
-            return argument
-                .trim()
-                .parse::<usize>()
-                .map(Variable::Match)
-                .map_err(|_| format!("match: argument 1 should be int, got {}", argument.trim()));
+            return Ok(match argument.trim().parse::<usize>() {
+                Ok(n) => Variable::Match(n),
+                Err(_) => {
+                    Variable::Fails("match: argument 1 should be type int, got type string".into())
+                }
+            });
         }
-        if e.contains('(') {
-            let name = e.split('(').next().unwrap_or_default().trim();
-            return Err(format!("unknown function called: {name}"));
+        let identifier = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+        if let Some((name, _)) = e.split_once('(') {
+            if !e.ends_with(')') || !name.trim().chars().all(identifier) {
+                return Err(format!("syntax error in {e:?}"));
+            }
+            return Ok(Variable::Fails(format!(
+                "unknown function called: {}",
+                name.trim()
+            )));
         }
-        Err(format!("unknown variable accessed: {e}"))
+        if !e.chars().all(identifier) {
+            return Err(format!("syntax error in {e:?}"));
+        }
+        Ok(Variable::Fails(format!("unknown variable accessed: {e}")))
     }
 
-    fn value(&self, scope: &Scope<'_>) -> String {
-        match self {
+    fn value(&self, scope: &Scope<'_>) -> Result<String, String> {
+        Ok(match self {
             Variable::Full => scope.full.to_string(),
             Variable::Prefix => scope.prefix.to_string(),
             Variable::Suffix => scope
@@ -72,7 +88,8 @@ impl Variable {
                 .to_string(),
             Variable::Segment => String::new(),
             Variable::Match(n) => scope.matches.get(*n).cloned().unwrap_or_default(),
-        }
+            Variable::Fails(message) => return Err(message.clone()),
+        })
     }
 }
 
@@ -108,13 +125,13 @@ fn parse(text: &str) -> Result<Vec<Piece>, String> {
 }
 
 fn render_text(text: &str, scope: &Scope<'_>) -> Result<String, String> {
-    Ok(parse(text)?
+    parse(text)?
         .iter()
         .map(|piece| match piece {
-            Piece::Text(t) => t.clone(),
+            Piece::Text(t) => Ok(t.clone()),
             Piece::Variable(v) => v.value(scope),
         })
-        .collect())
+        .collect()
 }
 
 /// Calls `visit` with the path and value of every string of `service`
@@ -189,7 +206,7 @@ pub(crate) fn compile(query: &PreparedQuery) -> Result<(), String> {
     if !query.template.regexp.is_empty() {
         Regex::new(&query.template.regexp).map_err(|e| format!("Bad Regexp: {e}"))?;
     }
-    render(query, &query.name).map_err(|e| format!("Failed initial render: {e}"))?;
+    render(query, &query.name)?;
     Ok(())
 }
 
@@ -213,8 +230,9 @@ pub(crate) fn render(template: &PreparedQuery, name: &str) -> Result<PreparedQue
         matches,
     };
     let mut rendered = template.clone();
-    each_string(&mut rendered.service, &mut |_, value| {
+    each_string(&mut rendered.service, &mut |path, value| {
         render_text(value, &scope)
+            .map_err(|e| format!("Bad evaluation for '{value}' in Service{path}: {e}"))
     })?;
     if template.template.remove_empty_tags {
         if let Some(tags) = rendered.service.tags.as_mut() {
@@ -284,13 +302,24 @@ mod tests {
         assert_eq!(compile(&t).unwrap_err(), "Bad Template.Type 'prefix'");
         let t = template("x", "(", "${name.full}");
         assert!(compile(&t).unwrap_err().starts_with("Bad Regexp: "));
+        // Unknown names parse and fail when evaluated, as HIL's do.
         let t = template("x", "", "${name.nope}");
         assert_eq!(
             compile(&t).unwrap_err(),
-            "Bad format '${name.nope}' in Service.Service: unknown variable accessed: name.nope"
+            "Bad evaluation for '${name.nope}' in Service.Service: unknown variable accessed: name.nope"
+        );
+        let mut t = template("x", "", "db");
+        t.service.tags = Some(vec!["${upper(name.full)}".into()]);
+        assert_eq!(
+            compile(&t).unwrap_err(),
+            "Bad evaluation for '${upper(name.full)}' in Service.Tags[0]: unknown function called: upper"
         );
         let t = template("x", "", "${name.full");
-        assert!(compile(&t).unwrap_err().contains("end of input"));
+        assert!(compile(&t)
+            .unwrap_err()
+            .starts_with("Bad format '${name.full' in Service.Service: "));
+        let t = template("x", "", "${}");
+        assert!(compile(&t).unwrap_err().starts_with("Bad format '${}'"));
         let t = template("x", "", "$${literal}");
         assert_eq!(render(&t, "x").unwrap().service.service, "${literal}");
     }
