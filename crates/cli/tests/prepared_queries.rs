@@ -113,6 +113,26 @@ fn execute_answers_in_consuls_shape_with_its_errors() {
         assert!(answer.get(key).is_some(), "{key} missing: {answer}");
     }
     assert_eq!(answer["Nodes"][0]["Node"]["Node"], "n1");
+    // A negative limit is no limit (Go's Atoi takes it).
+    let all = agent.get("/v1/query/db/execute?limit=-1").unwrap();
+    assert_eq!(all["Nodes"].as_array().unwrap().len(), 1);
+    // `Near: "_agent"` with no coordinates: the agent's own instance still
+    // comes first (Consul moves the source node to the front).
+    let (status, text) = agent.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "db", "Port": 5433}"#,
+    );
+    assert_eq!(status, 200, "{text}");
+    register(&agent, "n2", "10.1.0.2", "db", "passing");
+    let near_id = create(
+        &agent,
+        json!({"Name": "db-near", "Service": {"Service": "db", "Near": "_agent"}}),
+    );
+    for _ in 0..8 {
+        let near = agent.get("/v1/query/db-near/execute").unwrap();
+        assert_eq!(near["Nodes"].as_array().unwrap().len(), 3, "{near}");
+        assert_eq!(near["Nodes"][0]["Node"]["Node"], "node1", "{near}");
+    }
     // GET by ID is a list of one; an unknown ID is a 404 with Consul's text.
     let got = agent.get(&format!("/v1/query/{id}")).unwrap();
     assert_eq!(got.as_array().unwrap().len(), 1);
@@ -147,10 +167,12 @@ fn execute_answers_in_consuls_shape_with_its_errors() {
     );
     let (status, _, _) = agent.request("POST", "/v1/query", Some("{"));
     assert_eq!(status, 400);
-    assert_eq!(agent.get("/v1/query").unwrap().as_array().unwrap().len(), 1);
+    assert_eq!(agent.get("/v1/query").unwrap().as_array().unwrap().len(), 2);
     // Empty list form.
-    let (status, _, _) = agent.request("DELETE", &format!("/v1/query/{id}"), None);
-    assert_eq!(status, 200);
+    for id in [id, near_id] {
+        let (status, _, _) = agent.request("DELETE", &format!("/v1/query/{id}"), None);
+        assert_eq!(status, 200);
+    }
     assert_eq!(agent.get_text("/v1/query").unwrap(), "[]");
 }
 
@@ -228,6 +250,17 @@ fn a_query_fails_over_to_the_next_datacenter_with_instances() {
         (Some("dc1"), Some(0))
     );
     assert_eq!(local["Nodes"], json!([]));
+    // Every datacenter empty: the last one asked answers.
+    create(
+        &dc1,
+        json!({"Name": "cache", "Service": {"Service": "cache", "Failover": {"Datacenters": ["dc2"]}}}),
+    );
+    let none = dc1.get("/v1/query/cache/execute").unwrap();
+    assert_eq!(
+        (none["Datacenter"].as_str(), none["Failovers"].as_u64()),
+        (Some("dc2"), Some(1))
+    );
+    assert_eq!(none["Nodes"], json!([]));
     // `?dc=` runs the query stored in that datacenter: dc2 has none.
     let (status, _, _) = dc1.request("GET", "/v1/query/db-local/execute?dc=dc2", None);
     assert_eq!(status, 404);
