@@ -438,12 +438,10 @@ pub const HTTP: &[Door] = &[
         Needs::All(&[read(R::Query, Stored("the query's name"))]),
         "403 when the token may not read it",
     ),
-    row(
+    noted(
         "PUT /v1/query/{id}",
-        Needs::All(&[
-            write(R::Query, Body("Name")),
-            write(R::Query, Stored("the query's name")),
-        ]),
+        Needs::All(&[write(R::Query, Stored("the query's name"))]),
+        "and on the new name when the body renames it",
     ),
     row(
         "DELETE /v1/query/{id}",
@@ -646,12 +644,10 @@ pub const RPC: &[Door] = &[
         Needs::EachOperation(&[write(R::Key, Body("KV.Key"))]),
         "reads need key:read and are filtered",
     ),
-    row(
+    noted(
         "prepared_query_apply",
-        Needs::All(&[
-            write(R::Query, Body("Name")),
-            write(R::Query, Stored("the query's name")),
-        ]),
+        Needs::All(&[write(R::Query, Body("Name"))]),
+        "an update or delete also on the stored name",
     ),
     row(
         "prepared_query_get",
@@ -872,6 +868,8 @@ pub mod example {
     pub const KEY: &str = "app/config";
     /// The user event name.
     pub const EVENT: &str = "deploy";
+    /// The prepared query's name.
+    pub const QUERY: &str = "fx-query";
 
     /// The name a rule on `resource` is written for (`""` for scalars).
     pub fn name_for(resource: Resource) -> &'static str {
@@ -880,6 +878,7 @@ pub mod example {
             Resource::Node | Resource::Agent | Resource::Session => NODE,
             Resource::Key => KEY,
             Resource::Event => EVENT,
+            Resource::Query => QUERY,
             _ => "",
         }
     }

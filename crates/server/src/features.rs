@@ -97,6 +97,7 @@ mod tests {
                 ("ft_fs".to_string(), "1".to_string()),
                 ("ft_fst".to_string(), "1".to_string()),
                 ("ft_ica".to_string(), "1".to_string()),
+                ("ft_pq".to_string(), "1".to_string()),
                 ("ft_rp".to_string(), "1".to_string()),
                 ("ft_si".to_string(), "1".to_string())
             ]

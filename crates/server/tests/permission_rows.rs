@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use legate_acl::doors::example::{name_for, EVENT, KEY, NODE, SERVICE};
+use legate_acl::doors::example::{name_for, EVENT, KEY, NODE, QUERY, SERVICE};
 use legate_acl::doors::{config_entry_needs, rpc_door, Need, Needs, Side, CONFIG_ENTRY_KINDS, RPC};
 use legate_rpc::{Listener, Pool, RemoteRpc, CALLS};
 use legate_server::{AclSettings, Server, ServerConfig};
@@ -111,6 +111,8 @@ fn from<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
 /// What the rows act on, made again before each row (rows delete them).
 struct Fixtures {
     session: String,
+    /// The prepared query named [`QUERY`].
+    query: String,
     token: String,
     policy: String,
     role: String,
@@ -307,8 +309,23 @@ impl Harness {
             .await
             .unwrap()
             .id;
+        // The query is made once (its name is unique) and again once a
+        // row deleted it.
+        let existing = rpc.prepared_query_list(&q(ROOT)).await.unwrap().value;
+        let query = match existing.into_iter().find(|q| q.name == QUERY) {
+            Some(found) => found.id,
+            None => rpc
+                .prepared_query_apply(
+                    &root,
+                    legate_types::prepared_query::PreparedQueryOp::Create,
+                    from(json!({"Name": QUERY, "Service": {"Service": SERVICE}})),
+                )
+                .await
+                .unwrap(),
+        };
         Fixtures {
             session,
+            query,
             token,
             policy,
             role,
@@ -545,9 +562,55 @@ impl Harness {
                 rpc.intention_check(&q, "api".into(), SERVICE.into())
                     .await,
             ),
+            "prepared_query_apply" => plain(
+                rpc.prepared_query_apply(
+                    &w,
+                    legate_types::prepared_query::PreparedQueryOp::Update,
+                    from(json!({"ID": fx.query, "Name": QUERY, "Service": {"Service": SERVICE}})),
+                )
+                .await,
+            ),
+            "prepared_query_get" => queried(rpc.prepared_query_get(&q, fx.query.clone()).await),
+            "prepared_query_list" => queried(rpc.prepared_query_list(&q).await),
+            "prepared_query_explain" => {
+                queried(rpc.prepared_query_explain(&q, QUERY.into()).await)
+            }
+            // What the ACLs filter is the instances (the answer names the
+            // service looked up whatever the token).
+            "prepared_query_execute" => instances(
+                rpc.prepared_query_execute(
+                    &q,
+                    legate_types::prepared_query::ExecuteRequest {
+                        id_or_name: QUERY.into(),
+                        ..Default::default()
+                    },
+                )
+                .await,
+            ),
+            "prepared_query_execute_remote" => instances(
+                rpc.prepared_query_execute_remote(
+                    &q,
+                    legate_types::prepared_query::ExecuteRemoteRequest {
+                        query: from(json!({"Name": QUERY, "Service": {"Service": SERVICE}})),
+                        limit: 0,
+                        connect: false,
+                    },
+                )
+                .await,
+            ),
             _ => return None,
         })
     }
+}
+
+/// A query run's instances as the outcome.
+fn instances(
+    result: Result<Queried<legate_types::prepared_query::ExecuteResponse>, RpcError>,
+) -> Outcome {
+    queried(result.map(|q| Queried {
+        meta: q.meta,
+        value: q.value.nodes,
+    }))
 }
 
 #[test]
