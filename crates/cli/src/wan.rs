@@ -23,6 +23,10 @@ use crate::cluster::{GossipMembership, PoolKind, WAN_JOIN_PORT_TAG};
 /// servers (Consul's flood interval), besides on every LAN change.
 const FLOOD_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How soon a flood join that found no answer is tried again: a server
+/// busy starting up should not stay out of the WAN pool for a minute.
+const FLOOD_RETRY: Duration = Duration::from_secs(3);
+
 /// The WAN pool of a server that cannot be in it: every operation
 /// answers why.
 pub struct RefusedWan {
@@ -277,18 +281,19 @@ pub fn missing_from_wan(
 pub fn spawn_flood_join(lan: Gossip, wan: Gossip, datacenter: String) {
     tokio::spawn(async move {
         let mut lan_changes = lan.watch();
-        let mut tick = tokio::time::interval(FLOOD_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_try = FLOOD_INTERVAL;
         loop {
             tokio::select! {
                 changed = lan_changes.changed() => if changed.is_err() { return },
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(next_try) => {}
             }
             let missing = missing_from_wan(&lan.members(), &wan.members(), &datacenter);
+            next_try = FLOOD_INTERVAL;
             for (name, address) in missing {
                 tracing::info!(server = %name, %address, "(WAN) flood join: adding a server of this datacenter");
                 if wan.join(&[address], Duration::from_secs(5)).await == 0 {
                     tracing::debug!(server = %name, %address, "(WAN) flood join: no answer yet");
+                    next_try = FLOOD_RETRY;
                 }
             }
         }

@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{eventually, free_port, TestAgent};
+use common::{eventually, eventually_or, free_port, TestAgent};
 use serde_json::Value;
 
 /// Fast WAN failure detection for loopback (Consul's `gossip_wan` keys).
@@ -189,15 +189,25 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
     // Flood join: every server of both DCs is alive in every server's WAN pool.
     let all = ["a1.dc1", "a2.dc1", "a3.dc1", "b1.dc2", "b2.dc2", "b3.dc2"];
     for server in dc1.servers.iter().chain(&dc2.servers) {
-        eventually(Duration::from_secs(30), || {
-            let members = wan_members(&server.agent);
-            let alive: Vec<&str> = members
-                .iter()
-                .filter(|(_, s)| s == "alive")
-                .map(|(n, _)| n.as_str())
-                .collect();
-            (alive == all).then_some(())
-        });
+        eventually_or(
+            Duration::from_secs(60),
+            || {
+                let members = wan_members(&server.agent);
+                let alive: Vec<&str> = members
+                    .iter()
+                    .filter(|(_, s)| s == "alive")
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                (alive == all).then_some(())
+            },
+            || {
+                format!(
+                    "WAN members seen by {}: {:?}",
+                    server.ip,
+                    wan_members(&server.agent)
+                )
+            },
+        );
     }
     // Consul's columns, and the WAN port in the address.
     let out = dc1.servers[1].agent.cli(&["members", "-wan"]);
