@@ -3,6 +3,7 @@ ADS stubs and the Envoy v3 message definitions from `xds-protos`. Every
 resource of every response must decode into its Envoy type with no unknown
 fields, and every nested Any must be an Envoy type the definitions know."""
 
+import json
 import queue
 import time
 import urllib.request
@@ -310,6 +311,77 @@ def test_a_mesh_gateways_resources_and_bootstrap_parse_strictly_as_envoy_v3(tmp_
         assert catch_all.filters[1].typed_config.Unpack(tcp)
         assert tcp.stat_prefix == "mesh_gateway_local.default"
         assert tcp.WhichOneof("cluster_specifier") == "cluster" and tcp.cluster == ""
+        stream.close()
+    finally:
+        agent.stop()
+
+
+def test_a_prepared_query_upstream_takes_consuls_names_and_parses_strictly(tmp_path):
+    """web's upstream is a prepared query: its listener, cluster (named and
+    dialled with Consul's QuerySNI) and endpoints decode strictly, and the
+    cluster accepts the SPIFFE id of the service the query answered."""
+    demo = tmp_path / "demo.hcl"
+    demo.write_text(
+        DEMO.replace(
+            'destination_name = "db"',
+            'destination_type = "prepared_query"\n          destination_name = "nearest-db"',
+        ).replace("9191", "9292")
+    )
+    grpc_port = free_port()
+    agent = Agent(["-config-file", str(demo)], grpc_port=grpc_port)
+    base = f"http://127.0.0.1:{agent.port}"
+    try:
+        # Nobody runs db's sidecar here, so its listening check fails: the
+        # query ignores it (IgnoreCheckIDs), as an operator might.
+        body = {
+            "Name": "nearest-db",
+            "Service": {"Service": "db", "IgnoreCheckIDs": ["service:db-sidecar-proxy:1"]},
+        }
+        req = urllib.request.Request(base + "/v1/query", data=json.dumps(body).encode(), method="POST")
+        urllib.request.urlopen(req).read()
+        roots = json.loads(urllib.request.urlopen(base + "/v1/connect/ca/roots").read())
+        sni = f"nearest-db.default.dc1.query.{roots['TrustDomain']}"
+        spiffe = f"spiffe://{roots['TrustDomain']}/ns/default/dc/dc1/svc/db"
+
+        # The sidecar follows the query within its refresh (it may have run
+        # before the query existed).
+        deadline = time.time() + 20
+        while True:
+            stream = Stream(grpc_port, "web-sidecar-proxy")
+            stream.send(type_url=CDS)
+            clusters = {}
+            for any_msg in stream.recv().resources:
+                cluster, _ = strictly(any_msg)
+                clusters[cluster.name] = cluster
+            assert sni in clusters, sorted(clusters)
+            tls_ctx = tls_pb2.UpstreamTlsContext()
+            assert clusters[sni].transport_socket.typed_config.Unpack(tls_ctx)
+            sans = [m.matcher.exact for m in tls_ctx.common_tls_context.validation_context.match_typed_subject_alt_names]
+            if sans or time.time() > deadline:
+                break
+            stream.close()
+            time.sleep(0.5)
+        assert tls_ctx.sni == sni
+        assert sans == [spiffe]
+
+        stream.send(type_url=EDS, resource_names=[sni])
+        endpoints = stream.recv()
+        assert [strictly(r)[0].cluster_name for r in endpoints.resources] == [sni]
+        cla, _ = strictly(endpoints.resources[0])
+        dialled = [e.endpoint.address.socket_address.port_value for e in cla.endpoints[0].lb_endpoints]
+        db_proxy = json.loads(urllib.request.urlopen(base + "/v1/agent/service/db-sidecar-proxy").read())
+        assert dialled == [db_proxy["Port"]]
+
+        stream.send(type_url=LDS)
+        listeners = {}
+        for any_msg in stream.recv().resources:
+            listener, _ = strictly(any_msg)
+            listeners[listener.name] = listener
+        name = "prepared_query:nearest-db:127.0.0.1:9292"
+        assert name in listeners, sorted(listeners)
+        proxy = tcp_proxy_pb2.TcpProxy()
+        assert listeners[name].filter_chains[0].filters[0].typed_config.Unpack(proxy)
+        assert (proxy.stat_prefix, proxy.cluster) == ("upstream.prepared_query_nearest-db", sni)
         stream.close()
     finally:
         agent.stop()

@@ -732,7 +732,7 @@ pub fn load(data_dir: &Path) -> std::io::Result<Option<PersistedState>> {
 /// targets' endpoints followed for as long as the proxy is registered.
 pub const MAX_UPSTREAMS: usize = 10_000;
 
-/// Refuses upstreams Legate cannot serve yet, naming them, and more than
+/// Refuses upstreams of unknown types or without a name, and more than
 /// [`MAX_UPSTREAMS`].
 fn check_upstreams(upstreams: &[legate_types::Upstream]) -> Result<(), AgentError> {
     if upstreams.len() > MAX_UPSTREAMS {
@@ -743,13 +743,7 @@ fn check_upstreams(upstreams: &[legate_types::Upstream]) -> Result<(), AgentErro
     }
     for (i, u) in upstreams.iter().enumerate() {
         match u.destination_type.as_str() {
-            "" | "service" => {}
-            "prepared_query" => {
-                return Err(AgentError::BadRequest(format!(
-                    "Upstreams[{i}] ({}): destination_type \"prepared_query\" is not supported yet (prepared-query upstreams are not built; the query itself works through /v1/query and DNS); use a service upstream",
-                    u.destination_name
-                )))
-            }
+            "" | "service" | "prepared_query" => {}
             other => {
                 return Err(AgentError::BadRequest(format!(
                     "Upstreams[{i}] ({}): unknown destination_type {other:?} (service or prepared_query)",

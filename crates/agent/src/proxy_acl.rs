@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use legate_acl::{Access, Authorizer, Resource};
 use legate_proxycfg::gateway::MeshGatewayState;
-use legate_proxycfg::{ConnectProxySnapshot, Endpoint};
+use legate_proxycfg::{ConnectProxySnapshot, Endpoint, QueryEndpoint};
 use legate_types::RpcError;
 
 use crate::acl::ResolvedToken;
@@ -138,10 +138,23 @@ pub fn visible_snapshot(
                 || endpoints.iter().any(|e| !may_read(Resource::Node, &e.node))
         })
     });
+    let query_visible = |e: &QueryEndpoint| {
+        may_read(Resource::Service, &e.service) && may_read(Resource::Node, &e.endpoint.node)
+    };
+    let hides = hides
+        || snapshot
+            .query_upstreams
+            .iter()
+            .any(|u| !u.endpoints.iter().all(query_visible));
     if !hides {
         return snapshot.clone();
     }
     let mut visible = (**snapshot).clone();
+    // A query runs with the agent's token for every proxy that uses it;
+    // each proxy keeps the instances its own token may read.
+    for upstream in &mut visible.query_upstreams {
+        upstream.endpoints.retain(query_visible);
+    }
     for upstream in &mut visible.upstreams {
         let chain = upstream.chain.clone();
         upstream.endpoints = upstream

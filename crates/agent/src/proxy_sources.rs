@@ -9,9 +9,13 @@ use async_trait::async_trait;
 use legate_chain::compile::Target;
 use legate_chain::CompiledChain;
 use legate_proxycfg::gateway::{GatewayAddress, GatewayRegistration};
-use legate_proxycfg::{DataSources, Endpoint, Fetched, Manager, ProxyRegistration, Subscription};
+use legate_proxycfg::prepared_query::{in_stable_order, QUERY_REFRESH};
+use legate_proxycfg::{
+    DataSources, Endpoint, Fetched, Manager, ProxyRegistration, QueryEndpoint, Subscription,
+};
 use legate_types::connect::{IndexedCaRoots, IssuedCert};
 use legate_types::intention::Intention;
+use legate_types::prepared_query::{ExecuteRequest, ExecuteResponse};
 use legate_types::rpc::{ChainOverrides, ServerRpc, ServiceQuery, Watched};
 use legate_types::{CheckServiceNode, Consistency, QueryOptions};
 use serde_json::Value;
@@ -50,6 +54,9 @@ pub struct AgentSources {
     chains: Arc<SharedWatch<(String, String, String), Arc<CompiledChain>>>,
     /// Keyed by (service, datacenter, subset filter).
     endpoints: Arc<SharedWatch<(String, String, String), Vec<Endpoint>>>,
+    /// Prepared-query upstreams' answers, keyed by (query, datacenter):
+    /// each query polled once for every proxy that uses it.
+    queries: Arc<SharedWatch<(String, String), Vec<QueryEndpoint>>>,
     /// Mesh gateways' own reads (one gateway per agent, as a rule: not
     /// shared).
     gateway_reads: GatewayReads,
@@ -79,7 +86,8 @@ fn opts(datacenter: &str, min_index: u64, token: String) -> QueryOptions {
 }
 
 impl AgentSources {
-    /// Sources over `rpc` for an agent in `datacenter`.
+    /// Sources over `rpc` for the agent `node` in `datacenter`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         rpc: Arc<dyn ServerRpc>,
         tokens: Arc<TokenStore>,
@@ -87,6 +95,7 @@ impl AgentSources {
         leaf_token: LeafToken,
         intentions: Arc<SharedWatch<String, Arc<Vec<Intention>>>>,
         datacenter: String,
+        node: String,
         default_allow: bool,
     ) -> AgentSources {
         let (r, dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
@@ -115,6 +124,21 @@ impl AgentSources {
             batched_changes(rpc.clone(), tokens.clone(), {
                 let dc = datacenter.clone();
                 move |_: &(String, String, String)| (dc.clone(), Watched::ConfigEntries)
+            }),
+            CACHE_CAPACITY,
+            CACHE_IDLE_TTL,
+        );
+        let (r, local_dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
+        let queries = SharedWatch::new(
+            Arc::new(move |(query, dc): (String, String), min| {
+                let read = QueryRead {
+                    query,
+                    datacenter: dc,
+                    local_datacenter: local_dc.clone(),
+                    node: node.clone(),
+                };
+                let (r, token) = (r.clone(), t.agent_token());
+                Box::pin(async move { poll_query(&*r, read, min, token).await })
             }),
             CACHE_CAPACITY,
             CACHE_IDLE_TTL,
@@ -158,9 +182,87 @@ impl AgentSources {
             intentions,
             chains,
             endpoints,
+            queries,
             gateway_reads,
         }
     }
+}
+
+/// One run of a prepared query for a proxy's upstream.
+struct QueryRead {
+    query: String,
+    datacenter: String,
+    local_datacenter: String,
+    /// This agent's node (`Near: "_agent"`).
+    node: String,
+}
+
+/// Runs a query for the queries cache, which follows it as if it were a
+/// blocking read: the first run at once, each later one
+/// [`QUERY_REFRESH`] after the last, its "index" a digest of the answer
+/// (the cache passes on only a changed one). A first run that fails
+/// answers empty, so the proxy's other upstreams are not held up; a later
+/// failure is an error, and the cache keeps the last answer (fail-static).
+async fn poll_query(
+    rpc: &dyn ServerRpc,
+    read: QueryRead,
+    last_digest: u64,
+    token: String,
+) -> Result<Fetched<Vec<QueryEndpoint>>, String> {
+    if last_digest != 0 {
+        tokio::time::sleep(QUERY_REFRESH).await;
+    }
+    let answer = rpc
+        .prepared_query_execute(
+            &opts(&read.datacenter, 0, token),
+            ExecuteRequest {
+                id_or_name: read.query.clone(),
+                connect: true,
+                agent_node: read.node.clone(),
+                ..Default::default()
+            },
+        )
+        .await;
+    let mut endpoints = match answer {
+        Ok(q) => query_endpoints(&q.value, &read.local_datacenter),
+        Err(e) if last_digest != 0 => return Err(e.to_string()),
+        Err(e) => {
+            tracing::warn!(query = %read.query, error = %e, "prepared query upstream: no answer yet");
+            Vec::new()
+        }
+    };
+    in_stable_order(&mut endpoints);
+    use std::hash::{Hash, Hasher};
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
+    endpoints.hash(&mut digest);
+    Ok(Fetched {
+        index: digest.finish() | 1,
+        value: endpoints,
+    })
+}
+
+/// The mesh instances of a query's answer as a proxy dials them (WAN
+/// addresses for another datacenter's), each with the service its
+/// certificate names.
+fn query_endpoints(answer: &ExecuteResponse, local_datacenter: &str) -> Vec<QueryEndpoint> {
+    let wan = answer.datacenter != local_datacenter;
+    answer
+        .nodes
+        .iter()
+        .map(|instance| {
+            let service = match instance.service.proxy.as_deref() {
+                Some(proxy) if instance.service.kind == "connect-proxy" => {
+                    proxy.destination_service_name.clone()
+                }
+                _ => instance.service.service.clone(),
+            };
+            QueryEndpoint {
+                endpoint: Endpoint::of_instance(instance, wan),
+                datacenter: answer.datacenter.clone(),
+                service,
+            }
+        })
+        .collect()
 }
 
 async fn fetch_roots(
@@ -423,6 +525,14 @@ impl DataSources for AgentSources {
     fn follow_endpoints(self: Arc<Self>, target: Target) -> Subscription<Vec<Endpoint>> {
         Box::pin(self.endpoints.subscribe(endpoints_key(&target)))
     }
+
+    fn follow_prepared_query(
+        self: Arc<Self>,
+        query: String,
+        datacenter: String,
+    ) -> Subscription<Vec<QueryEndpoint>> {
+        Box::pin(self.queries.subscribe((query, datacenter)))
+    }
 }
 
 /// The endpoints cache's key of a target: (service, datacenter, subset
@@ -513,6 +623,7 @@ impl Agent {
             leaf_token,
             self.intentions().shared(),
             self.config().datacenter.clone(),
+            self.config().node_name.clone(),
             self.default_intention_allow(),
         ));
         let manager = Manager::new(sources);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::mesh::{echo, echo_server, eventually, seed_demo_on, start_proxy_with};
+use common::mesh::{demo_logs, echo, echo_server, eventually, seed_demo_on, start_proxy_with};
 use common::{binary, free_port, TestAgent};
 use serde_json::Value;
 
@@ -263,14 +263,7 @@ tls {{
     ];
     let _web = start_proxy_with(&agent, "web", &dir.path().join("web.log"), &flags);
     let _db = start_proxy_with(&agent, "db", &dir.path().join("db.log"), &flags);
-    let logs = || {
-        format!(
-            "web:\n{}\ndb:\n{}\nagent:\n{}",
-            std::fs::read_to_string(dir.path().join("web.log")).unwrap_or_default(),
-            std::fs::read_to_string(dir.path().join("db.log")).unwrap_or_default(),
-            agent.log_text()
-        )
-    };
+    let logs = || demo_logs(dir.path(), &agent);
     eventually(
         "echo through web -> db over grpc_tls",
         Duration::from_secs(30),

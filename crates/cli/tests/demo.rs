@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::mesh::{
-    admin_port, echo, echo_server, eventually, proxy_stat, start_proxy, Conn, Proxy, SeedDemo,
+    admin_port, demo_logs, echo, echo_server, eventually, proxy_stat, start_proxy, Conn, Proxy,
+    SeedDemo,
 };
 use common::{binary, free_port, TestAgent};
 
@@ -19,39 +20,13 @@ use common::{binary, free_port, TestAgent};
 fn seed_demo_through_the_built_in_proxy() {
     let demo = SeedDemo::new();
     let (dir, upstream, received) = (&demo.dir, demo.upstream, &demo.received);
-    let agent = TestAgent::start_with(
-        &[
-            "-dev",
-            "-dns-port=-1",
-            &format!("-grpc-port={}", demo.grpc),
-            "-config-file",
-            demo.config.to_str().unwrap(),
-        ],
-        false,
-    );
+    let agent = demo.start_agent();
     let _web = start_proxy(&agent, "web", &dir.path().join("web.log"));
     let _db = start_proxy(&agent, "db", &dir.path().join("db.log"));
-    let logs = || {
-        format!(
-            "web:\n{}\ndb:\n{}\nagent:\n{}",
-            std::fs::read_to_string(dir.path().join("web.log")).unwrap_or_default(),
-            std::fs::read_to_string(dir.path().join("db.log")).unwrap_or_default(),
-            agent.log_text()
-        )
-    };
+    let logs = || demo_logs(dir.path(), &agent);
     // The sidecar's listening check passes within seconds of the proxy listening.
     let started = Instant::now();
-    eventually(
-        "db's sidecar passing",
-        Duration::from_secs(15),
-        &logs,
-        || {
-            agent
-                .get("/v1/health/connect/db?passing")
-                .map(|v| v.as_array().is_some_and(|a| a.len() == 1))
-                .unwrap_or(false)
-        },
-    );
+    db_sidecar_passing(&agent, &logs);
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "health took {:?}",
@@ -66,25 +41,7 @@ fn seed_demo_through_the_built_in_proxy() {
 
     // legate intention create -deny web db: new connections get no echo,
     // and nothing reaches the application.
-    let out = agent.cli(&["intention", "create", "-deny", "web", "db"]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "Created: web => db (deny)"
-    );
-    eventually(
-        "the deny to take effect",
-        Duration::from_secs(5),
-        &logs,
-        || echo(upstream, "probe\n").is_none(),
-    );
-    let before = received.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(echo(upstream, "secret\n").is_none());
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(
-        received.load(std::sync::atomic::Ordering::SeqCst),
-        before,
-        "a denied connection must not reach the application"
-    );
+    deny_web_to_db(&agent, upstream, received, &logs);
 
     // db's proxy counts the denial on its admin port.
     let db_log = dir.path().join("db.log");
@@ -130,6 +87,71 @@ fn seed_demo_through_the_built_in_proxy() {
         Duration::from_secs(5),
         &logs,
         || echo(upstream, "back\n").as_deref() == Some("back\n"),
+    );
+}
+
+/// The seed demo with web's upstream a prepared query
+/// (`destination_type = "prepared_query"`): the sidecar starts before the
+/// query exists, follows it once created, echoes through the built-in
+/// proxy, honours a deny intention, and follows the answer when db's
+/// sidecar fails its check.
+#[test]
+fn seed_demo_with_a_prepared_query_upstream() {
+    let demo = SeedDemo::new();
+    let (dir, upstream, received) = (&demo.dir, demo.upstream, &demo.received);
+    let text = std::fs::read_to_string(&demo.config).unwrap().replace(
+        r#"destination_name = "db""#,
+        "destination_type = \"prepared_query\"\n          destination_name = \"nearest-db\"",
+    );
+    assert!(text.contains("nearest-db"), "{text}");
+    std::fs::write(&demo.config, text).unwrap();
+    let agent = demo.start_agent();
+    let _web = start_proxy(&agent, "web", &dir.path().join("web.log"));
+    let _db = start_proxy(&agent, "db", &dir.path().join("db.log"));
+    let logs = || demo_logs(dir.path(), &agent);
+    // The query does not exist yet: web's sidecar is up, its upstream
+    // listener has nothing to dial.
+    db_sidecar_passing(&agent, &logs);
+    assert_eq!(echo(upstream, "too early\n"), None);
+    assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    let (status, _, body) = agent.request(
+        "POST",
+        "/v1/query",
+        Some(r#"{"Name":"nearest-db","Service":{"Service":"db","OnlyPassing":true}}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    eventually(
+        "echo through web -> nearest-db -> db",
+        Duration::from_secs(15),
+        &logs,
+        || echo(upstream, "hello query\n").as_deref() == Some("hello query\n"),
+    );
+
+    // A deny intention stops it before a byte reaches db.
+    deny_web_to_db(&agent, upstream, received, &logs);
+    let out = agent.cli(&["intention", "delete", "web", "db"]);
+    assert!(out.status.success(), "{out:?}");
+    eventually(
+        "echo after the delete",
+        Duration::from_secs(5),
+        &logs,
+        || echo(upstream, "again\n").as_deref() == Some("again\n"),
+    );
+
+    // The query answers only passing instances: once db's sidecar is in
+    // maintenance the answer is empty and so is the upstream.
+    let (status, _, _) = agent.request(
+        "PUT",
+        "/v1/agent/service/maintenance/db-sidecar-proxy?enable=true",
+        None,
+    );
+    assert_eq!(status, 200);
+    eventually(
+        "the upstream to follow the empty answer",
+        Duration::from_secs(15),
+        &logs,
+        || echo(upstream, "gone\n").is_none(),
     );
 }
 
@@ -439,6 +461,50 @@ fn dev_form_registers_proxies_while_they_run() {
 }
 
 /// Stops a proxy with SIGTERM (a clean shutdown), then reaps it.
+/// Waits for db's one sidecar to pass its checks (its proxy listening).
+fn db_sidecar_passing(agent: &TestAgent, logs: &dyn Fn() -> String) {
+    eventually(
+        "db's sidecar passing",
+        Duration::from_secs(15),
+        logs,
+        || {
+            agent
+                .get("/v1/health/connect/db?passing")
+                .map(|v| v.as_array().is_some_and(|a| a.len() == 1))
+                .unwrap_or(false)
+        },
+    );
+}
+
+/// `legate intention create -deny web db`: new connections through web's
+/// upstream listener get no echo, and nothing reaches db's application.
+fn deny_web_to_db(
+    agent: &TestAgent,
+    upstream: u16,
+    received: &std::sync::atomic::AtomicU64,
+    logs: &dyn Fn() -> String,
+) {
+    let out = agent.cli(&["intention", "create", "-deny", "web", "db"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Created: web => db (deny)"
+    );
+    eventually(
+        "the deny to take effect",
+        Duration::from_secs(5),
+        logs,
+        || echo(upstream, "probe\n").is_none(),
+    );
+    let before = received.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(echo(upstream, "secret\n").is_none());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        received.load(std::sync::atomic::Ordering::SeqCst),
+        before,
+        "a denied connection must not reach the application"
+    );
+}
+
 fn terminate(mut proxy: Proxy) {
     let pid = proxy.0.id();
     let _ = Command::new("kill")

@@ -443,18 +443,27 @@ fn connect_envoy_finds_the_sidecar_or_says_why_not() {
 }
 
 #[test]
-fn prepared_query_upstreams_are_refused_at_registration() {
+fn upstreams_are_services_or_prepared_queries_and_nothing_else() {
     let agent = TestAgent::dev(&[]);
-    let (status, body) = agent.put(
-        "/v1/agent/service/register",
-        r#"{"Name":"web","Port":8080,"Connect":{"SidecarService":{"Proxy":{"Upstreams":[
-            {"DestinationType":"prepared_query","DestinationName":"nearest-db","LocalBindPort":9191}]}}}}"#,
+    let register = |kind: &str| {
+        agent.put(
+            "/v1/agent/service/register",
+            &format!(
+                r#"{{"Name":"web","Port":8080,"Connect":{{"SidecarService":{{"Proxy":{{"Upstreams":[
+            {{"DestinationType":"{kind}","DestinationName":"nearest-db","LocalBindPort":9191}}]}}}}}}}}"#
+            ),
+        )
+    };
+    let (status, body) = register("prepared_query");
+    assert_eq!(status, 200, "{body}");
+    let proxy: serde_json::Value = agent.get("/v1/agent/service/web-sidecar-proxy").unwrap();
+    assert_eq!(
+        proxy["Proxy"]["Upstreams"][0]["DestinationType"],
+        "prepared_query"
     );
+    let (status, body) = register("queries");
     assert_eq!(status, 400, "{body}");
-    assert!(
-        body.contains("prepared_query") && body.contains("not supported yet"),
-        "{body}"
-    );
+    assert!(body.contains("unknown destination_type"), "{body}");
 }
 
 #[test]

@@ -613,6 +613,7 @@ impl Heard {
             default_allow: false,
             protocol: "tcp".into(),
             upstreams: Vec::new(),
+            query_upstreams: Vec::new(),
             pending_upstreams: Vec::new(),
             mesh_gateway: Some(Arc::new(MeshGatewayState {
                 tagged_addresses: gateway.tagged_addresses.clone(),

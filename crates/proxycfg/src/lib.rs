@@ -12,11 +12,12 @@
 
 pub mod gateway;
 mod manager;
+pub mod prepared_query;
 mod snapshot;
 mod subscriptions;
 
 pub use manager::{DataSources, Fetched, Manager, ProxyRegistration, Subscription, DEBOUNCE};
 pub use snapshot::{
-    ConnectProxySnapshot, Endpoint, EndpointHealth, SharedUpstream, TargetEndpoints,
-    UpstreamSnapshot,
+    ConnectProxySnapshot, Endpoint, EndpointHealth, QueryEndpoint, QueryUpstreamSnapshot,
+    SharedUpstream, TargetEndpoints, UpstreamSnapshot,
 };

@@ -17,7 +17,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::snapshot::{
-    ConnectProxySnapshot, Endpoint, SharedUpstream, TargetEndpoints, UpstreamSnapshot,
+    ConnectProxySnapshot, Endpoint, QueryEndpoint, QueryUpstreamSnapshot, SharedUpstream,
+    TargetEndpoints, UpstreamSnapshot,
 };
 use crate::subscriptions::Subscriptions;
 
@@ -153,6 +154,35 @@ pub trait DataSources: Send + Sync + 'static {
         })
     }
 
+    /// Runs the prepared query `query` (an ID or a name) in `datacenter`
+    /// for mesh instances (`Connect = true`), failover included.
+    async fn prepared_query(
+        &self,
+        query: &str,
+        datacenter: &str,
+    ) -> Result<Vec<QueryEndpoint>, String> {
+        let _ = (query, datacenter);
+        Err("this source runs no prepared queries".into())
+    }
+
+    /// Follows a prepared query's answer: by default
+    /// [`DataSources::prepared_query`] run every
+    /// [`crate::prepared_query::QUERY_REFRESH`].
+    fn follow_prepared_query(
+        self: Arc<Self>,
+        query: String,
+        datacenter: String,
+    ) -> Subscription<Vec<QueryEndpoint>> {
+        crate::prepared_query::poll_query(
+            move || {
+                let (sources, query, datacenter) =
+                    (self.clone(), query.clone(), datacenter.clone());
+                async move { sources.prepared_query(&query, &datacenter).await }
+            },
+            crate::prepared_query::QUERY_REFRESH,
+        )
+    }
+
     /// Follows the endpoints of one target, as [`DataSources::follow_chain`]
     /// follows a chain.
     fn follow_endpoints(self: Arc<Self>, target: Target) -> Subscription<Vec<Endpoint>> {
@@ -236,6 +266,8 @@ enum Update {
     Intentions(Arc<Vec<Intention>>),
     Chain(String, Arc<CompiledChain>),
     Endpoints(String, String, Vec<Endpoint>),
+    /// A prepared-query upstream's answer.
+    Query(String, Vec<QueryEndpoint>),
     /// The upstreams a native service's clients ask for now.
     Wanted(BTreeSet<String>),
 }
@@ -400,6 +432,10 @@ struct Building {
     intentions: Option<Arc<Vec<Intention>>>,
     /// The upstreams followed now (registered, or asked for by native clients).
     upstreams: Vec<SharedUpstream>,
+    /// The registered upstreams that are prepared queries.
+    query_upstreams: Vec<SharedUpstream>,
+    /// Their answers, by query name.
+    queries: BTreeMap<String, Vec<QueryEndpoint>>,
     chains: BTreeMap<String, Arc<CompiledChain>>,
     /// Keyed by (upstream, target id): one map for every upstream.
     endpoints: BTreeMap<(String, String), Vec<Endpoint>>,
@@ -435,6 +471,14 @@ impl Building {
                 None if r.native => pending_upstreams.push(upstream.destination_name.clone()),
                 None => return None,
             }
+        }
+        let mut query_upstreams = Vec::with_capacity(self.query_upstreams.len());
+        for upstream in &self.query_upstreams {
+            query_upstreams.push(QueryUpstreamSnapshot {
+                upstream: upstream.clone(),
+                datacenter: datacenter_of(upstream, &r.datacenter),
+                endpoints: self.queries.get(&upstream.destination_name)?.clone(),
+            });
         }
         let (leaf_cert, leaf_key, intentions, protocol) = if r.native {
             // Proxyless clients read certificates from files and enforce
@@ -482,6 +526,7 @@ impl Building {
             default_allow,
             protocol,
             upstreams,
+            query_upstreams,
             pending_upstreams,
             mesh_gateway: None,
             changed_at: None,
@@ -507,14 +552,22 @@ enum Watch {
     Chain(String),
     /// The endpoints of one target (by id) of an upstream's chain.
     Target(String, String),
+    /// A prepared-query upstream's answer.
+    Query(String),
 }
 
-impl Watch {
-    fn upstream(&self) -> &str {
-        match self {
-            Watch::Chain(upstream) | Watch::Target(upstream, _) => upstream,
-        }
+/// The datacenter an upstream names, else the proxy's own.
+fn datacenter_of(upstream: &Upstream, local: &str) -> String {
+    if upstream.datacenter.is_empty() {
+        local.to_string()
+    } else {
+        upstream.datacenter.clone()
     }
+}
+
+/// Whether an upstream is a prepared query rather than a service.
+fn is_query(upstream: &Upstream) -> bool {
+    upstream.destination_type == "prepared_query"
 }
 
 impl UpstreamWatchers {
@@ -526,27 +579,45 @@ impl UpstreamWatchers {
     /// Follows exactly `upstreams`: new ones start, dropped ones stop and
     /// are forgotten.
     fn follow_upstreams(&mut self, building: &mut Building, upstreams: &Arc<Vec<Upstream>>) {
-        let wanted: BTreeSet<&str> = upstreams
-            .iter()
-            .map(|u| u.destination_name.as_str())
-            .collect();
-        self.watches.retain(|w| wanted.contains(w.upstream()));
+        let named = |query: bool| -> BTreeSet<&str> {
+            upstreams
+                .iter()
+                .filter(|u| is_query(u) == query)
+                .map(|u| u.destination_name.as_str())
+                .collect()
+        };
+        let (wanted, wanted_queries) = (named(false), named(true));
+        self.watches.retain(|w| match w {
+            Watch::Chain(name) | Watch::Target(name, _) => wanted.contains(name.as_str()),
+            Watch::Query(name) => wanted_queries.contains(name.as_str()),
+        });
+        building
+            .queries
+            .retain(|name, _| wanted_queries.contains(name.as_str()));
         building
             .chains
             .retain(|name, _| wanted.contains(name.as_str()));
         building
             .endpoints
             .retain(|(name, _), _| wanted.contains(name.as_str()));
-        for upstream in upstreams.iter() {
+        for upstream in upstreams.iter().filter(|u| is_query(u)) {
+            let name = upstream.destination_name.clone();
+            if self.watches.contains(&Watch::Query(name.clone())) {
+                continue;
+            }
+            let dc = datacenter_of(upstream, &self.datacenter);
+            let answers = self.sources.clone().follow_prepared_query(name.clone(), dc);
+            let tag = name.clone();
+            self.watches.add(Watch::Query(name), answers, move |a| {
+                Update::Query(tag.clone(), a)
+            });
+        }
+        for upstream in upstreams.iter().filter(|u| !is_query(u)) {
             let name = upstream.destination_name.clone();
             if self.watches.contains(&Watch::Chain(name.clone())) {
                 continue;
             }
-            let dc = if upstream.datacenter.is_empty() {
-                self.datacenter.clone()
-            } else {
-                upstream.datacenter.clone()
-            };
+            let dc = datacenter_of(upstream, &self.datacenter);
             // The upstream's mode, else the proxy's (Consul's precedence
             // above service-defaults and proxy-defaults).
             let mode = if upstream.mesh_gateway.mode.is_empty() {
@@ -560,7 +631,11 @@ impl UpstreamWatchers {
                 Update::Chain(tag.clone(), c)
             });
         }
-        building.upstreams = SharedUpstream::all_of(upstreams);
+        let (queries, services) = SharedUpstream::all_of(upstreams)
+            .into_iter()
+            .partition(|u| is_query(u));
+        building.upstreams = services;
+        building.query_upstreams = queries;
     }
 
     /// Follows the endpoints of the targets of an upstream's new chain
@@ -568,7 +643,7 @@ impl UpstreamWatchers {
     fn follow_targets(&mut self, building: &mut Building, upstream: &str, chain: &CompiledChain) {
         self.watches.retain(|w| match w {
             Watch::Target(u, id) => u != upstream || chain.targets.contains_key(id.as_str()),
-            Watch::Chain(_) => true,
+            Watch::Chain(_) | Watch::Query(_) => true,
         });
         building
             .endpoints
@@ -682,6 +757,8 @@ async fn run_proxy(
         leaf: None,
         intentions: None,
         upstreams: Vec::new(),
+        query_upstreams: Vec::new(),
+        queries: BTreeMap::new(),
         chains: BTreeMap::new(),
         endpoints: BTreeMap::new(),
     };
@@ -745,6 +822,11 @@ async fn run_proxy(
                         continue;
                     }
                     building.endpoints.insert((upstream, target), list);
+                }
+                Update::Query(name, answer) => {
+                    if watchers.watches.contains(&Watch::Query(name.clone())) {
+                        building.queries.insert(name, answer);
+                    }
                 }
             }
         }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Health of one endpoint as xDS reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EndpointHealth {
     /// Every check passing.
     Passing,
@@ -21,7 +21,7 @@ pub enum EndpointHealth {
 }
 
 /// One instance of a target: the address Envoy connects to (its sidecar).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Endpoint {
     /// Node name.
     pub node: String,
@@ -147,6 +147,38 @@ impl UpstreamSnapshot {
     }
 }
 
+/// One instance a prepared query answered, as a proxy dials it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueryEndpoint {
+    /// Where to dial and how healthy it is.
+    pub endpoint: Endpoint,
+    /// The datacenter the instance is in.
+    pub datacenter: String,
+    /// The service its certificate names: a sidecar's destination, or a
+    /// Connect-native instance's own name.
+    pub service: String,
+}
+
+/// An upstream of `destination_type = "prepared_query"`: no discovery
+/// chain, only the query's current answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryUpstreamSnapshot {
+    /// The upstream as registered.
+    pub upstream: SharedUpstream,
+    /// The datacenter the cluster's name carries (the upstream's, else
+    /// the proxy's).
+    pub datacenter: String,
+    /// The instances the query answered with (`Connect = true`).
+    pub endpoints: Vec<QueryEndpoint>,
+}
+
+impl QueryUpstreamSnapshot {
+    /// Consul's upstream id for a query: `prepared_query:<name>`.
+    pub fn id(&self) -> String {
+        format!("prepared_query:{}", self.upstream.destination_name)
+    }
+}
+
 /// Everything one `connect-proxy` needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConnectProxySnapshot {
@@ -189,6 +221,9 @@ pub struct ConnectProxySnapshot {
     pub protocol: String,
     /// Upstreams.
     pub upstreams: Vec<UpstreamSnapshot>,
+    /// Upstreams that are prepared queries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_upstreams: Vec<QueryUpstreamSnapshot>,
     /// Upstreams a native service's clients asked for whose chain or
     /// endpoints are not known yet (always empty for sidecars).
     #[serde(default)]

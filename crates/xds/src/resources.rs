@@ -131,7 +131,10 @@ pub(crate) fn transport_socket<T: prost::Name + prost::Message>(
     }
 }
 
-fn common_tls(snapshot: &ConnectProxySnapshot, sans: Vec<String>) -> tls::CommonTlsContext {
+pub(crate) fn common_tls(
+    snapshot: &ConnectProxySnapshot,
+    sans: Vec<String>,
+) -> tls::CommonTlsContext {
     let roots: String = snapshot
         .roots
         .iter()
@@ -436,8 +439,13 @@ fn tcp_filter(chain: &legate_chain::CompiledChain, cluster_name: &str) -> listen
     )
 }
 
-fn upstream_listener(upstream: &UpstreamSnapshot, filter: listener::Filter) -> listener::Listener {
-    let u = &upstream.upstream;
+/// An outbound listener `<id>:<ip>:<port>` on an upstream's local bind
+/// address, running `filter`.
+pub(crate) fn upstream_listener(
+    u: &legate_types::Upstream,
+    id: &str,
+    filter: listener::Filter,
+) -> listener::Listener {
     let address = if u.local_bind_address.is_empty() {
         "127.0.0.1"
     } else {
@@ -445,7 +453,7 @@ fn upstream_listener(upstream: &UpstreamSnapshot, filter: listener::Filter) -> l
     };
     let port = u.local_bind_port;
     listener::Listener {
-        name: format!("{}:{address}:{port}", upstream.id()),
+        name: format!("{id}:{address}:{port}"),
         address: Some(socket_address(address, port)),
         traffic_direction: core::TrafficDirection::Outbound as i32,
         filter_chains: vec![listener::FilterChain {
@@ -474,6 +482,14 @@ pub(crate) fn spiffe_of(snapshot: &ConnectProxySnapshot, target: &Target) -> Str
         &target.datacenter,
         &target.service,
     )
+}
+
+/// An upstream's `connect_timeout_ms` (a number or a numeric string).
+pub(crate) fn connect_timeout_ms(upstream: &legate_types::Upstream) -> Option<u64> {
+    let value = upstream.config.get("connect_timeout_ms")?;
+    value
+        .as_u64()
+        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
 }
 
 /// A cluster named `name` whose endpoints come over ADS (EDS).
@@ -506,14 +522,7 @@ fn upstream_cluster(
     targets: &[&Target],
 ) -> cluster::Cluster {
     let target = targets[0];
-    let timeout_ms = upstream
-        .upstream
-        .config
-        .get("connect_timeout_ms")
-        .and_then(|v| {
-            v.as_u64()
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-        })
+    let timeout_ms = connect_timeout_ms(&upstream.upstream)
         .or_else(|| go_duration_ms(&target.connect_timeout))
         .unwrap_or(5000);
     let mut sans: Vec<String> = targets.iter().map(|t| spiffe_of(snapshot, t)).collect();
@@ -594,7 +603,7 @@ fn local_app_cluster(snapshot: &ConnectProxySnapshot) -> cluster::Cluster {
     }
 }
 
-fn lb_endpoint(
+pub(crate) fn lb_endpoint(
     address: &str,
     port: u16,
     health: core::HealthStatus,
@@ -781,6 +790,40 @@ fn public_listener_override(
     Some(custom)
 }
 
+/// An upstream's cluster: its `envoy_cluster_json` when set and valid
+/// (keeping the generated name, and its mTLS when it has none), else
+/// `generated`.
+pub(crate) fn upstream_cluster_override(
+    upstream: &legate_types::Upstream,
+    snapshot: &ConnectProxySnapshot,
+    generated: cluster::Cluster,
+) -> cluster::Cluster {
+    escape_hatch::<cluster::Cluster>(&upstream.config, "envoy_cluster_json", &snapshot.proxy_id)
+        .map(|mut c| {
+            c.name = generated.name.clone();
+            if c.transport_socket.is_none() {
+                c.transport_socket = generated.transport_socket.clone();
+            }
+            c
+        })
+        .unwrap_or(generated)
+}
+
+/// An upstream's listener: its `envoy_listener_json` when set and valid
+/// (keeping the generated name), else `generated`.
+pub(crate) fn upstream_listener_override(
+    upstream: &legate_types::Upstream,
+    snapshot: &ConnectProxySnapshot,
+    generated: listener::Listener,
+) -> listener::Listener {
+    escape_hatch::<listener::Listener>(&upstream.config, "envoy_listener_json", &snapshot.proxy_id)
+        .map(|mut l| {
+            l.name = generated.name.clone();
+            l
+        })
+        .unwrap_or(generated)
+}
+
 /// Generates every resource of a connect-proxy (or mesh gateway) snapshot.
 pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
     if let Some(gateway) = &snapshot.mesh_gateway {
@@ -827,20 +870,7 @@ pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
                 upstream_cluster(snapshot, upstream, &name, &targets),
                 &chain.protocol,
             );
-            // `envoy_cluster_json` replaces the cluster (keeping our name and mTLS).
-            let cluster = escape_hatch::<cluster::Cluster>(
-                &upstream.upstream.config,
-                "envoy_cluster_json",
-                &snapshot.proxy_id,
-            )
-            .map(|mut c| {
-                c.name = name.clone();
-                if c.transport_socket.is_none() {
-                    c.transport_socket = generated.transport_socket.clone();
-                }
-                c
-            })
-            .unwrap_or(generated);
+            let cluster = upstream_cluster_override(&upstream.upstream, snapshot, generated);
             out.add(CLUSTER_TYPE, name.clone(), cluster);
             out.add(
                 ENDPOINT_TYPE,
@@ -862,26 +892,25 @@ pub fn generate(snapshot: &ConnectProxySnapshot) -> Resources {
                 false,
             );
             upstream_listener(
-                upstream,
+                &upstream.upstream,
+                &id,
                 typed_filter("envoy.filters.network.http_connection_manager", manager),
             )
         } else {
             let Some(cluster_name) = primary_cluster else {
                 continue;
             };
-            upstream_listener(upstream, tcp_filter(chain, &cluster_name))
+            upstream_listener(
+                &upstream.upstream,
+                &upstream.id(),
+                tcp_filter(chain, &cluster_name),
+            )
         };
-        let listener = escape_hatch::<listener::Listener>(
-            &upstream.upstream.config,
-            "envoy_listener_json",
-            &snapshot.proxy_id,
-        )
-        .map(|mut l| {
-            l.name = listener.name.clone();
-            l
-        })
-        .unwrap_or(listener);
+        let listener = upstream_listener_override(&upstream.upstream, snapshot, listener);
         out.add(LISTENER_TYPE, listener.name.clone(), listener);
+    }
+    for upstream in &snapshot.query_upstreams {
+        crate::prepared_query::add_upstream(&mut out, snapshot, upstream);
     }
     out
 }

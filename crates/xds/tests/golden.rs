@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use legate_chain::{compile, CompileRequest, CompiledChain};
-use legate_proxycfg::{ConnectProxySnapshot, Endpoint, EndpointHealth, UpstreamSnapshot};
+use legate_proxycfg::{
+    ConnectProxySnapshot, Endpoint, EndpointHealth, QueryEndpoint, QueryUpstreamSnapshot,
+    UpstreamSnapshot,
+};
 use legate_types::config_entry::{from_json, ConfigEntry};
 use legate_types::intention::Intention;
 use legate_types::Upstream;
@@ -108,6 +111,7 @@ fn snapshot(
         default_allow,
         protocol: protocol.into(),
         upstreams,
+        query_upstreams: Vec::new(),
         pending_upstreams: Vec::new(),
         mesh_gateway: None,
         changed_at: None,
@@ -326,6 +330,46 @@ fn fixtures() -> Vec<(&'static str, ConnectProxySnapshot)> {
         "escape_hatches",
         snapshot("web", "tcp", vec![], true, vec![db_up], hatches),
     ));
+
+    // web's upstream is a prepared query that failed over: db's sidecars
+    // in dc2 (twice, one SAN) and a Connect-native db in dc3.
+    let mut queried = snapshot("web", "tcp", vec![], true, vec![], Map::new());
+    let answer = |dc: &str, service: &str, endpoint: Endpoint| QueryEndpoint {
+        endpoint,
+        datacenter: dc.into(),
+        service: service.into(),
+    };
+    queried.query_upstreams = vec![QueryUpstreamSnapshot {
+        upstream: Upstream {
+            destination_type: "prepared_query".into(),
+            destination_name: "nearest-db".into(),
+            local_bind_port: 9292,
+            config: [("connect_timeout_ms".to_string(), json!(2500))]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+        .into(),
+        datacenter: "dc1".into(),
+        endpoints: vec![
+            answer(
+                "dc2",
+                "db",
+                endpoint("10.2.0.1", 21000, EndpointHealth::Passing, 1),
+            ),
+            answer(
+                "dc2",
+                "db",
+                endpoint("10.2.0.2", 21000, EndpointHealth::Warning, 1),
+            ),
+            answer(
+                "dc3",
+                "db",
+                endpoint("10.3.0.1", 8443, EndpointHealth::Critical, 3),
+            ),
+        ],
+    }];
+    out.push(("prepared_query_upstream", queried));
 
     // A mesh gateway carrying the servers' traffic (WAN federation):
     // Consul's `mesh-gateway-using-federation` shapes.

@@ -103,6 +103,33 @@ impl SeedDemo {
     }
 }
 
+impl SeedDemo {
+    /// A dev agent running the demo's file, with xDS on the demo's port.
+    pub fn start_agent(&self) -> TestAgent {
+        TestAgent::start_with(
+            &[
+                "-dev",
+                "-dns-port=-1",
+                &format!("-grpc-port={}", self.grpc),
+                "-config-file",
+                self.config.to_str().unwrap(),
+            ],
+            false,
+        )
+    }
+}
+
+/// The logs of the demo's sidecars (`web.log`, `db.log` in `dir`) and of
+/// its agent, for a failure message.
+pub fn demo_logs(dir: &std::path::Path, agent: &TestAgent) -> String {
+    format!(
+        "web:\n{}\ndb:\n{}\nagent:\n{}",
+        std::fs::read_to_string(dir.join("web.log")).unwrap_or_default(),
+        std::fs::read_to_string(dir.join("db.log")).unwrap_or_default(),
+        agent.log_text()
+    )
+}
+
 /// xDS type URLs.
 pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 /// The cluster type URL.
