@@ -173,6 +173,7 @@ const KNOWN_KEYS: &[&str] = &[
 
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
 const IMPLEMENTED_KEYS: &[&str] = &[
+    "cache",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -352,6 +353,8 @@ pub struct AgentConfig {
     pub domain: String,
     /// The DNS interface (`dns_config`, `domain`, `alt_domain`, `recursors`).
     pub dns: crate::dns_config::DnsConfig,
+    /// The bounds of the agent's caches (`cache`).
+    pub cache: crate::cache_config::CacheConfig,
     /// Allow script checks from the API.
     pub enable_script_checks: bool,
     /// Allow script checks from config files.
@@ -820,6 +823,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         pid_file: get_str(&map, &["pid_file"])?.map(PathBuf::from),
         domain: get_str(&map, &["domain"])?.unwrap_or_else(|| "consul".to_string()),
         dns: crate::dns_config::parse(&map)?,
+        cache: crate::cache_config::parse(&map)?,
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

@@ -13,10 +13,9 @@ use legate_types::rpc::ServerRpc;
 use legate_types::{Consistency, QueryOptions, RpcError};
 
 use crate::acl_tokens::TokenStore;
-use crate::shared_watch::SharedWatch;
+use crate::cache_config::CacheConfig;
+use crate::shared_watch::{json_weigher, SharedWatch};
 
-/// Keys held at most.
-const CAPACITY: usize = 10_000;
 /// Idle destinations are dropped after this long.
 const IDLE_EXPIRY: Duration = Duration::from_secs(600);
 
@@ -32,6 +31,7 @@ impl IntentionCache {
         rpc: Arc<dyn ServerRpc>,
         tokens: Arc<TokenStore>,
         datacenter: String,
+        cache: &CacheConfig,
     ) -> Arc<IntentionCache> {
         let watch = SharedWatch::new(
             Arc::new(move |destination: String, min_index: u64| {
@@ -62,8 +62,8 @@ impl IntentionCache {
                     })
                 })
             }),
-            CAPACITY,
-            IDLE_EXPIRY,
+            cache.limits("intentions", IDLE_EXPIRY),
+            json_weigher(),
         );
         Arc::new(IntentionCache { watch })
     }

@@ -10,6 +10,7 @@ pub mod acl;
 pub mod acl_config;
 pub mod acl_tokens;
 mod authorize;
+pub mod cache_config;
 mod changes_rpc;
 pub mod checks;
 pub mod config;
@@ -113,6 +114,7 @@ impl Agent {
             rpc.clone(),
             tokens.clone(),
             config.datacenter.clone(),
+            &config.cache,
         );
         for warning in token_warnings {
             tracing::warn!("{warning}");

@@ -22,16 +22,15 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use crate::acl_tokens::TokenStore;
+use crate::cache_config::CacheConfig;
 use crate::changes_rpc::batched_changes;
 use crate::leaf::LeafManager;
-use crate::shared_watch::SharedWatch;
+use crate::shared_watch::{json_weigher, CacheLimits, SharedWatch};
 use crate::Agent;
 
 /// How long one blocking read of a data source may wait.
 const WAIT: Duration = Duration::from_secs(300);
 
-/// How many keys each shared cache holds at most.
-pub const CACHE_CAPACITY: usize = 10_000;
 /// How long a key nobody asks for stays cached (a proxy that restarts
 /// asks again within milliseconds; one that was deregistered frees its
 /// keys within this and half of it again).
@@ -97,6 +96,7 @@ impl AgentSources {
         datacenter: String,
         node: String,
         default_allow: bool,
+        cache: &CacheConfig,
     ) -> AgentSources {
         let (r, dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let roots = SharedWatch::new(
@@ -104,8 +104,11 @@ impl AgentSources {
                 let (r, dc, token) = (r.clone(), dc.clone(), t.agent_token());
                 Box::pin(async move { fetch_roots(&*r, &dc, min, token).await })
             }),
-            1,
-            CACHE_IDLE_TTL,
+            CacheLimits {
+                max_entries: 1,
+                ..cache.limits("roots", CACHE_IDLE_TTL)
+            },
+            json_weigher(),
         );
         let (r, dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let chains = SharedWatch::batched(
@@ -125,8 +128,8 @@ impl AgentSources {
                 let dc = datacenter.clone();
                 move |_: &(String, String, String)| (dc.clone(), Watched::ConfigEntries)
             }),
-            CACHE_CAPACITY,
-            CACHE_IDLE_TTL,
+            cache.limits("chains", CACHE_IDLE_TTL),
+            json_weigher(),
         );
         let (r, local_dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let queries = SharedWatch::new(
@@ -140,8 +143,8 @@ impl AgentSources {
                 let (r, token) = (r.clone(), t.agent_token());
                 Box::pin(async move { poll_query(&*r, read, min, token).await })
             }),
-            CACHE_CAPACITY,
-            CACHE_IDLE_TTL,
+            cache.limits("prepared_query_upstreams", CACHE_IDLE_TTL),
+            json_weigher(),
         );
         let gateway_reads = GatewayReads {
             rpc: rpc.clone(),
@@ -171,8 +174,8 @@ impl AgentSources {
                     (dc.clone(), Watched::Service(service.clone()))
                 },
             ),
-            CACHE_CAPACITY,
-            CACHE_IDLE_TTL,
+            cache.limits("endpoints", CACHE_IDLE_TTL),
+            json_weigher(),
         );
         AgentSources {
             leaf_certs,
@@ -625,6 +628,7 @@ impl Agent {
             self.config().datacenter.clone(),
             self.config().node_name.clone(),
             self.default_intention_allow(),
+            &self.config().cache,
         ));
         let manager = Manager::new(sources);
         let weak = Arc::downgrade(self);

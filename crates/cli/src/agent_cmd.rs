@@ -897,11 +897,12 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
             let address = SocketAddr::new(config.dns_addr.unwrap_or(config.client_addr), port);
             let tokens = agent.tokens().clone();
             let resolver = Arc::new(
-                legate_dns::Resolver::with_token(
+                legate_dns::Resolver::with_limits(
                     agent.rpc().clone(),
                     config.dns.clone(),
                     config.datacenter.clone(),
                     Arc::new(move || tokens.dns_token()),
+                    config.cache.limits("dns", legate_dns::CACHE_IDLE_TTL),
                 )
                 .for_agent_node(config.node_name.clone()),
             );

@@ -22,7 +22,7 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 
-pub use resolve::{Answer, DnsToken, NotOurs, Resolver, Transport};
+pub use resolve::{Answer, DnsToken, NotOurs, Resolver, Transport, CACHE_IDLE_TTL};
 
 /// The request handler hickory's server calls for every query.
 pub struct DnsHandler {

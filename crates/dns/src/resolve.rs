@@ -18,7 +18,7 @@ use legate_types::{
 use rand::seq::SliceRandom;
 
 use crate::names::{self, Lookup, Parsed};
-use legate_agent::shared_watch::{Fetch, Fetched, SharedWatch};
+use legate_agent::shared_watch::{json_weigher, CacheLimits, Fetch, Fetched, SharedWatch};
 use std::time::Duration;
 
 /// The largest DNS message (TCP's two-byte length).
@@ -94,7 +94,7 @@ type Instances = Arc<Vec<CheckServiceNode>>;
 /// How many service lookups the cache holds at most.
 const CACHE_CAPACITY: usize = 10_000;
 /// How long a lookup nobody asks for stays cached.
-const CACHE_IDLE_TTL: Duration = Duration::from_secs(60);
+pub const CACHE_IDLE_TTL: Duration = Duration::from_secs(60);
 /// How long one background blocking read waits.
 const CACHE_WAIT: Duration = Duration::from_secs(300);
 
@@ -184,6 +184,24 @@ impl Resolver {
         datacenter: String,
         token: DnsToken,
     ) -> Resolver {
+        let limits = CacheLimits {
+            name: "dns",
+            max_entries: CACHE_CAPACITY,
+            max_bytes: legate_agent::cache_config::DEFAULT_MAX_BYTES,
+            idle_ttl: CACHE_IDLE_TTL,
+        };
+        Resolver::with_limits(rpc, config, datacenter, token, limits)
+    }
+
+    /// [`Resolver::with_token`] whose cache (`use_cache`) keeps within
+    /// `limits` (the agent's `cache` block).
+    pub fn with_limits(
+        rpc: Arc<dyn ServerRpc>,
+        config: DnsConfig,
+        datacenter: String,
+        token: DnsToken,
+        limits: CacheLimits,
+    ) -> Resolver {
         let services = config.use_cache.then(|| {
             let (rpc, dc) = (rpc.clone(), datacenter.clone());
             let fetch: Fetch<ServiceKey, Instances> = Arc::new(
@@ -215,7 +233,7 @@ impl Resolver {
                     })
                 },
             );
-            SharedWatch::new(fetch, CACHE_CAPACITY, CACHE_IDLE_TTL)
+            SharedWatch::new(fetch, limits, json_weigher())
         });
         Resolver {
             rpc,

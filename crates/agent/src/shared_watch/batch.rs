@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::Notify;
 
-use super::{Entry, Fetch, SharedWatch};
+use super::{Accounting, Entry, Fetch, SharedWatch};
 
 /// What the batched call knows about one key: the index it is current at
 /// and whether it changed after the index it was asked about.
@@ -81,6 +81,7 @@ pub(super) async fn drive<K, V>(
             return;
         };
         let fetch = strong.fetch.clone();
+        let accounting = strong.accounting.clone();
         let (unread, mut followed) = strong.split_by_value();
         drop(strong);
         // Registered before the reads: a key that arrives from now on
@@ -88,7 +89,7 @@ pub(super) async fn drive<K, V>(
         let keys_changed = keys_changed.notified();
         tokio::pin!(keys_changed);
         keys_changed.as_mut().enable();
-        let (read, mut unread) = read_all(&fetch, unread).await;
+        let (read, mut unread) = read_all(&fetch, &accounting, unread).await;
         followed.extend(read);
         let asked: Vec<(K, u64)> = followed
             .iter()
@@ -121,7 +122,8 @@ pub(super) async fn drive<K, V>(
                     break None;
                 }
                 _ = retry => {
-                    let (read, still) = read_all(&fetch, std::mem::take(&mut unread)).await;
+                    let (read, still) =
+                        read_all(&fetch, &accounting, std::mem::take(&mut unread)).await;
                     unread = still;
                     if !read.is_empty() {
                         break None;
@@ -133,7 +135,8 @@ pub(super) async fn drive<K, V>(
         match answer {
             None => {}
             Some(Ok(checked)) => {
-                if settle(&fetch, followed, checked).await {
+                accounting.answered();
+                if settle(&fetch, &accounting, followed, checked).await {
                     failures += 1;
                     tokio::time::sleep(backoff(failures)).await;
                 } else {
@@ -148,6 +151,7 @@ pub(super) async fn drive<K, V>(
             }
             Some(Err(ChangesError::Failed(e))) => {
                 failures += 1;
+                accounting.failed();
                 tracing::debug!(error = %e, "batched watch failed; retrying");
                 tokio::time::sleep(backoff(failures)).await;
             }
@@ -160,7 +164,12 @@ pub(super) async fn drive<K, V>(
 /// failed read leaves the key to be reported again). An answer below what
 /// a key knows (a restored or lagging server) reads the key again and
 /// takes the lower index. `true` when some read failed.
-async fn settle<K, V>(fetch: &Fetch<K, V>, followed: Keyed<K, V>, checked: Vec<Checked>) -> bool
+async fn settle<K, V>(
+    fetch: &Fetch<K, V>,
+    accounting: &Accounting<V>,
+    followed: Keyed<K, V>,
+    checked: Vec<Checked>,
+) -> bool
 where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
@@ -181,10 +190,13 @@ where
             async move {
                 match fetch(key, 0).await {
                     Ok(f) => {
-                        publish(&entry, f.index, f.value);
+                        publish(accounting, &entry, f.index, f.value);
                         entry.checked.store(index, Ordering::Release);
                     }
-                    Err(_) => failed.store(true, Ordering::Relaxed),
+                    Err(_) => {
+                        accounting.failed();
+                        failed.store(true, Ordering::Relaxed)
+                    }
                 }
             }
         })
@@ -194,7 +206,11 @@ where
 
 /// Reads keys that have no value yet, without blocking: the keys read,
 /// and those whose read failed.
-async fn read_all<K, V>(fetch: &Fetch<K, V>, keys: Keyed<K, V>) -> (Keyed<K, V>, Keyed<K, V>)
+async fn read_all<K, V>(
+    fetch: &Fetch<K, V>,
+    accounting: &Accounting<V>,
+    keys: Keyed<K, V>,
+) -> (Keyed<K, V>, Keyed<K, V>)
 where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
@@ -206,10 +222,11 @@ where
                 match fetch(key.clone(), 0).await {
                     Ok(f) => {
                         entry.checked.fetch_max(f.index, Ordering::AcqRel);
-                        publish(&entry, f.index, f.value);
+                        publish(accounting, &entry, f.index, f.value);
                         (true, (key, entry))
                     }
                     Err(e) => {
+                        accounting.failed();
                         if entry.state.borrow().as_ref().is_none_or(|s| s.is_err()) {
                             entry.state.send_replace(Some(Err(e)));
                         }
@@ -229,14 +246,13 @@ where
 }
 
 /// Publishes a value read at `index` unless the key already holds it.
-fn publish<V>(entry: &Entry<V>, index: u64, value: V) {
-    entry.state.send_if_modified(|slot| {
-        if matches!(slot, Some(Ok((current, _))) if *current == index) {
-            return false;
-        }
-        *slot = Some(Ok((index, value)));
-        true
-    });
+fn publish<V>(accounting: &Accounting<V>, entry: &Entry<V>, index: u64, value: V) {
+    let held = matches!(&*entry.state.borrow(), Some(Ok((current, _))) if *current == index);
+    if held {
+        accounting.answered();
+    } else {
+        accounting.store(entry, index, value);
+    }
 }
 
 impl<K, V> SharedWatch<K, V>
@@ -360,8 +376,13 @@ mod tests {
         SharedWatch::batched(
             store.fetch(),
             store.changes(),
-            1000,
-            Duration::from_secs(60),
+            crate::shared_watch::CacheLimits {
+                name: "test",
+                max_entries: 1000,
+                max_bytes: usize::MAX,
+                idle_ttl: Duration::from_secs(60),
+            },
+            crate::shared_watch::json_weigher(),
         )
     }
 
@@ -474,7 +495,17 @@ mod tests {
         let store = Store::new();
         let unsupported: Changes<String> =
             Arc::new(|_| Box::pin(async { Err(ChangesError::Unsupported) }));
-        let cache = SharedWatch::batched(store.fetch(), unsupported, 1000, Duration::from_secs(60));
+        let cache = SharedWatch::batched(
+            store.fetch(),
+            unsupported,
+            crate::shared_watch::CacheLimits {
+                name: "test",
+                max_entries: 1000,
+                max_bytes: usize::MAX,
+                idle_ttl: Duration::from_secs(60),
+            },
+            crate::shared_watch::json_weigher(),
+        );
         let _held = cache.entry(&"a".to_string()).1;
         assert_eq!(value(&cache, "a", 0).await.value, "a@1");
         tokio::time::sleep(Duration::from_millis(200)).await;

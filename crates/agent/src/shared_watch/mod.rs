@@ -3,8 +3,10 @@
 //! destination's intentions), however many proxies need it. Keys never
 //! include ACL tokens, so a proxy rotating its token does not multiply
 //! entries. Entries nobody has asked for within the idle TTL stop and are
-//! dropped; past the capacity, the least recently used idle entries go
-//! first.
+//! dropped; past the entry or byte limit ([`CacheLimits`]), the least
+//! recently used idle entries go first. Entries someone follows are never
+//! evicted. Each cache reports its size and evictions as metrics
+//! (`legate.agent.cache.entries`, `.bytes`, `.evictions`, by cache name).
 //!
 //! A cache learns of changes in one of two ways: a blocking read per key
 //! ([`SharedWatch::new`]), or one blocking call for all its keys that
@@ -18,7 +20,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,8 +41,88 @@ type Slot<V> = Option<Result<(u64, V), String>>;
 /// to the system.
 const RELEASE_AFTER: usize = 64;
 
+/// How big a cached value is, in bytes (an estimate).
+pub type Weigher<V> = Arc<dyn Fn(&V) -> usize + Send + Sync>;
+
+/// Weighs a value by the length of its JSON form (counted, not built):
+/// close to, and proportional to, what it holds in memory.
+pub fn json_weigher<V: serde::Serialize>() -> Weigher<V> {
+    Arc::new(|value: &V| {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        let _ = serde_json::to_writer(&mut count, value);
+        count.0
+    })
+}
+
+/// The bounds of one cache (`cache { ... }` in the agent's configuration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheLimits {
+    /// The name its metrics carry.
+    pub name: &'static str,
+    /// The most keys it holds.
+    pub max_entries: usize,
+    /// The most bytes its values take (by their [`Weigher`]).
+    pub max_bytes: usize,
+    /// How long a key nobody asks for stays.
+    pub idle_ttl: Duration,
+}
+
+/// What a cache's values weigh, and since when its reads fail.
+struct Accounting<V> {
+    weigh: Weigher<V>,
+    bytes: AtomicUsize,
+    /// Since when the servers have not answered (`None`: they do).
+    failing_since: Mutex<Option<Instant>>,
+}
+
+impl<V> Accounting<V> {
+    /// Stores `value` in `entry`'s slot, accounting for its size.
+    fn store(&self, entry: &Entry<V>, index: u64, value: V) {
+        let size = (self.weigh)(&value);
+        let old = entry.bytes.swap(size, Ordering::AcqRel);
+        self.bytes.fetch_add(size, Ordering::AcqRel);
+        self.bytes.fetch_sub(old, Ordering::AcqRel);
+        entry.state.send_replace(Some(Ok((index, value))));
+        self.answered();
+    }
+
+    /// The servers answered.
+    fn answered(&self) {
+        let mut since = self.failing_since.lock().unwrap_or_else(|e| e.into_inner());
+        if since.is_some() {
+            *since = None;
+        }
+    }
+
+    /// A read failed.
+    fn failed(&self) {
+        self.failing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(Instant::now);
+    }
+
+    /// Forgets an entry's bytes.
+    fn forget(&self, entry: &Entry<V>) {
+        self.bytes
+            .fetch_sub(entry.bytes.swap(0, Ordering::AcqRel), Ordering::AcqRel);
+    }
+}
+
 struct Entry<V> {
     state: watch::Sender<Slot<V>>,
+    /// What its value weighs.
+    bytes: AtomicUsize,
     last_used: Mutex<Instant>,
     /// Batched mode: the index up to which the key is known unchanged.
     checked: AtomicU64,
@@ -73,8 +155,8 @@ struct Batching {
 pub struct SharedWatch<K, V> {
     fetch: Fetch<K, V>,
     entries: Mutex<HashMap<K, Arc<Entry<V>>>>,
-    capacity: usize,
-    idle_ttl: Duration,
+    limits: CacheLimits,
+    accounting: Arc<Accounting<V>>,
     batching: Option<Batching>,
 }
 
@@ -83,10 +165,10 @@ where
     K: Clone + Eq + Hash + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// A cache of at most `capacity` keys, each followed by its own
-    /// blocking read; idle keys expire after `idle_ttl`.
-    pub fn new(fetch: Fetch<K, V>, capacity: usize, idle_ttl: Duration) -> Arc<Self> {
-        Self::start(fetch, capacity, idle_ttl, None)
+    /// A cache within `limits` (values weighed by `weigh`), each key
+    /// followed by its own blocking read.
+    pub fn new(fetch: Fetch<K, V>, limits: CacheLimits, weigh: Weigher<V>) -> Arc<Self> {
+        Self::start(fetch, limits, weigh, None)
     }
 
     /// A cache whose keys are followed together: `changes` names the keys
@@ -97,35 +179,41 @@ where
     pub fn batched(
         fetch: Fetch<K, V>,
         changes: Changes<K>,
-        capacity: usize,
-        idle_ttl: Duration,
+        limits: CacheLimits,
+        weigh: Weigher<V>,
     ) -> Arc<Self> {
         let batching = Batching {
             keys_changed: Arc::new(Notify::new()),
             per_key: AtomicBool::new(false),
         };
         let keys_changed = batching.keys_changed.clone();
-        let cache = Self::start(fetch, capacity, idle_ttl, Some(batching));
+        let cache = Self::start(fetch, limits, weigh, Some(batching));
         tokio::spawn(batch::drive(Arc::downgrade(&cache), keys_changed, changes));
         cache
     }
 
     fn start(
         fetch: Fetch<K, V>,
-        capacity: usize,
-        idle_ttl: Duration,
+        limits: CacheLimits,
+        weigh: Weigher<V>,
         batching: Option<Batching>,
     ) -> Arc<Self> {
+        let accounting = Arc::new(Accounting {
+            weigh,
+            bytes: AtomicUsize::new(0),
+            failing_since: Mutex::new(None),
+        });
         let cache = Arc::new(SharedWatch {
             fetch,
             entries: Mutex::new(HashMap::new()),
-            capacity,
-            idle_ttl,
+            limits,
+            accounting,
             batching,
         });
-        // Expire idle keys even when no new key arrives.
+        // Expire idle keys (and trim to the byte limit as values grow)
+        // even when no new key arrives.
         let weak = Arc::downgrade(&cache);
-        let period = (idle_ttl / 2).max(Duration::from_millis(10));
+        let period = (limits.idle_ttl / 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(period).await;
@@ -147,6 +235,22 @@ where
         self.len() == 0
     }
 
+    /// What the values held weigh, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.accounting.bytes.load(Ordering::Acquire)
+    }
+
+    /// How long the servers have not answered this cache's reads (zero
+    /// while they do): the age of what it holds, as Consul's `Age`.
+    pub fn stale_for(&self) -> Duration {
+        self.accounting
+            .failing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|since| since.elapsed())
+            .unwrap_or_default()
+    }
+
     /// Whether keys are followed by one batched watch (rather than a
     /// blocking read each).
     fn batched_now(&self) -> bool {
@@ -166,6 +270,7 @@ where
         self.evict(&mut entries);
         let entry = Arc::new(Entry {
             state: watch::channel(None).0,
+            bytes: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             checked: AtomicU64::new(0),
             task: Mutex::new(None),
@@ -183,24 +288,32 @@ where
     fn follow_alone(&self, key: &K, entry: &Arc<Entry<V>>) {
         let fetch = self.fetch.clone();
         let k = key.clone();
-        let tx = entry.state.clone();
+        let accounting = self.accounting.clone();
+        // The task holds the entry weakly: an evicted entry's task ends.
+        let weak = Arc::downgrade(entry);
         let task = tokio::spawn(async move {
             let mut index = 0;
             let mut failures = 0u32;
             loop {
-                match fetch(k.clone(), index).await {
+                let answer = fetch(k.clone(), index).await;
+                let Some(entry) = weak.upgrade() else { return };
+                match answer {
                     Ok(f) => {
                         failures = 0;
                         if f.index != index || index == 0 {
                             index = f.index;
-                            tx.send_replace(Some(Ok((f.index, f.value))));
+                            accounting.store(&entry, f.index, f.value);
+                        } else {
+                            accounting.answered();
                         }
                     }
                     Err(e) => {
                         failures += 1;
-                        if tx.borrow().as_ref().is_none_or(|s| s.is_err()) {
-                            tx.send_replace(Some(Err(e)));
+                        accounting.failed();
+                        if entry.state.borrow().as_ref().is_none_or(|s| s.is_err()) {
+                            entry.state.send_replace(Some(Err(e)));
                         }
+                        drop(entry);
                         tokio::time::sleep(batch::backoff(failures)).await;
                     }
                 }
@@ -215,7 +328,19 @@ where
         let before = entries.len();
         self.evict_idle(entries);
         let evicted = before - entries.len();
+        let labels = [("cache", self.limits.name)];
+        legate_types::metrics::gauge_set(
+            "legate.agent.cache.entries",
+            &labels,
+            entries.len() as f64,
+        );
+        legate_types::metrics::gauge_set("legate.agent.cache.bytes", &labels, self.bytes() as f64);
         if evicted > 0 {
+            legate_types::metrics::counter_add(
+                "legate.agent.cache.evictions",
+                &labels,
+                evicted as u64,
+            );
             if let Some(b) = &self.batching {
                 b.keys_changed.notify_one();
             }
@@ -241,13 +366,15 @@ where
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .elapsed()
-                    > self.idle_ttl;
+                    > self.limits.idle_ttl;
             if expired {
                 e.stop();
+                self.accounting.forget(e);
             }
             !expired
         });
-        while entries.len() >= self.capacity {
+        // Room for one more key, and values within the byte limit.
+        while entries.len() >= self.limits.max_entries || self.bytes() > self.limits.max_bytes {
             let oldest = entries
                 .iter()
                 .filter(|(_, e)| idle(e))
@@ -257,6 +384,7 @@ where
                 Some(k) => {
                     if let Some(e) = entries.remove(&k) {
                         e.stop();
+                        self.accounting.forget(&e);
                     }
                 }
                 None => break,
@@ -318,6 +446,7 @@ impl<K, V> SharedWatch<K, V> {
             .drain()
         {
             e.stop();
+            self.accounting.forget(&e);
         }
     }
 }
@@ -332,6 +461,15 @@ impl<K, V> Drop for SharedWatch<K, V> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn limits(max_entries: usize, idle_ttl: Duration) -> CacheLimits {
+        CacheLimits {
+            name: "test",
+            max_entries,
+            max_bytes: usize::MAX,
+            idle_ttl,
+        }
+    }
 
     fn counting_fetch(calls: Arc<AtomicU64>) -> Fetch<String, String> {
         Arc::new(move |key: String, min_index: u64| {
@@ -353,7 +491,11 @@ mod tests {
     #[tokio::test]
     async fn one_background_read_per_key_however_many_readers() {
         let calls = Arc::new(AtomicU64::new(0));
-        let cache = SharedWatch::new(counting_fetch(calls.clone()), 100, Duration::from_secs(60));
+        let cache = SharedWatch::new(
+            counting_fetch(calls.clone()),
+            limits(100, Duration::from_secs(60)),
+            json_weigher(),
+        );
         let mut waits = Vec::new();
         for _ in 0..50 {
             let cache = cache.clone();
@@ -379,7 +521,11 @@ mod tests {
     #[tokio::test]
     async fn capacity_evicts_the_least_recently_used_idle_key() {
         let calls = Arc::new(AtomicU64::new(0));
-        let cache = SharedWatch::new(counting_fetch(calls), 3, Duration::from_secs(60));
+        let cache = SharedWatch::new(
+            counting_fetch(calls),
+            limits(3, Duration::from_secs(60)),
+            json_weigher(),
+        );
         for key in ["a", "b", "c"] {
             cache
                 .get(key.into(), 0, Duration::from_secs(5))
@@ -404,7 +550,11 @@ mod tests {
     #[tokio::test]
     async fn idle_keys_expire() {
         let calls = Arc::new(AtomicU64::new(0));
-        let cache = SharedWatch::new(counting_fetch(calls), 100, Duration::from_millis(20));
+        let cache = SharedWatch::new(
+            counting_fetch(calls),
+            limits(100, Duration::from_millis(20)),
+            json_weigher(),
+        );
         cache
             .get("old".into(), 0, Duration::from_secs(5))
             .await
@@ -434,7 +584,11 @@ mod tests {
                 }
             })
         });
-        let cache = SharedWatch::new(fetch, 100, Duration::from_millis(30));
+        let cache = SharedWatch::new(
+            fetch,
+            limits(100, Duration::from_millis(30)),
+            json_weigher(),
+        );
         let got = cache
             .get("db".into(), 0, Duration::from_secs(5))
             .await
@@ -449,5 +603,103 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("the value outlived its expired key");
+    }
+
+    #[tokio::test]
+    async fn the_byte_limit_evicts_the_least_recently_used_idle_keys_and_bytes_are_counted() {
+        let calls = Arc::new(AtomicU64::new(0));
+        // Each value is "value of <key>": 12 bytes of JSON for a one-letter key.
+        let limits = CacheLimits {
+            max_bytes: 30,
+            ..limits(100, Duration::from_secs(60))
+        };
+        let cache = SharedWatch::new(counting_fetch(calls), limits, json_weigher());
+        for key in ["a", "b"] {
+            cache
+                .get(key.into(), 0, Duration::from_secs(5))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(cache.bytes(), 2 * "\"value of a\"".len());
+        cache
+            .get("c".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        // Over 30 bytes with three: the periodic trim drops "a", the oldest.
+        // Over 30 bytes with three: the periodic trim (every second at
+        // most) drops "a", the oldest.
+        for _ in 0..300 {
+            if cache.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let keys: Vec<String> = cache.entries.lock().unwrap().keys().cloned().collect();
+        assert!(!keys.contains(&"a".to_string()), "{keys:?}");
+        assert_eq!(cache.bytes(), 2 * "\"value of a\"".len());
+        // A key someone follows is never evicted for size.
+        let followed = cache.subscribe("z".into());
+        tokio::pin!(followed);
+        use futures::StreamExt;
+        followed.next().await.unwrap();
+        for key in ["d", "e", "f"] {
+            cache
+                .get(key.into(), 0, Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(cache.entries.lock().unwrap().contains_key("z"));
+        assert_eq!(cache.len(), 2, "z and the newest within 30 bytes");
+    }
+
+    #[tokio::test]
+    async fn the_age_of_what_is_held_counts_from_the_first_failure_until_an_answer() {
+        let failing = Arc::new(AtomicBool::new(false));
+        let f = failing.clone();
+        let fetch: Fetch<String, u64> = Arc::new(move |_key: String, min_index: u64| {
+            let f = f.clone();
+            Box::pin(async move {
+                if min_index > 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if f.load(Ordering::SeqCst) {
+                    Err("connection refused".to_string())
+                } else {
+                    Ok(Fetched {
+                        index: min_index + 1,
+                        value: 1,
+                    })
+                }
+            })
+        });
+        let cache = SharedWatch::new(fetch, limits(10, Duration::from_secs(60)), json_weigher());
+        cache
+            .get("k".into(), 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(cache.stale_for(), Duration::ZERO);
+        failing.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let age = cache.stale_for();
+        assert!(age >= Duration::from_millis(150), "{age:?}");
+        // The value is still served while failing (fail-static).
+        assert_eq!(
+            cache
+                .get("k".into(), 0, Duration::from_millis(10))
+                .await
+                .unwrap()
+                .value,
+            1
+        );
+        failing.store(false, Ordering::SeqCst);
+        for _ in 0..200 {
+            if cache.stale_for() == Duration::ZERO {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("still stale after the servers answered");
     }
 }
