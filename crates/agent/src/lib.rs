@@ -11,6 +11,7 @@ pub mod acl_config;
 pub mod acl_tokens;
 mod authorize;
 pub mod cache_config;
+pub mod cached_reads;
 mod changes_rpc;
 pub mod checks;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod local;
 pub mod membership;
 pub mod proxy_acl;
 pub mod proxy_sources;
+pub mod query_cache;
 pub mod shared_watch;
 mod sync;
 pub mod tls_config;
@@ -84,6 +86,8 @@ pub struct Agent {
     intentions: Arc<intention_cache::IntentionCache>,
     acl: Arc<acl::AclResolver>,
     tokens: Arc<acl_tokens::TokenStore>,
+    cached: cached_reads::CachedReads,
+    query_cache: query_cache::QueryCache,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
@@ -126,9 +130,21 @@ impl Agent {
             config.acl.clone(),
             tokens.clone(),
         );
+        let cached =
+            cached_reads::CachedReads::new(rpc.clone(), tokens.clone(), acl.clone(), &config.cache);
+        let query_cache = query_cache::QueryCache::new(
+            rpc.clone(),
+            tokens.clone(),
+            acl.clone(),
+            config
+                .cache
+                .limits("cached_queries", config.cache.idle_timeout),
+        );
         let agent = Arc::new(Agent {
             acl,
             tokens,
+            cached,
+            query_cache,
             proxycfg: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
@@ -224,6 +240,16 @@ impl Agent {
     /// The tokens this agent holds.
     pub fn tokens(&self) -> &Arc<acl_tokens::TokenStore> {
         &self.tokens
+    }
+
+    /// The `?cached` reads (background-refresh kind).
+    pub fn cached(&self) -> &cached_reads::CachedReads {
+        &self.cached
+    }
+
+    /// The `?cached` prepared-query answers (simple kind).
+    pub fn query_cache(&self) -> &query_cache::QueryCache {
+        &self.query_cache
     }
 
     /// `PUT /v1/agent/token/<kind>`: sets one of the agent's tokens; a new

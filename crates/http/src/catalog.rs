@@ -92,7 +92,12 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     }
     let opts = req.query_options()?;
     let meta_filter = node_meta_filter(&req.params)?;
-    let result = st.agent.rpc().catalog_services(&opts).await?;
+    let (result, cache) = if req.cached() {
+        let (result, status) = st.agent.cached().catalog_services(&opts).await?;
+        (result, Some(status))
+    } else {
+        (st.agent.rpc().catalog_services(&opts).await?, None)
+    };
     let value = if meta_filter.is_empty() {
         result.value
     } else {
@@ -127,7 +132,10 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
         }
         kept
     };
-    Ok(json_meta(&req.params, &result.meta, &value))
+    Ok(crate::cached::with_cache_status(
+        json_meta(&req.params, &result.meta, &value),
+        cache,
+    ))
 }
 
 async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -> ApiResult {
@@ -142,16 +150,29 @@ async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -
         passing_only: false,
         connect,
     };
-    let mut result = st.agent.rpc().catalog_service_nodes(&opts, query).await?;
+    let (mut result, cache) = if req.cached() {
+        let (result, status) = st
+            .agent
+            .cached()
+            .catalog_service_nodes(&opts, query)
+            .await?;
+        (result, Some(status))
+    } else {
+        (
+            st.agent.rpc().catalog_service_nodes(&opts, query).await?,
+            None,
+        )
+    };
     result
         .value
         .retain(|r| meta_matches(&r.node_meta, &meta_filter));
     if crate::translate::active(st, &opts.datacenter) {
         crate::translate::service_nodes(&mut result.value);
     }
+    let response = json_meta(&req.params, &result.meta, &result.value);
     Ok(crate::translate::mark(
         st,
-        json_meta(&req.params, &result.meta, &result.value),
+        crate::cached::with_cache_status(response, cache),
     ))
 }
 
@@ -269,16 +290,25 @@ async fn health_rows(st: &AppState, service: String, req: Req, connect: bool) ->
         passing_only,
         connect,
     };
-    let mut result = st.agent.rpc().health_service_nodes(&opts, query).await?;
+    let (mut result, cache) = if req.cached() {
+        let (result, status) = st.agent.cached().health_service_nodes(&opts, query).await?;
+        (result, Some(status))
+    } else {
+        (
+            st.agent.rpc().health_service_nodes(&opts, query).await?,
+            None,
+        )
+    };
     result
         .value
         .retain(|r| meta_matches(&r.node.meta, &meta_filter));
     if crate::translate::active(st, &opts.datacenter) {
         crate::translate::check_service_nodes(&mut result.value);
     }
+    let response = json_meta(&req.params, &result.meta, &result.value);
     Ok(crate::translate::mark(
         st,
-        json_meta(&req.params, &result.meta, &result.value),
+        crate::cached::with_cache_status(response, cache),
     ))
 }
 

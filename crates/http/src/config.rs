@@ -117,16 +117,27 @@ async fn chain_response(
 ) -> ApiResult {
     let opts = req.query_options()?;
     let compile_dc = req.params.get("compile-dc").unwrap_or("").to_string();
-    let result = st
-        .agent
-        .rpc()
-        .discovery_chain(&opts, service, compile_dc, overrides)
-        .await?;
-    Ok(crate::util::json_meta(
+    let (result, cache) = if req.cached() {
+        let (result, status) = st
+            .agent
+            .cached()
+            .discovery_chain(&opts, service, compile_dc, overrides)
+            .await?;
+        (result, Some(status))
+    } else {
+        let result = st
+            .agent
+            .rpc()
+            .discovery_chain(&opts, service, compile_dc, overrides)
+            .await?;
+        (result, None)
+    };
+    let response = crate::util::json_meta(
         &req.params,
         &result.meta,
         &serde_json::json!({ "Chain": result.value }),
-    ))
+    );
+    Ok(crate::cached::with_cache_status(response, cache))
 }
 
 pub async fn chain_get(

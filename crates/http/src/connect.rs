@@ -24,28 +24,40 @@ fn roots_pem(roots: &IndexedCaRoots) -> String {
     out
 }
 
-async fn roots_response(st: &AppState, req: &Req) -> ApiResult {
+/// The roots; `cacheable` (the agent's endpoint) honours `?cached`.
+async fn roots_response(st: &AppState, req: &Req, cacheable: bool) -> ApiResult {
     let opts = req.query_options()?;
-    let result = st.agent.rpc().ca_roots(&opts).await?;
+    let (result, cache) = if cacheable && req.cached() {
+        let (result, status) = st.agent.cached().ca_roots(&opts).await?;
+        (result, Some(status))
+    } else {
+        (st.agent.rpc().ca_roots(&opts).await?, None)
+    };
     if req.params.flag("pem") {
         let mut response = roots_pem(&result.value).into_response();
         response.headers_mut().insert(
             "content-type",
             HeaderValue::from_static("application/pem-certificate-chain"),
         );
-        return Ok(with_meta(response, &result.meta));
+        return Ok(crate::cached::with_cache_status(
+            with_meta(response, &result.meta),
+            cache,
+        ));
     }
-    Ok(json_meta(&req.params, &result.meta, &result.value))
+    Ok(crate::cached::with_cache_status(
+        json_meta(&req.params, &result.meta, &result.value),
+        cache,
+    ))
 }
 
 /// `GET /v1/connect/ca/roots` (`?pem` for a PEM bundle).
 pub async fn roots(State(st): State<AppState>, req: Req) -> ApiResult {
-    roots_response(&st, &req).await
+    roots_response(&st, &req, false).await
 }
 
 /// `GET /v1/agent/connect/ca/roots`.
 pub async fn agent_roots(State(st): State<AppState>, req: Req) -> ApiResult {
-    roots_response(&st, &req).await
+    roots_response(&st, &req, true).await
 }
 
 /// `GET /v1/connect/ca/configuration`.

@@ -6,6 +6,7 @@
 mod acl;
 mod agent;
 mod agent_acl;
+mod cached;
 mod catalog;
 mod config;
 mod connect;

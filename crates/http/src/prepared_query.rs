@@ -159,19 +159,31 @@ pub async fn execute(
         connect,
         agent_node: req.agent_node.clone(),
     };
-    let mut result = st
-        .agent
-        .rpc()
-        .prepared_query_execute(&opts, request)
-        .await?;
+    let (mut result, cache) = if req.cached() {
+        let control = req.cache_control()?;
+        let (result, status) = st
+            .agent
+            .query_cache()
+            .execute(&opts, request, control)
+            .await?;
+        (result, Some(status))
+    } else {
+        let result = st
+            .agent
+            .rpc()
+            .prepared_query_execute(&opts, request)
+            .await?;
+        (result, None)
+    };
     let from = result.value.datacenter.clone();
     if crate::translate::active(&st, &from) {
         crate::translate::check_service_nodes(&mut result.value.nodes);
     }
     let body = with_meta_fields(&result.value, &result.meta);
+    let response = json_meta(&req.params, &result.meta, &body);
     Ok(crate::translate::mark(
         &st,
-        json_meta(&req.params, &result.meta, &body),
+        crate::cached::with_cache_status(response, cache),
     ))
 }
 

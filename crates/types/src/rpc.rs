@@ -40,7 +40,7 @@ pub const UNDECODABLE_CALL: &str = "undecodable RPC call";
 pub const MAX_WATCHED: usize = 100_000;
 
 /// Selects service instances for catalog and health reads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct ServiceQuery {
     /// Service name.
     pub service: String,
@@ -53,7 +53,7 @@ pub struct ServiceQuery {
 }
 
 /// Overrides of a discovery-chain compile (`POST /v1/discovery-chain/:s`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct ChainOverrides {
     /// `OverrideProtocol`.
     pub protocol: String,

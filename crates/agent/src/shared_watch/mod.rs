@@ -41,6 +41,18 @@ type Slot<V> = Option<Result<(u64, V), String>>;
 /// to the system.
 const RELEASE_AFTER: usize = 64;
 
+/// Reports a cache's size and what it just evicted as metrics:
+/// `legate.agent.cache.entries`, `.bytes` (gauges) and `.evictions` (a
+/// counter), labelled with the cache's name.
+pub fn report_size(name: &str, entries: usize, bytes: usize, evicted: usize) {
+    let labels = [("cache", name)];
+    legate_types::metrics::gauge_set("legate.agent.cache.entries", &labels, entries as f64);
+    legate_types::metrics::gauge_set("legate.agent.cache.bytes", &labels, bytes as f64);
+    if evicted > 0 {
+        legate_types::metrics::counter_add("legate.agent.cache.evictions", &labels, evicted as u64);
+    }
+}
+
 /// How big a cached value is, in bytes (an estimate).
 pub type Weigher<V> = Arc<dyn Fn(&V) -> usize + Send + Sync>;
 
@@ -328,19 +340,8 @@ where
         let before = entries.len();
         self.evict_idle(entries);
         let evicted = before - entries.len();
-        let labels = [("cache", self.limits.name)];
-        legate_types::metrics::gauge_set(
-            "legate.agent.cache.entries",
-            &labels,
-            entries.len() as f64,
-        );
-        legate_types::metrics::gauge_set("legate.agent.cache.bytes", &labels, self.bytes() as f64);
+        report_size(self.limits.name, entries.len(), self.bytes(), evicted);
         if evicted > 0 {
-            legate_types::metrics::counter_add(
-                "legate.agent.cache.evictions",
-                &labels,
-                evicted as u64,
-            );
             if let Some(b) = &self.batching {
                 b.keys_changed.notify_one();
             }
@@ -390,6 +391,21 @@ where
                 None => break,
             }
         }
+    }
+
+    /// Whether `key` is held with a value (a read of it would be a hit).
+    pub fn holds(&self, key: &K) -> bool {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .is_some_and(|e| matches!(&*e.state.borrow(), Some(Ok(_))))
+    }
+
+    /// Starts following `key` (if it is not followed yet) without waiting
+    /// for its value.
+    pub fn follow(self: &Arc<Self>, key: K) {
+        drop(self.entry(&key));
     }
 
     /// Follows `key`: its value now (once there is one) and every newer
