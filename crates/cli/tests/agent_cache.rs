@@ -10,6 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::mesh::{demo_logs, echo, echo_server, seed_demo_on, start_proxy};
 use common::{eventually, header, http_request, TestAgent};
 use serde_json::Value;
 
@@ -209,4 +210,101 @@ fn cached_reads_hit_block_and_outlive_the_servers() {
         &[("Cache-Control", "max-age=1, stale-if-error=1")],
     );
     assert_eq!(status, 500, "older than stale-if-error allows");
+}
+
+/// Fail-static: a client agent's sidecars keep carrying traffic with
+/// every server stopped for a minute, a sidecar restarted in the middle
+/// of it gets its configuration from what the agent holds, and
+/// `connect envoy -bootstrap` still writes a bootstrap.
+#[test]
+fn sidecars_keep_working_through_a_minute_without_servers() {
+    let (server_dir, client_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut server = server("127.0.0.93", &server_dir);
+    let (echo_port, web_sidecar, db_sidecar, upstream, grpc) = (
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+    );
+    let received = echo_server(echo_port);
+    let config = common::write(
+        client_dir.path(),
+        "demo.hcl",
+        &seed_demo_on(echo_port, web_sidecar, db_sidecar, upstream),
+    );
+    let data = client_dir.path().join("data");
+    let client = TestAgent::spawn(
+        &[
+            "-node=fail-static-client",
+            "-bind=127.0.0.94",
+            &format!("-data-dir={}", data.display()),
+            "-retry-join=127.0.0.93",
+            "-retry-interval=1s",
+            "-dns-port=-1",
+            "-grpc-tls-port=-1",
+            &format!("-grpc-port={grpc}"),
+            "-config-file",
+            config.to_str().unwrap(),
+        ],
+        false,
+    );
+    server.wait_ready();
+    client.wait_ready();
+    let dir = client_dir.path();
+    let web = start_proxy(&client, "web", &dir.join("web.log"));
+    let _db = start_proxy(&client, "db", &dir.join("db.log"));
+    let logs = || demo_logs(dir, &client);
+    common::mesh::eventually(
+        "echo through web -> db",
+        Duration::from_secs(60),
+        &logs,
+        || echo(upstream, "before\n").as_deref() == Some("before\n"),
+    );
+
+    server.kill9();
+    let outage = Instant::now();
+    let (status, _, _) = http_request(client.http_port, "GET", "/v1/catalog/services", None);
+    assert_eq!(status, 500, "the servers are gone");
+    // Traffic flows for the whole minute; halfway, web's sidecar restarts.
+    let mut web = Some(web);
+    let mut restarted = false;
+    while outage.elapsed() < Duration::from_secs(60) {
+        if !restarted && outage.elapsed() > Duration::from_secs(20) {
+            drop(web.take());
+            web = Some(start_proxy(&client, "web", &dir.join("web-again.log")));
+            restarted = true;
+            common::mesh::eventually(
+                "echo through web's restarted sidecar",
+                Duration::from_secs(30),
+                &logs,
+                || echo(upstream, "restarted\n").as_deref() == Some("restarted\n"),
+            );
+        }
+        let line = format!("at {:?}\n", outage.elapsed().as_secs());
+        assert_eq!(
+            echo(upstream, &line).as_deref(),
+            Some(line.as_str()),
+            "{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(restarted);
+    assert!(received.load(std::sync::atomic::Ordering::SeqCst) > 0);
+
+    // Envoy's bootstrap comes from the agent alone.
+    let out = std::process::Command::new(common::binary())
+        .args(["connect", "envoy", "-sidecar-for", "web", "-bootstrap"])
+        .env("CONSUL_HTTP_ADDR", client.addr())
+        .env("CONSUL_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bootstrap: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(bootstrap["node"]["id"], "web-sidecar-proxy");
 }
