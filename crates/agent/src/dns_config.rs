@@ -69,6 +69,9 @@ pub struct DnsConfig {
     /// Answer service lookups in the local datacenter from a cache kept
     /// current by blocking queries (default true; Consul's default is false).
     pub use_cache: bool,
+    /// How old a cached prepared-query answer may grow before it is run
+    /// again (`cache_max_age`; zero: Legate's 3 s).
+    pub cache_max_age: Duration,
 }
 
 impl Default for DnsConfig {
@@ -96,6 +99,7 @@ impl Default for DnsConfig {
             enable_additional_node_meta_txt: true,
             translate_wan_addrs: false,
             use_cache: true,
+            cache_max_age: Duration::ZERO,
         }
     }
 }
@@ -258,10 +262,8 @@ pub fn parse(root: &Map<String, Value>) -> Result<DnsConfig, ConfigError> {
                 }
             }
             // Accepted for compatibility; they change nothing here.
-            "disable_compression"
-            | "cache_max_age"
-            | "prefer_namespace"
-            | "recursor_strategy_disabled" => {}
+            "cache_max_age" => c.cache_max_age = duration(&name, value)?,
+            "disable_compression" | "prefer_namespace" | "recursor_strategy_disabled" => {}
             _ => return Err(err(&name, "unknown key")),
         }
     }

@@ -25,7 +25,7 @@ use crate::acl_tokens::TokenStore;
 use crate::cache_config::CacheConfig;
 use crate::changes_rpc::batched_changes;
 use crate::leaf::LeafManager;
-use crate::shared_watch::{json_weigher, CacheLimits, SharedWatch};
+use crate::shared_watch::{json_weigher, polled, CacheLimits, SharedWatch};
 use crate::Agent;
 
 /// How long one blocking read of a data source may wait.
@@ -133,16 +133,19 @@ impl AgentSources {
         );
         let (r, local_dc, t) = (rpc.clone(), datacenter.clone(), tokens.clone());
         let queries = SharedWatch::new(
-            Arc::new(move |(query, dc): (String, String), min| {
-                let read = QueryRead {
-                    query,
-                    datacenter: dc,
-                    local_datacenter: local_dc.clone(),
-                    node: node.clone(),
-                };
-                let (r, token) = (r.clone(), t.agent_token());
-                Box::pin(async move { poll_query(&*r, read, min, token).await })
-            }),
+            polled(
+                QUERY_REFRESH,
+                move |(query, dc): (String, String), first| {
+                    let read = QueryRead {
+                        query,
+                        datacenter: dc,
+                        local_datacenter: local_dc.clone(),
+                        node: node.clone(),
+                    };
+                    let (r, token) = (r.clone(), t.agent_token());
+                    async move { run_query(&*r, read, first, token).await }
+                },
+            ),
             cache.limits("prepared_query_upstreams", CACHE_IDLE_TTL),
             json_weigher(),
         );
@@ -200,21 +203,16 @@ struct QueryRead {
     node: String,
 }
 
-/// Runs a query for the queries cache, which follows it as if it were a
-/// blocking read: the first run at once, each later one
-/// [`QUERY_REFRESH`] after the last, its "index" a digest of the answer
-/// (the cache passes on only a changed one). A first run that fails
-/// answers empty, so the proxy's other upstreams are not held up; a later
-/// failure is an error, and the cache keeps the last answer (fail-static).
-async fn poll_query(
+/// Runs a query for the queries cache (polled every [`QUERY_REFRESH`]).
+/// A first run that fails answers empty, so the proxy's other upstreams
+/// are not held up; a later failure is an error, and the cache keeps the
+/// last answer (fail-static).
+async fn run_query(
     rpc: &dyn ServerRpc,
     read: QueryRead,
-    last_digest: u64,
+    first: bool,
     token: String,
-) -> Result<Fetched<Vec<QueryEndpoint>>, String> {
-    if last_digest != 0 {
-        tokio::time::sleep(QUERY_REFRESH).await;
-    }
+) -> Result<Vec<QueryEndpoint>, String> {
     let answer = rpc
         .prepared_query_execute(
             &opts(&read.datacenter, 0, token),
@@ -228,20 +226,14 @@ async fn poll_query(
         .await;
     let mut endpoints = match answer {
         Ok(q) => query_endpoints(&q.value, &read.local_datacenter),
-        Err(e) if last_digest != 0 => return Err(e.to_string()),
+        Err(e) if !first => return Err(e.to_string()),
         Err(e) => {
             tracing::warn!(query = %read.query, error = %e, "prepared query upstream: no answer yet");
             Vec::new()
         }
     };
     in_stable_order(&mut endpoints);
-    use std::hash::{Hash, Hasher};
-    let mut digest = std::collections::hash_map::DefaultHasher::new();
-    endpoints.hash(&mut digest);
-    Ok(Fetched {
-        index: digest.finish() | 1,
-        value: endpoints,
-    })
+    Ok(endpoints)
 }
 
 /// The mesh instances of a query's answer as a proxy dials them (WAN

@@ -18,7 +18,17 @@ use legate_types::{
 use rand::seq::SliceRandom;
 
 use crate::names::{self, Lookup, Parsed};
-use legate_agent::shared_watch::{json_weigher, CacheLimits, Fetch, Fetched, SharedWatch};
+use legate_agent::shared_watch::{json_weigher, polled, CacheLimits, Fetch, Fetched, SharedWatch};
+use legate_types::prepared_query::ExecuteResponse;
+
+/// A prepared query looked up by DNS: (name or ID, datacenter asked for
+/// or empty, the agent's node).
+type QueryKey = (String, String, String);
+
+/// How often a prepared query answered from the DNS cache is run again
+/// when `dns_config.cache_max_age` does not say (the same refresh as a
+/// prepared-query upstream's).
+pub const QUERY_REFRESH: std::time::Duration = std::time::Duration::from_secs(3);
 use std::time::Duration;
 
 /// The largest DNS message (TCP's two-byte length).
@@ -107,6 +117,10 @@ pub struct Resolver {
     /// Local-datacenter service lookups, kept current by blocking queries
     /// (`use_cache`): a query costs a lookup, not a catalog read.
     services: Option<Arc<SharedWatch<ServiceKey, Instances>>>,
+    /// Prepared-query answers (`use_cache`): run again every
+    /// [`QUERY_REFRESH`] for as long as they are asked for, and answered
+    /// from here meanwhile.
+    queries: Option<Arc<SharedWatch<QueryKey, Arc<ExecuteResponse>>>>,
     /// The agent's node (a prepared query's `Near: "_agent"`).
     agent_node: String,
 }
@@ -235,12 +249,65 @@ impl Resolver {
             );
             SharedWatch::new(fetch, limits, json_weigher())
         });
+        let queries = config.use_cache.then(|| {
+            let (rpc, token, local) = (rpc.clone(), token.clone(), datacenter.clone());
+            let (allow_stale, max_stale) = (config.allow_stale, config.max_stale);
+            let refresh = if config.cache_max_age.is_zero() {
+                QUERY_REFRESH
+            } else {
+                config.cache_max_age
+            };
+            let fetch = polled(refresh, move |(query, dc, agent_node): QueryKey, _first| {
+                let rpc = rpc.clone();
+                let opts = |consistency| QueryOptions {
+                    datacenter: if dc.is_empty() {
+                        local.clone()
+                    } else {
+                        dc.clone()
+                    },
+                    consistency,
+                    token: token(),
+                    ..Default::default()
+                };
+                let (stale, leader) = (opts(Consistency::Stale), opts(Consistency::Default));
+                let request = legate_types::prepared_query::ExecuteRequest {
+                    id_or_name: query,
+                    agent_node,
+                    ..Default::default()
+                };
+                async move {
+                    let mut answer = rpc
+                        .prepared_query_execute(
+                            if allow_stale { &stale } else { &leader },
+                            request.clone(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if allow_stale && answer.meta.last_contact > max_stale {
+                        answer = rpc
+                            .prepared_query_execute(&leader, request)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok(Arc::new(answer.value))
+                }
+            });
+            SharedWatch::new(
+                fetch,
+                CacheLimits {
+                    name: "dns_queries",
+                    ..limits
+                },
+                json_weigher(),
+            )
+        });
         Resolver {
             rpc,
             config,
             datacenter,
             token,
             services,
+            queries,
             agent_node: String::new(),
         }
     }
@@ -636,22 +703,48 @@ impl Resolver {
         datacenter: Option<&str>,
         count_limit: usize,
     ) -> Result<Answer, RpcError> {
-        let rpc = self.rpc.clone();
-        let request = legate_types::prepared_query::ExecuteRequest {
-            id_or_name: query.to_string(),
-            agent_node: self.agent_node.clone(),
-            ..Default::default()
+        let key: QueryKey = (
+            query.to_string(),
+            datacenter.unwrap_or("").to_string(),
+            self.agent_node.clone(),
+        );
+        let cached = match &self.queries {
+            Some(cache) if cache.holds(&key) => cache
+                .get(key.clone(), 0, std::time::Duration::ZERO)
+                .await
+                .ok()
+                .map(|f| f.value),
+            _ => None,
         };
-        let found = self
-            .read(datacenter, |opts| {
-                let (rpc, request) = (rpc.clone(), request.clone());
-                async move { rpc.prepared_query_execute(&opts, request).await }
-            })
-            .await;
-        let found = match found {
-            Ok(found) => found.value,
-            Err(RpcError::NotFound(_)) => return Ok(self.negative(ResponseCode::NXDomain, domain)),
-            Err(e) => return Err(e),
+        let found = match cached {
+            Some(found) => found,
+            None => {
+                let rpc = self.rpc.clone();
+                let request = legate_types::prepared_query::ExecuteRequest {
+                    id_or_name: query.to_string(),
+                    agent_node: self.agent_node.clone(),
+                    ..Default::default()
+                };
+                let found = self
+                    .read(datacenter, |opts| {
+                        let (rpc, request) = (rpc.clone(), request.clone());
+                        async move { rpc.prepared_query_execute(&opts, request).await }
+                    })
+                    .await;
+                match found {
+                    Ok(found) => {
+                        // Followed from now on: later lookups are answered here.
+                        if let Some(cache) = &self.queries {
+                            cache.follow(key);
+                        }
+                        Arc::new(found.value)
+                    }
+                    Err(RpcError::NotFound(_)) => {
+                        return Ok(self.negative(ResponseCode::NXDomain, domain))
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         };
         if found.nodes.is_empty() {
             return Ok(self.negative(ResponseCode::NXDomain, domain));

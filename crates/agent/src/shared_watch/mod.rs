@@ -41,6 +41,38 @@ type Slot<V> = Option<Result<(u64, V), String>>;
 /// to the system.
 const RELEASE_AFTER: usize = 64;
 
+/// A fetch for values no blocking read follows (a prepared query's
+/// answer): the first read at once, each later one `every` after the
+/// last; the index is a digest of the value's JSON, so an unchanged
+/// answer is no change and a changed one is. `read` is told whether it
+/// is the first read of the key.
+pub fn polled<K, V, F, Fut>(every: Duration, read: F) -> Fetch<K, V>
+where
+    K: Send + 'static,
+    V: serde::Serialize + Send + 'static,
+    F: Fn(K, bool) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<V, String>> + Send + 'static,
+{
+    let read = Arc::new(read);
+    Arc::new(move |key: K, last_digest: u64| {
+        let read = read.clone();
+        Box::pin(async move {
+            let first = last_digest == 0;
+            if !first {
+                tokio::time::sleep(every).await;
+            }
+            let value = read(key, first).await?;
+            use std::hash::Hasher;
+            let mut digest = std::collections::hash_map::DefaultHasher::new();
+            digest.write(&serde_json::to_vec(&value).unwrap_or_default());
+            Ok(Fetched {
+                index: digest.finish() | 1,
+                value,
+            })
+        })
+    })
+}
+
 /// Reports a cache's size and what it just evicted as metrics:
 /// `legate.agent.cache.entries`, `.bytes` (gauges) and `.evictions` (a
 /// counter), labelled with the cache's name.
