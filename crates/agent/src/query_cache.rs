@@ -17,7 +17,7 @@ use legate_types::{Consistency, Queried, QueryOptions, RpcError};
 use crate::acl::AclResolver;
 use crate::acl_tokens::TokenStore;
 use crate::cached_reads::{may_read, CacheStatus};
-use crate::shared_watch::{json_weigher, report_size, CacheLimits, Weigher};
+use crate::shared_watch::{report_size, CacheLimits};
 
 /// A request's `Cache-Control` directives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,8 +71,10 @@ struct QueryKey {
     agent_node: String,
 }
 
+/// An answer as held: its binary encoding (a third of the memory the
+/// decoded answer takes), decoded again for each hit.
 struct Stored {
-    answer: Arc<Queried<ExecuteResponse>>,
+    answer: Arc<[u8]>,
     fetched: Instant,
     last_used: Instant,
     bytes: usize,
@@ -84,7 +86,6 @@ pub struct QueryCache {
     tokens: Arc<TokenStore>,
     acl: Arc<AclResolver>,
     limits: CacheLimits,
-    weigh: Weigher<Queried<ExecuteResponse>>,
     entries: Mutex<HashMap<QueryKey, Stored>>,
     bytes: AtomicUsize,
 }
@@ -102,7 +103,6 @@ impl QueryCache {
             tokens,
             acl,
             limits,
-            weigh: json_weigher(),
             entries: Mutex::new(HashMap::new()),
             bytes: AtomicUsize::new(0),
         }
@@ -144,7 +144,10 @@ impl QueryCache {
             connect: request.connect,
             agent_node: request.agent_node.clone(),
         };
-        let held = self.held(&key);
+        let held = self.held(&key).and_then(|(bytes, age)| {
+            let answer = legate_types::binary::decode::<Queried<ExecuteResponse>>(&bytes).ok()?;
+            Some((Arc::new(answer), age))
+        });
         let fresh_enough = |age: Duration| {
             !control.must_revalidate && control.max_age.is_none_or(|max| age <= max)
         };
@@ -189,7 +192,7 @@ impl QueryCache {
     }
 
     /// The answer held for `key` and its age, touching it.
-    fn held(&self, key: &QueryKey) -> Option<(Arc<Queried<ExecuteResponse>>, Duration)> {
+    fn held(&self, key: &QueryKey) -> Option<(Arc<[u8]>, Duration)> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let stored = entries.get_mut(key)?;
         if stored.last_used.elapsed() > self.limits.idle_ttl {
@@ -200,7 +203,11 @@ impl QueryCache {
     }
 
     fn store(&self, key: QueryKey, answer: Arc<Queried<ExecuteResponse>>) {
-        let bytes = (self.weigh)(&answer);
+        let Ok(encoded) = legate_types::binary::encode(&*answer) else {
+            return;
+        };
+        let answer: Arc<[u8]> = encoded.into();
+        let bytes = answer.len();
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let stored = Stored {
