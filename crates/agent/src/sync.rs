@@ -200,6 +200,7 @@ impl Agent {
                 ..Default::default()
             };
             self.rpc.catalog_deregister(&agent_opts, req).await?;
+            tracing::info!(service = %id, "Deregistered service");
             self.lock_local().deleted_services.remove(&id);
         }
         for id in deleted_checks {
@@ -209,6 +210,7 @@ impl Agent {
                 ..Default::default()
             };
             self.rpc.catalog_deregister(&agent_opts, req).await?;
+            tracing::info!(check = %id, "Deregistered check");
             self.lock_local().deleted_checks.remove(&id);
         }
         if !node_in_sync {
@@ -227,6 +229,7 @@ impl Agent {
                 ..Default::default()
             };
             self.rpc.catalog_register(&opts, req).await?;
+            tracing::info!(service = %service.id, "Synced service");
             let mut local = self.lock_local();
             if let Some(l) = local.services.get_mut(&service.id) {
                 if l.service.without_index() == service.without_index() {
@@ -264,6 +267,7 @@ impl Agent {
                 ..Default::default()
             };
             self.rpc.catalog_register(&opts, req).await?;
+            tracing::info!(check = %check.check_id, "Synced check");
             let mut local = self.lock_local();
             if let Some(l) = local.checks.get_mut(&check.check_id) {
                 if comparable(&l.check) == comparable(&check) {

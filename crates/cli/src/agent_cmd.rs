@@ -374,14 +374,24 @@ fn init_logging(config: &AgentConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEGATE_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn,h2=warn,hyper=warn"))
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stdout);
-    let _ = if config.log_json {
-        builder.json().try_init()
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let console = tracing_subscriber::fmt::layer().with_writer(std::io::stdout);
+    let console = if config.log_json {
+        console.json().boxed()
     } else {
-        builder.try_init()
+        console.boxed()
     };
+    // The console at the configured level; `/v1/agent/monitor` followers
+    // at theirs.
+    let followers = legate_agent::log_stream::StreamLayer.with_filter(
+        tracing_subscriber::filter::filter_fn(legate_agent::log_stream::wanted),
+    );
+    let _ = tracing_subscriber::registry()
+        .with(console.with_filter(filter))
+        .with(followers)
+        .try_init();
 }
 
 fn port_text(port: Option<u16>) -> String {

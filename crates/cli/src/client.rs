@@ -274,6 +274,32 @@ impl Client {
         Ok((status, index, bytes.to_vec()))
     }
 
+    /// A GET whose answer is a stream (`/v1/agent/monitor`): the response,
+    /// to be read chunk by chunk, once its status is 2xx.
+    pub async fn stream(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<reqwest::Response, CallError> {
+        let mut request = self.http.get(format!("{}{}", self.base, path)).query(query);
+        if let Some(token) = &self.token {
+            request = request.header("X-Consul-Token", token);
+        }
+        let response = request.send().await.map_err(|e| CallError {
+            status: None,
+            message: format!("Error connecting to the agent at {}: {e}", self.base),
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body = response.text().await.unwrap_or_default();
+        Err(CallError {
+            status: Some(status),
+            message: body,
+        })
+    }
+
     /// Sends a request and fails on any non-2xx answer.
     pub async fn ok(
         &self,

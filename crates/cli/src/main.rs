@@ -67,6 +67,8 @@ enum Command {
     Leave(commands::misc::HttpOnlyArgs),
     /// Asks the local agent to reload its configuration.
     Reload(commands::misc::HttpOnlyArgs),
+    /// Streams the agent's log.
+    Monitor(commands::misc::MonitorArgs),
     /// Controls node and service maintenance mode.
     Maint(commands::misc::MaintArgs),
     /// Cluster operations (Raft peers).
@@ -156,6 +158,7 @@ fn main() -> ExitCode {
             Command::Tls(cmd) => commands::tls::run(cmd),
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,
+            Command::Monitor(args) => commands::misc::monitor(args).await,
             Command::Maint(args) => commands::misc::maint(args).await,
             Command::Operator(cmd) => commands::operator::run(cmd).await,
             Command::Join(args) => commands::operator::join(args).await,

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::acl::{Acl, ROOT};
-use common::{eventually, try_http_request_full};
+use common::{eventually, try_http_request_full, try_http_request_within};
 use legate_acl::doors::example::{name_for, EVENT, KEY, NODE, QUERY, SERVICE};
 use legate_acl::doors::{config_entry_needs, Need, Needs, Side, HTTP};
 use legate_acl::Resource;
@@ -331,9 +331,20 @@ impl Harness {
         } else {
             vec![("X-Consul-Token", token)]
         };
-        let Some((status, headers, text)) =
-            try_http_request_full(self.acl.agent.http_port, method, &path, &headers, body)
-        else {
+        // The log stream stays open: its head is the answer.
+        let patience = if door == "GET /v1/agent/monitor" {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(700)
+        };
+        let Some((status, headers, text)) = try_http_request_within(
+            self.acl.agent.http_port,
+            method,
+            &path,
+            &headers,
+            body,
+            patience,
+        ) else {
             panic!(
                 "{door}: the agent did not answer; its log:\n{}",
                 self.acl.agent.log_text()
@@ -380,6 +391,7 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
             None,
         ),
         "PUT /v1/agent/maintenance" => (format!("{rest}?enable=false"), None),
+        "GET /v1/agent/monitor" => (format!("{rest}?loglevel=error"), None),
         "PUT /v1/agent/service/register" => (
             rest.to_string(),
             body(json!({"ID": SERVICE, "Name": SERVICE, "Port": 81})),

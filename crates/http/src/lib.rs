@@ -16,6 +16,7 @@ mod intentions;
 mod kv;
 mod metrics;
 mod misc;
+mod monitor;
 mod prepared_query;
 mod serve;
 mod translate;
@@ -145,6 +146,7 @@ fn routes() -> Routes {
         .get("/v1/connect/ca/configuration", connect::get_configuration)
         .put("/v1/connect/ca/configuration", connect::set_configuration)
         .get("/v1/agent/metrics", metrics::agent_metrics)
+        .get("/v1/agent/monitor", monitor::monitor)
         .put("/v1/agent/reload", agent::reload)
         .put("/v1/agent/leave", agent::leave)
         .put("/v1/agent/force-leave/{node}", agent::force_leave)

@@ -268,3 +268,47 @@ pub async fn maint(args: MaintArgs) -> u8 {
         }
     }
 }
+
+/// Flags of `monitor`.
+#[derive(Args, Debug)]
+pub struct MonitorArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// The most verbose level of the lines to show (trace, debug, info,
+    /// warn, err).
+    #[arg(long = "log-level", default_value = "INFO")]
+    log_level: String,
+    /// Show each line as a JSON object.
+    #[arg(long = "log-json")]
+    log_json: bool,
+}
+
+/// `legate monitor`: prints the agent's log as it is written, until
+/// interrupted (exit 0) or the agent goes away (exit 1), as Consul's.
+pub async fn monitor(args: MonitorArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let mut query = vec![("loglevel", args.log_level.clone())];
+    if args.log_json {
+        query.push(("logjson", String::new()));
+    }
+    let mut response = match client.stream("/v1/agent/monitor", &query).await {
+        Ok(response) => response,
+        Err(e) => return fail(format!("Error starting monitor: {e}")),
+    };
+    use std::io::Write;
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(&chunk);
+            let _ = out.flush();
+        }
+    };
+    tokio::select! {
+        _ = read => {
+            println!();
+            eprintln!("Remote side ended the monitor! This usually means that the\nremote side has exited or crashed.");
+            1
+        }
+        _ = tokio::signal::ctrl_c() => 0,
+    }
+}

@@ -306,11 +306,23 @@ pub fn try_http_request_full(
     extra: &[(&str, &str)],
     body: Option<Vec<u8>>,
 ) -> Option<RawResponse> {
+    try_http_request_within(port, method, path, extra, body, Duration::from_secs(700))
+}
+
+/// [`try_http_request_full`] that stops reading after `patience` without
+/// a byte: a stream that stays open (`/v1/agent/monitor`) answers with
+/// its head and what it sent so far.
+pub fn try_http_request_within(
+    port: u16,
+    method: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+    patience: Duration,
+) -> Option<RawResponse> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(700)))
-        .unwrap();
+    stream.set_read_timeout(Some(patience)).unwrap();
     let body = body.unwrap_or_default();
     let extra: String = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let head = format!(
