@@ -196,7 +196,7 @@ pub fn format_line(level: &Level, target: &str, fields_of: impl FnOnce(&mut dyn 
     );
     json.insert("@message".into(), fields.message.clone().into());
     json.insert("@module".into(), module.into());
-    json.insert("@timestamp".into(), format!("{stamp}").into());
+    json.insert("@timestamp".into(), stamp.into());
     for (k, v) in fields.pairs {
         json.insert(k.to_string(), v.into());
     }
