@@ -64,6 +64,13 @@ pub use legate_types::event::UserEvent;
 
 const MAX_EVENTS: usize = 256;
 
+/// Consul's answer for a check ID the agent does not have (a 404).
+fn unknown_check(id: &str) -> AgentError {
+    AgentError::NotFound(format!(
+        "Unknown check ID {id:?}. Ensure that the check ID is passed, not the check name."
+    ))
+}
+
 /// Re-reads the agent's configuration (files and flags) for
 /// `/v1/agent/reload` and SIGHUP.
 pub type ConfigLoader = Box<dyn Fn() -> Result<AgentConfig, String> + Send + Sync>;
@@ -477,7 +484,7 @@ impl Agent {
                         .get(&def.service_id)
                         .map(|s| s.service.clone())
                         .ok_or_else(|| {
-                            AgentError::BadRequest(format!(
+                            AgentError::NotFound(format!(
                                 "ServiceID {:?} does not exist",
                                 def.service_id
                             ))
@@ -501,7 +508,7 @@ impl Agent {
         let delta = {
             let mut local = self.lock_local();
             if !local.checks.contains_key(id) {
-                return Err(AgentError::NotFound(format!("Unknown check ID {id:?}")));
+                return Err(unknown_check(id));
             }
             local.remove_check(id)
         };
@@ -517,12 +524,10 @@ impl Agent {
     ) -> Result<(), AgentError> {
         {
             let local = self.lock_local();
-            let check = local
-                .checks
-                .get(id)
-                .ok_or_else(|| AgentError::NotFound(format!("Unknown check ID {id:?}")))?;
+            let check = local.checks.get(id).ok_or_else(|| unknown_check(id))?;
             if check.definition.ttl.is_none() {
-                return Err(AgentError::BadRequest(format!(
+                // Consul's 500.
+                return Err(AgentError::Internal(format!(
                     "CheckID {id:?} does not have associated TTL"
                 )));
             }

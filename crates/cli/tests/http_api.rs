@@ -681,7 +681,8 @@ fn bad_input_gets_clear_errors() {
             "PUT",
             "/v1/agent/check/register",
             r#"{"Name":"c","TTL":"10s","ServiceID":"nope"}"#,
-            400,
+            // Consul's 404 (AgentRegisterCheck).
+            404,
             "does not exist",
         ),
         (

@@ -418,7 +418,7 @@ pub async fn check_update(
     let status = HealthStatus::parse(&update.status)
         .filter(|s| *s != HealthStatus::Maintenance)
         .ok_or_else(|| {
-            ApiError::bad_request(format!("Invalid check status: {:?}", update.status))
+            ApiError::bad_request(format!("Invalid check status: '{}'", update.status))
         })?;
     if let Some(c) = st.agent.checks().get(&id) {
         check_for_check(&st, &req, &c.service_id).await?;
