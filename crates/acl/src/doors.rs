@@ -188,6 +188,8 @@ pub const HTTP: &[Door] = &[
     row("GET /v1/agent/self", AGENT_READ),
     row("GET /v1/agent/metrics", AGENT_READ),
     row("GET /v1/agent/monitor", AGENT_READ),
+    row("GET /v1/agent/host", OPERATOR_READ),
+    row("GET /v1/agent/version", Needs::Nothing),
     row(
         "GET /v1/agent/members",
         Needs::Filtered(&[read(R::Node, Each("Name"))]),

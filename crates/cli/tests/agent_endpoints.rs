@@ -161,3 +161,56 @@ fn monitor_streams_the_log_in_hclogs_shapes_and_refuses_unknown_levels() {
         "{seen}"
     );
 }
+
+#[test]
+fn host_and_version_take_consuls_shapes() {
+    let agent = TestAgent::dev(&[]);
+    let host = agent.get("/v1/agent/host").unwrap();
+    let keys: Vec<&str> = host
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["CPU", "CollectionTime", "Disk", "Errors", "Host", "Memory"]
+    );
+    assert_eq!(host["Errors"], serde_json::Value::Null, "{host}");
+    // The facts are this machine's: /proc/meminfo and uname agree.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert_eq!(host["Memory"]["total"], total_kib * 1024);
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(host["Host"]["hostname"], hostname.trim());
+    assert_eq!(host["Host"]["os"], "linux");
+    let cpus = host["CPU"].as_array().unwrap();
+    let processors = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    assert_eq!(cpus.len(), processors);
+    assert!(cpus.iter().all(|c| c["modelName"].is_string()), "{cpus:?}");
+    assert!(host["Disk"]["total"].as_u64().unwrap() > 0);
+    assert_eq!(host["Disk"]["path"], "/");
+    assert!(host["CollectionTime"].as_i64().unwrap() > 1_600_000_000_000_000_000);
+
+    let version = agent.get("/v1/agent/version").unwrap();
+    let mut keys: Vec<&str> = version
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["BuildDate", "FIPS", "HumanVersion", "SHA"]);
+    let own: serde_json::Value = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(version["HumanVersion"], own["Config"]["Version"]);
+}

@@ -12,6 +12,7 @@ mod config;
 mod connect;
 mod coordinates;
 mod federation;
+mod host;
 mod intentions;
 mod kv;
 mod metrics;
@@ -147,6 +148,8 @@ fn routes() -> Routes {
         .put("/v1/connect/ca/configuration", connect::set_configuration)
         .get("/v1/agent/metrics", metrics::agent_metrics)
         .get("/v1/agent/monitor", monitor::monitor)
+        .get("/v1/agent/host", host::agent_host)
+        .get("/v1/agent/version", host::agent_version)
         .put("/v1/agent/reload", agent::reload)
         .put("/v1/agent/leave", agent::leave)
         .put("/v1/agent/force-leave/{node}", agent::force_leave)
