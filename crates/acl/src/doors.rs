@@ -493,6 +493,7 @@ pub const HTTP: &[Door] = &[
     row("GET /v1/operator/raft/configuration", OPERATOR_READ),
     row("DELETE /v1/operator/raft/peer", OPERATOR_WRITE),
     row("GET /v1/operator/autopilot/health", OPERATOR_READ),
+    row("GET /v1/operator/autopilot/state", OPERATOR_READ),
     row("GET /v1/operator/autopilot/configuration", OPERATOR_READ),
     row("GET /v1/snapshot", SNAPSHOT),
     row("PUT /v1/snapshot", SNAPSHOT),

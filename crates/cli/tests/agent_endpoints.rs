@@ -162,20 +162,24 @@ fn monitor_streams_the_log_in_hclogs_shapes_and_refuses_unknown_levels() {
     );
 }
 
-#[test]
-fn host_and_version_take_consuls_shapes() {
-    let agent = TestAgent::dev(&[]);
-    let host = agent.get("/v1/agent/host").unwrap();
-    let keys: Vec<&str> = host
+/// An object's keys, sorted.
+fn keys_of(value: &serde_json::Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
         .as_object()
         .unwrap()
         .keys()
         .map(String::as_str)
         .collect();
-    let mut sorted = keys.clone();
-    sorted.sort();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn host_and_version_take_consuls_shapes() {
+    let agent = TestAgent::dev(&[]);
+    let host = agent.get("/v1/agent/host").unwrap();
     assert_eq!(
-        sorted,
+        keys_of(&host),
         ["CPU", "CollectionTime", "Disk", "Errors", "Host", "Memory"]
     );
     assert_eq!(host["Errors"], serde_json::Value::Null, "{host}");
@@ -203,14 +207,39 @@ fn host_and_version_take_consuls_shapes() {
     assert!(host["CollectionTime"].as_i64().unwrap() > 1_600_000_000_000_000_000);
 
     let version = agent.get("/v1/agent/version").unwrap();
-    let mut keys: Vec<&str> = version
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort();
-    assert_eq!(keys, ["BuildDate", "FIPS", "HumanVersion", "SHA"]);
+    assert_eq!(
+        keys_of(&version),
+        ["BuildDate", "FIPS", "HumanVersion", "SHA"]
+    );
     let own: serde_json::Value = agent.get("/v1/agent/self").unwrap();
     assert_eq!(version["HumanVersion"], own["Config"]["Version"]);
+}
+
+#[test]
+fn autopilot_state_names_the_leader_and_voters_of_the_raft_configuration() {
+    let agent = TestAgent::dev(&[]);
+    let raft = agent.get("/v1/operator/raft/configuration").unwrap();
+    let id = raft["Servers"][0]["ID"].as_str().unwrap().to_string();
+    let state = common::eventually(Duration::from_secs(20), || {
+        let state = agent.get("/v1/operator/autopilot/state").ok()?;
+        (state["Healthy"] == true).then_some(state)
+    });
+    assert_eq!(
+        keys_of(&state),
+        [
+            "FailureTolerance",
+            "Healthy",
+            "Leader",
+            "OptimisticFailureTolerance",
+            "Servers",
+            "Voters"
+        ]
+    );
+    assert_eq!(state["Leader"], id.as_str());
+    assert_eq!(state["Voters"], serde_json::json!([id]));
+    let me = &state["Servers"][id.as_str()];
+    assert_eq!(me["Status"], "leader");
+    assert_eq!(me["NodeStatus"], "alive");
+    assert_eq!(me["Address"], raft["Servers"][0]["Address"]);
+    assert_eq!(state["FailureTolerance"], 0);
 }

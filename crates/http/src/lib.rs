@@ -197,6 +197,7 @@ fn routes() -> Routes {
         .get("/v1/status/peers", misc::status_peers)
         .get("/v1/operator/raft/configuration", misc::raft_configuration)
         .get("/v1/operator/autopilot/health", misc::autopilot_health)
+        .get("/v1/operator/autopilot/state", misc::autopilot_state)
         .get(
             "/v1/operator/autopilot/configuration",
             misc::autopilot_config,

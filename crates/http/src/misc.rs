@@ -220,6 +220,84 @@ pub async fn autopilot_health(State(st): State<AppState>, req: Req) -> ApiResult
     Ok(response)
 }
 
+/// `GET /v1/operator/autopilot/state` (Consul CE's shape): autopilot's
+/// view of every server, keyed by ID, from the leader's health report and
+/// the Raft configuration.
+pub async fn autopilot_state(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
+    let rpc = st.agent.rpc();
+    let health = rpc.autopilot_health(&opts).await?;
+    let raft = rpc.raft_configuration(&opts).await?;
+    // Servers in the Raft configuration autopilot has no report of count
+    // too, unhealthy and unknown to gossip.
+    let unreported = raft
+        .servers
+        .iter()
+        .filter(|r| !health.servers.iter().any(|s| s.id == r.id))
+        .map(|r| legate_types::rpc::AutopilotServerHealth {
+            id: r.id.clone(),
+            name: r.node.clone(),
+            address: r.address.clone(),
+            serf_status: "none".into(),
+            version: String::new(),
+            leader: false,
+            last_contact: "-".into(),
+            last_term: 0,
+            last_index: r.last_index,
+            healthy: false,
+            voter: r.voter,
+            stable_since: String::new(),
+        })
+        .collect::<Vec<_>>();
+    let mut servers = serde_json::Map::new();
+    let mut voters = Vec::new();
+    let mut leader = String::new();
+    for s in health.servers.iter().chain(&unreported) {
+        let status = match (s.leader, s.voter) {
+            (true, _) => "leader",
+            (false, true) => "voter",
+            (false, false) => "non-voter",
+        };
+        if s.leader {
+            leader = s.id.clone();
+        }
+        if s.voter {
+            voters.push(s.id.clone());
+        }
+        servers.insert(
+            s.id.clone(),
+            serde_json::json!({
+                "ID": s.id,
+                "Name": s.name,
+                "Address": s.address,
+                "NodeStatus": s.serf_status,
+                "Version": s.version,
+                "LastContact": s.last_contact,
+                "LastTerm": s.last_term,
+                "LastIndex": s.last_index,
+                "Healthy": s.healthy,
+                "StableSince": s.stable_since,
+                "ReadReplica": false,
+                "Status": status,
+                "Meta": {"consul-network-segment": ""},
+                "NodeType": "voter",
+            }),
+        );
+    }
+    voters.sort();
+    Ok(json(
+        &req.params,
+        &serde_json::json!({
+            "Healthy": health.healthy,
+            "FailureTolerance": health.failure_tolerance,
+            "OptimisticFailureTolerance": health.failure_tolerance,
+            "Servers": servers,
+            "Leader": leader,
+            "Voters": voters,
+        }),
+    ))
+}
+
 /// `GET /v1/operator/autopilot/configuration`.
 pub async fn autopilot_config(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;
