@@ -859,3 +859,30 @@ fn agent_service_hash_blocking() {
     assert!(body.contains("\"Port\":2"), "{body}");
     assert_eq!(agent.request("GET", "/v1/agent/service/none", None).0, 404);
 }
+
+/// `/v1/catalog/services?filter=` filters instances and lists each
+/// service with the tags of its matching instances only (Consul's
+/// `servicesTagsByName`); no match is `{}`.
+#[test]
+fn catalog_services_filter_aggregates_the_tags_of_matching_instances() {
+    let agent = TestAgent::dev(&[]);
+    for (i, tags) in [(1, r#"["a","shared"]"#), (2, r#"["b","shared"]"#)] {
+        let (status, body) = agent.put(
+            "/v1/catalog/register",
+            &format!(
+                r#"{{"Node":"n{i}","Address":"10.0.0.{i}","Service":{{"ID":"web{i}","Service":"web","Tags":{tags},"Meta":{{"v":"{i}"}}}}}}"#
+            ),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let all: Value = agent.get("/v1/catalog/services").unwrap();
+    assert_eq!(all["web"], serde_json::json!(["a", "b", "shared"]));
+    let one: Value = agent
+        .get("/v1/catalog/services?filter=ServiceMeta.v%20%3D%3D%20%221%22")
+        .unwrap();
+    assert_eq!(one, serde_json::json!({"web": ["a", "shared"]}));
+    let none = agent
+        .get_text("/v1/catalog/services?filter=ServiceName%20%3D%3D%20nope")
+        .unwrap();
+    assert_eq!(none, "{}");
+}

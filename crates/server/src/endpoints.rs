@@ -369,14 +369,21 @@ impl ServerRpc for Server {
                 if filter.is_none() {
                     return Ok((index, services));
                 }
-                // Filters apply to instances (ServiceNode rows); keep the names
-                // with at least one matching instance.
+                // Filters apply to instances (ServiceNode rows): a name with
+                // at least one matching instance, with the tags of those
+                // instances only (Consul's `servicesTagsByName`).
                 let mut out = BTreeMap::new();
-                for (name, tags) in services {
+                for name in services.into_keys() {
                     let (_, rows) = t.service_nodes(&name, false);
-                    if !apply_filter(rows, &filter).is_empty() {
-                        out.insert(name, tags);
+                    let matching = apply_filter(rows, &filter);
+                    if matching.is_empty() {
+                        continue;
                     }
+                    let tags: std::collections::BTreeSet<String> = matching
+                        .into_iter()
+                        .flat_map(|row| row.service_tags)
+                        .collect();
+                    out.insert(name, tags.into_iter().collect());
                 }
                 Ok((index, out))
             },
