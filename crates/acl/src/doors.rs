@@ -345,6 +345,11 @@ pub const HTTP: &[Door] = &[
     ),
     row("GET /v1/catalog/service/{service}", SERVICE_NODES),
     noted("GET /v1/catalog/connect/{service}", SERVICE_NODES, CONNECT_NOTE),
+    noted(
+        "GET /v1/catalog/gateway-services/{gateway}",
+        Needs::All(&[read(R::Service, Path("gateway"))]),
+        "each row is also filtered by service:read on its service",
+    ),
     row(
         "GET /v1/catalog/node/{node}",
         Needs::Filtered(&[read(R::Node, Path("node")), read(R::Service, Each("Service"))]),

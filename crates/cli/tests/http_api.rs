@@ -886,3 +886,76 @@ fn catalog_services_filter_aggregates_the_tags_of_matching_instances() {
         .unwrap();
     assert_eq!(none, "{}");
 }
+
+/// `/v1/catalog/gateway-services/:gw` from the gateways' config entries,
+/// in Consul's row shape: ingress listeners (port, protocol, hosts) with
+/// `*` standing for every service with a mesh instance of the listener's
+/// protocol, terminating services with their TLS files; `[]` for a
+/// gateway without an entry.
+#[test]
+fn gateway_services_come_from_the_gateway_config_entries() {
+    let agent = TestAgent::dev(&[]);
+    for body in [
+        r#"{"Name":"api","Port":80,"Connect":{"SidecarService":{}}}"#,
+        r#"{"Name":"web","Port":80,"Connect":{"SidecarService":{}}}"#,
+        r#"{"Name":"legacy","Port":80}"#,
+    ] {
+        let (status, text) = agent.put("/v1/agent/service/register", body);
+        assert_eq!(status, 200, "{text}");
+    }
+    for entry in [
+        json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}),
+        json!({"Kind": "service-defaults", "Name": "shop", "Protocol": "http"}),
+        json!({"Kind": "ingress-gateway", "Name": "edge", "Listeners": [
+            {"Port": 8080, "Protocol": "http", "Services": [{"Name": "*"}]},
+            {"Port": 9090, "Protocol": "tcp", "Services": [{"Name": "api"}]},
+            {"Port": 9191, "Protocol": "http", "Services": [{"Name": "shop", "Hosts": ["shop.example.com"]}]}
+        ]}),
+        json!({"Kind": "terminating-gateway", "Name": "egress", "Services": [
+            {"Name": "legacy", "CAFile": "/etc/ca.pem", "SNI": "legacy.internal"}
+        ]}),
+    ] {
+        let (status, text) = agent.put("/v1/config", &entry.to_string());
+        assert_eq!(status, 200, "{text}");
+    }
+    let wait_synced = || {
+        eventually(Duration::from_secs(10), || {
+            let services: Value = agent.get("/v1/catalog/services").ok()?;
+            services.get("legacy").map(|_| ())
+        })
+    };
+    wait_synced();
+    let edge: Value = agent.get("/v1/catalog/gateway-services/edge").unwrap();
+    let rows = edge.as_array().unwrap();
+    // The http listener's wildcard takes web (http, with a sidecar), not
+    // api (tcp, and named outright) nor legacy (no mesh instance).
+    let wildcard: Vec<&Value> = rows.iter().filter(|r| r["Port"] == 8080).collect();
+    assert_eq!(wildcard.len(), 1, "{edge}");
+    assert_eq!(wildcard[0]["Service"]["Name"], "web");
+    assert_eq!(wildcard[0]["FromWildcard"], true);
+    assert_eq!(wildcard[0]["Protocol"], "http");
+    assert_eq!(wildcard[0]["GatewayKind"], "ingress-gateway");
+    assert_eq!(wildcard[0]["Gateway"], json!({"Name": "edge"}));
+    let api = rows.iter().find(|r| r["Port"] == 9090).unwrap();
+    assert_eq!(api["Service"], json!({"Name": "api"}));
+    assert_eq!(api["Protocol"], "tcp");
+    assert!(api.get("FromWildcard").is_none() && api.get("Hosts").is_none());
+    let shop = rows.iter().find(|r| r["Port"] == 9191).unwrap();
+    assert_eq!(shop["Hosts"], json!(["shop.example.com"]));
+    assert!(shop.get("CAFile").is_none());
+    assert!(shop["CreateIndex"].as_u64().unwrap() > 0);
+    assert_eq!(rows.len(), 3, "{edge}");
+
+    let egress: Value = agent.get("/v1/catalog/gateway-services/egress").unwrap();
+    assert_eq!(egress[0]["Service"]["Name"], "legacy", "{egress}");
+    assert_eq!(egress[0]["GatewayKind"], "terminating-gateway");
+    assert_eq!(egress[0]["CAFile"], "/etc/ca.pem");
+    assert_eq!(egress[0]["SNI"], "legacy.internal");
+    assert!(egress[0].get("CertFile").is_none() && egress[0].get("Port").is_none());
+    assert_eq!(
+        agent
+            .get_text("/v1/catalog/gateway-services/nobody")
+            .unwrap(),
+        "[]"
+    );
+}

@@ -384,7 +384,8 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         | "GET /v1/health/checks/{service}"
         | "GET /v1/health/service/{service}"
         | "GET /v1/health/connect/{service}"
-        | "GET /v1/discovery-chain/{service}" => (fill(rest, SERVICE), None),
+        | "GET /v1/discovery-chain/{service}"
+        | "GET /v1/catalog/gateway-services/{gateway}" => (fill(rest, SERVICE), None),
         "POST /v1/discovery-chain/{service}" => (fill(rest, SERVICE), body(json!({}))),
         "PUT /v1/agent/service/maintenance/{id}" => (
             format!("{}?enable=true&reason=r", fill(rest, SERVICE)),

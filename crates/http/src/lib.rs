@@ -12,6 +12,7 @@ mod config;
 mod connect;
 mod coordinates;
 mod federation;
+mod gateway_services;
 mod host;
 mod intentions;
 mod kv;
@@ -161,6 +162,10 @@ fn routes() -> Routes {
         .get("/v1/catalog/services", catalog::services)
         .get("/v1/catalog/service/{service}", catalog::service_nodes)
         .get("/v1/catalog/connect/{service}", catalog::connect_nodes)
+        .get(
+            "/v1/catalog/gateway-services/{gateway}",
+            gateway_services::gateway_services,
+        )
         .get("/v1/catalog/node/{node}", catalog::node)
         .get(
             "/v1/catalog/node-services/{node}",
