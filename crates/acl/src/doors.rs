@@ -368,6 +368,11 @@ pub const HTTP: &[Door] = &[
     ),
     row("GET /v1/health/state/{state}", HEALTH_ROWS),
     row("GET /v1/health/service/{service}", SERVICE_NODES),
+    noted(
+        "GET /v1/health/ingress/{service}",
+        SERVICE_NODES,
+        "the gateways' instances are also filtered by service:read on the gateway",
+    ),
     noted("GET /v1/health/connect/{service}", SERVICE_NODES, CONNECT_NOTE),
     // Config entries and discovery chains.
     row("PUT /v1/config", Needs::ByKind(Side::Write)),

@@ -958,4 +958,20 @@ fn gateway_services_come_from_the_gateway_config_entries() {
             .unwrap(),
         "[]"
     );
+
+    // /v1/health/ingress/:service: the instances of the ingress gateways
+    // that expose it.
+    let (status, text) = agent.put(
+        "/v1/agent/service/register",
+        r#"{"Kind":"ingress-gateway","Name":"edge","Port":8443}"#,
+    );
+    assert_eq!(status, 200, "{text}");
+    let ingress = eventually(Duration::from_secs(10), || {
+        let found: Value = agent.get("/v1/health/ingress/web").ok()?;
+        (found.as_array()?.len() == 1).then_some(found)
+    });
+    assert_eq!(ingress[0]["Service"]["Service"], "edge");
+    assert_eq!(ingress[0]["Service"]["Kind"], "ingress-gateway");
+    assert!(ingress[0]["Checks"].is_array());
+    assert_eq!(agent.get_text("/v1/health/ingress/legacy").unwrap(), "[]");
 }

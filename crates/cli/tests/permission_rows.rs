@@ -55,6 +55,8 @@ fn rule(door: &str, need: &Need) -> String {
 fn common_rules(door: &str) -> &'static str {
     if door.contains("/connect/{service}") {
         "service \"fx-web-sidecar-proxy\" { policy = \"read\" }\n"
+    } else if door.contains("/ingress/{service}") {
+        "service \"fx-ingress\" { policy = \"read\" }\n"
     } else {
         ""
     }
@@ -247,6 +249,16 @@ impl Harness {
             "/v1/agent/check/register",
             Some(r#"{"ID":"fx-node-check","Name":"node","TTL":"10m"}"#),
         );
+        // An ingress gateway exposing the service (tagged with its name, so
+        // an answer that lists the gateway names the service too).
+        self.root(
+            "PUT",
+            "/v1/agent/service/register",
+            Some(
+                &json!({"Kind": "ingress-gateway", "Name": "fx-ingress", "Port": 8443, "Tags": [SERVICE]})
+                    .to_string(),
+            ),
+        );
         self.root("PUT", &format!("/v1/kv/{KEY}"), Some("v"));
         let session = self.root(
             "PUT",
@@ -256,6 +268,9 @@ impl Harness {
         for entry in [
             json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
             json!({"Kind": "service-defaults", "Name": SERVICE, "Protocol": "http"}),
+            json!({"Kind": "ingress-gateway", "Name": "fx-ingress", "Listeners": [
+                {"Port": 8443, "Protocol": "http", "Services": [{"Name": SERVICE}]}
+            ]}),
         ] {
             self.root("PUT", "/v1/config", Some(&entry.to_string()));
         }
@@ -384,6 +399,7 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         | "GET /v1/health/checks/{service}"
         | "GET /v1/health/service/{service}"
         | "GET /v1/health/connect/{service}"
+        | "GET /v1/health/ingress/{service}"
         | "GET /v1/discovery-chain/{service}"
         | "GET /v1/catalog/gateway-services/{gateway}" => (fill(rest, SERVICE), None),
         "POST /v1/discovery-chain/{service}" => (fill(rest, SERVICE), body(json!({}))),

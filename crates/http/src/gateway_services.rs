@@ -1,6 +1,7 @@
 //! The catalog's view of terminating and ingress gateways, from their
 //! config entries (Consul keeps it as a table; Legate derives it on read):
-//! `GET /v1/catalog/gateway-services/:gateway`.
+//! `GET /v1/catalog/gateway-services/:gateway` and
+//! `GET /v1/health/ingress/:service`.
 
 use axum::extract::{Path, State};
 use legate_acl::{Access, Resource};
@@ -228,4 +229,44 @@ pub async fn gateway_services(
     let mut meta = entries.meta;
     meta.results_filtered_by_acls |= filtered;
     Ok(json_meta(&req.params, &meta, &rows))
+}
+
+/// `GET /v1/health/ingress/:service`: the instances of every ingress
+/// gateway that exposes the service (with `?passing`), read with the
+/// request's token; without `service:read` on the service, `[]` (Consul
+/// answers the same, without saying it filtered).
+pub async fn health_ingress(
+    State(st): State<AppState>,
+    Path(service): Path<String>,
+    req: Req,
+) -> ApiResult {
+    let opts = req.query_options()?;
+    let passing_only = req.params.bool("passing")?.unwrap_or(false);
+    let entries = gateway_entries(&st, &opts).await?;
+    let mut meta = entries.meta;
+    let mut instances = Vec::new();
+    if may_read(&st, &req, &service).await? {
+        for entry in entries.value.iter().filter(|e| e.kind == INGRESS) {
+            let rows = rows_of(&st, &opts, entry, &entries.value).await?;
+            if !rows.iter().any(|r| text(&r["Service"], "Name") == service) {
+                continue;
+            }
+            let plain = QueryOptions {
+                min_index: 0,
+                max_wait: None,
+                ..opts.clone()
+            };
+            let query = ServiceQuery {
+                service: entry.name.clone(),
+                passing_only,
+                ..Default::default()
+            };
+            let found = st.agent.rpc().health_service_nodes(&plain, query).await?;
+            meta.results_filtered_by_acls |= found.meta.results_filtered_by_acls;
+            instances.extend(found.value);
+        }
+    } else {
+        meta.results_filtered_by_acls = true;
+    }
+    Ok(json_meta(&req.params, &meta, &instances))
 }

@@ -176,6 +176,10 @@ fn routes() -> Routes {
         .get("/v1/health/state/{state}", catalog::health_state)
         .get("/v1/health/service/{service}", catalog::health_service)
         .get("/v1/health/connect/{service}", catalog::health_connect)
+        .get(
+            "/v1/health/ingress/{service}",
+            gateway_services::health_ingress,
+        )
         .put("/v1/config", config::apply)
         .get("/v1/config/{kind}", config::list)
         .get("/v1/config/{kind}/{name}", config::get)
