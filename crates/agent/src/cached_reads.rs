@@ -200,13 +200,15 @@ impl CachedReads {
                 answer.meta.index = fetched.index;
                 let status = CacheStatus {
                     hit: true,
-                    age: cache.stale_for(),
+                    age: cache.stale_for(&key),
                 };
                 return Ok((answer, status));
             }
         }
-        cache.follow(key);
         let answer = miss(self.rpc.clone(), opts.clone(), args).await?;
+        // Followed only once the servers answered it: a read they refuse
+        // (an unknown datacenter, a denied token) holds nothing here.
+        cache.follow(key);
         let status = CacheStatus {
             hit: false,
             age: Duration::ZERO,

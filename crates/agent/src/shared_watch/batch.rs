@@ -135,7 +135,9 @@ pub(super) async fn drive<K, V>(
         match answer {
             None => {}
             Some(Ok(checked)) => {
-                accounting.answered();
+                for (_, entry) in &followed {
+                    entry.answered(true);
+                }
                 if settle(&fetch, &accounting, followed, checked).await {
                     failures += 1;
                     tokio::time::sleep(backoff(failures)).await;
@@ -151,7 +153,9 @@ pub(super) async fn drive<K, V>(
             }
             Some(Err(ChangesError::Failed(e))) => {
                 failures += 1;
-                accounting.failed();
+                for (_, entry) in &followed {
+                    entry.answered(false);
+                }
                 tracing::debug!(error = %e, "batched watch failed; retrying");
                 tokio::time::sleep(backoff(failures)).await;
             }
@@ -194,7 +198,7 @@ where
                         entry.checked.store(index, Ordering::Release);
                     }
                     Err(_) => {
-                        accounting.failed();
+                        entry.answered(false);
                         failed.store(true, Ordering::Relaxed)
                     }
                 }
@@ -226,7 +230,7 @@ where
                         (true, (key, entry))
                     }
                     Err(e) => {
-                        accounting.failed();
+                        entry.answered(false);
                         if entry.state.borrow().as_ref().is_none_or(|s| s.is_err()) {
                             entry.state.send_replace(Some(Err(e)));
                         }
@@ -249,7 +253,7 @@ where
 fn publish<V>(accounting: &Accounting<V>, entry: &Entry<V>, index: u64, value: V) {
     let held = matches!(&*entry.state.borrow(), Some(Ok((current, _))) if *current == index);
     if held {
-        accounting.answered();
+        entry.answered(true);
     } else {
         accounting.store(entry, index, value);
     }

@@ -121,12 +121,10 @@ pub struct CacheLimits {
     pub idle_ttl: Duration,
 }
 
-/// What a cache's values weigh, and since when its reads fail.
+/// What a cache's values weigh.
 struct Accounting<V> {
     weigh: Weigher<V>,
     bytes: AtomicUsize,
-    /// Since when the servers have not answered (`None`: they do).
-    failing_since: Mutex<Option<Instant>>,
 }
 
 impl<V> Accounting<V> {
@@ -137,23 +135,7 @@ impl<V> Accounting<V> {
         self.bytes.fetch_add(size, Ordering::AcqRel);
         self.bytes.fetch_sub(old, Ordering::AcqRel);
         entry.state.send_replace(Some(Ok((index, value))));
-        self.answered();
-    }
-
-    /// The servers answered.
-    fn answered(&self) {
-        let mut since = self.failing_since.lock().unwrap_or_else(|e| e.into_inner());
-        if since.is_some() {
-            *since = None;
-        }
-    }
-
-    /// A read failed.
-    fn failed(&self) {
-        self.failing_since
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(Instant::now);
+        entry.answered(true);
     }
 
     /// Forgets an entry's bytes.
@@ -167,6 +149,9 @@ struct Entry<V> {
     state: watch::Sender<Slot<V>>,
     /// What its value weighs.
     bytes: AtomicUsize,
+    /// Since when the reads that keep it current have failed (`None`:
+    /// they succeed).
+    failing_since: Mutex<Option<Instant>>,
     last_used: Mutex<Instant>,
     /// Batched mode: the index up to which the key is known unchanged.
     checked: AtomicU64,
@@ -183,6 +168,16 @@ impl<V> Entry<V> {
 
     fn touch(&self) {
         *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// Records whether the servers answered a read of this key.
+    fn answered(&self, ok: bool) {
+        let mut since = self.failing_since.lock().unwrap_or_else(|e| e.into_inner());
+        if ok {
+            *since = None;
+        } else {
+            since.get_or_insert_with(Instant::now);
+        }
     }
 }
 
@@ -245,7 +240,6 @@ where
         let accounting = Arc::new(Accounting {
             weigh,
             bytes: AtomicUsize::new(0),
-            failing_since: Mutex::new(None),
         });
         let cache = Arc::new(SharedWatch {
             fetch,
@@ -284,13 +278,14 @@ where
         self.accounting.bytes.load(Ordering::Acquire)
     }
 
-    /// How long the servers have not answered this cache's reads (zero
-    /// while they do): the age of what it holds, as Consul's `Age`.
-    pub fn stale_for(&self) -> Duration {
-        self.accounting
-            .failing_since
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    /// How long the reads that keep `key` current have failed (zero while
+    /// they succeed, or for a key not held): the age of its value, as
+    /// Consul's `Age`.
+    pub fn stale_for(&self, key: &K) -> Duration {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(key)
+            .and_then(|e| *e.failing_since.lock().unwrap_or_else(|e| e.into_inner()))
             .map(|since| since.elapsed())
             .unwrap_or_default()
     }
@@ -315,6 +310,7 @@ where
         let entry = Arc::new(Entry {
             state: watch::channel(None).0,
             bytes: AtomicUsize::new(0),
+            failing_since: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
             checked: AtomicU64::new(0),
             task: Mutex::new(None),
@@ -348,12 +344,12 @@ where
                             index = f.index;
                             accounting.store(&entry, f.index, f.value);
                         } else {
-                            accounting.answered();
+                            entry.answered(true);
                         }
                     }
                     Err(e) => {
                         failures += 1;
-                        accounting.failed();
+                        entry.answered(false);
                         if entry.state.borrow().as_ref().is_none_or(|s| s.is_err()) {
                             entry.state.send_replace(Some(Err(e)));
                         }
@@ -706,13 +702,14 @@ mod tests {
     async fn the_age_of_what_is_held_counts_from_the_first_failure_until_an_answer() {
         let failing = Arc::new(AtomicBool::new(false));
         let f = failing.clone();
-        let fetch: Fetch<String, u64> = Arc::new(move |_key: String, min_index: u64| {
+        // "denied" is never answered (a read the servers refuse).
+        let fetch: Fetch<String, u64> = Arc::new(move |key: String, min_index: u64| {
             let f = f.clone();
             Box::pin(async move {
                 if min_index > 0 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                if f.load(Ordering::SeqCst) {
+                if f.load(Ordering::SeqCst) || key == "denied" {
                     Err("connection refused".to_string())
                 } else {
                     Ok(Fetched {
@@ -727,10 +724,15 @@ mod tests {
             .get("k".into(), 0, Duration::from_secs(5))
             .await
             .unwrap();
-        assert_eq!(cache.stale_for(), Duration::ZERO);
+        assert_eq!(cache.stale_for(&"k".to_string()), Duration::ZERO);
+        // A key that keeps failing ages itself, not the others.
+        cache.follow("denied".into());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(cache.stale_for(&"denied".to_string()) >= Duration::from_millis(150));
+        assert_eq!(cache.stale_for(&"k".to_string()), Duration::ZERO);
         failing.store(true, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let age = cache.stale_for();
+        let age = cache.stale_for(&"k".to_string());
         assert!(age >= Duration::from_millis(150), "{age:?}");
         // The value is still served while failing (fail-static).
         assert_eq!(
@@ -743,7 +745,7 @@ mod tests {
         );
         failing.store(false, Ordering::SeqCst);
         for _ in 0..200 {
-            if cache.stale_for() == Duration::ZERO {
+            if cache.stale_for(&"k".to_string()) == Duration::ZERO {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
