@@ -78,6 +78,8 @@ impl Follower {
     pub fn start(level: Level) -> Follower {
         let hub = hub();
         hub.wanted[rank(&level)].fetch_add(1, Ordering::AcqRel);
+        // Callsites nobody wanted until now are asked again.
+        tracing::callsite::rebuild_interest_cache();
         Follower {
             level,
             lines: hub.lines.subscribe(),
@@ -101,6 +103,7 @@ impl Follower {
 impl Drop for Follower {
     fn drop(&mut self) {
         hub().wanted[rank(&self.level)].fetch_sub(1, Ordering::AcqRel);
+        tracing::callsite::rebuild_interest_cache();
     }
 }
 
@@ -119,10 +122,31 @@ pub fn wanted(metadata: &Metadata<'_>) -> bool {
     !noisy || level >= rank(&Level::WARN)
 }
 
-/// The layer to install beside the console's (with
-/// `tracing_subscriber::filter::filter_fn(log_stream::wanted)` as its
-/// filter).
+/// The layer to install beside the console's, filtered by
+/// [`FollowersFilter`].
 pub struct StreamLayer;
+
+/// The stream layer's filter: an event passes while some follower wants
+/// it. Callsites nobody wants are `never` (no cost) until a follower
+/// comes, when the interest cache is rebuilt.
+pub struct FollowersFilter;
+
+impl<S> tracing_subscriber::layer::Filter<S> for FollowersFilter {
+    fn enabled(&self, metadata: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        wanted(metadata)
+    }
+
+    fn callsite_enabled(
+        &self,
+        metadata: &'static Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if wanted(metadata) {
+            tracing::subscriber::Interest::always()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+}
 
 #[derive(Default)]
 struct Fields {
@@ -228,8 +252,8 @@ mod tests {
         assert_eq!(parse_level("err"), Some(Level::ERROR));
         assert_eq!(parse_level("off"), None);
         assert_eq!(parse_level("warning"), None);
-        let subscriber = tracing_subscriber::registry()
-            .with(StreamLayer.with_filter(tracing_subscriber::filter::filter_fn(wanted)));
+        let subscriber =
+            tracing_subscriber::registry().with(StreamLayer.with_filter(FollowersFilter));
         let mut info = Follower::start(Level::INFO);
         let mut debug = Follower::start(Level::DEBUG);
         tracing::subscriber::with_default(subscriber, || {

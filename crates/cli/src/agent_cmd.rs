@@ -385,9 +385,8 @@ fn init_logging(config: &AgentConfig) {
     };
     // The console at the configured level; `/v1/agent/monitor` followers
     // at theirs.
-    let followers = legate_agent::log_stream::StreamLayer.with_filter(
-        tracing_subscriber::filter::filter_fn(legate_agent::log_stream::wanted),
-    );
+    let followers = legate_agent::log_stream::StreamLayer
+        .with_filter(legate_agent::log_stream::FollowersFilter);
     let _ = tracing_subscriber::registry()
         .with(console.with_filter(filter))
         .with(followers)
