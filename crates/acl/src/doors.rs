@@ -187,6 +187,7 @@ pub const HTTP: &[Door] = &[
     // The agent's own endpoints, answered by the agent's resolver.
     row("GET /v1/agent/self", AGENT_READ),
     row("GET /v1/agent/metrics", AGENT_READ),
+    row("GET /v1/agent/metrics/stream", AGENT_READ),
     row("GET /v1/agent/monitor", AGENT_READ),
     row("GET /v1/agent/host", OPERATOR_READ),
     row("GET /v1/agent/version", Needs::Nothing),

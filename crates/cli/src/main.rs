@@ -69,6 +69,8 @@ enum Command {
     Reload(commands::misc::HttpOnlyArgs),
     /// Streams the agent's log.
     Monitor(commands::misc::MonitorArgs),
+    /// Prints the agent's statistics.
+    Info(commands::misc::HttpOnlyArgs),
     /// Controls node and service maintenance mode.
     Maint(commands::misc::MaintArgs),
     /// Cluster operations (Raft peers).
@@ -159,6 +161,7 @@ fn main() -> ExitCode {
             Command::Leave(args) => commands::misc::leave(args).await,
             Command::Reload(args) => commands::misc::reload(args).await,
             Command::Monitor(args) => commands::misc::monitor(args).await,
+            Command::Info(args) => commands::misc::info(args).await,
             Command::Maint(args) => commands::misc::maint(args).await,
             Command::Operator(cmd) => commands::operator::run(cmd).await,
             Command::Join(args) => commands::operator::join(args).await,

@@ -243,3 +243,136 @@ fn autopilot_state_names_the_leader_and_voters_of_the_raft_configuration() {
     assert_eq!(me["Address"], raft["Servers"][0]["Address"]);
     assert_eq!(state["FailureTolerance"], 0);
 }
+
+#[test]
+fn agent_self_has_consuls_keys_and_stats_that_agree_with_status() {
+    let agent = TestAgent::dev(&[]);
+    let me = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(
+        keys_of(&me),
+        [
+            "Config",
+            "Coord",
+            "DebugConfig",
+            "Member",
+            "Meta",
+            "Stats",
+            "xDS"
+        ]
+    );
+    assert_eq!(
+        keys_of(&me["Stats"]),
+        ["agent", "build", "consul", "raft", "runtime", "serf_lan", "serf_wan"]
+    );
+    let consul = &me["Stats"]["consul"];
+    for key in [
+        "leader",
+        "leader_addr",
+        "server",
+        "bootstrap",
+        "known_datacenters",
+        "acl",
+    ] {
+        assert!(consul[key].is_string(), "{key}: {consul}");
+    }
+    assert_eq!(consul["server"], "true");
+    assert_eq!(consul["leader"], "true");
+    let leader: String = agent
+        .get("/v1/status/leader")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .into();
+    assert_eq!(consul["leader_addr"], leader.as_str());
+    let peers = agent.get("/v1/status/peers").unwrap();
+    let raft = &me["Stats"]["raft"];
+    assert_eq!(raft["state"], "Leader");
+    assert_eq!(
+        raft["num_peers"],
+        (peers.as_array().unwrap().len() - 1).to_string()
+    );
+    assert!(raft["latest_configuration"]
+        .as_str()
+        .unwrap()
+        .contains(peers[0].as_str().unwrap()));
+    assert_eq!(me["Meta"]["consul-network-segment"], "");
+    assert!(me["DebugConfig"]["Legate"]["Version"].is_string());
+}
+
+#[test]
+fn info_prints_the_stats_sections_as_consul_does() {
+    let agent = TestAgent::dev(&[]);
+    let out = agent.cli(&["info"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let sections: Vec<&str> = text.lines().filter(|l| !l.starts_with('\t')).collect();
+    assert_eq!(
+        sections,
+        [
+            "agent:",
+            "build:",
+            "consul:",
+            "raft:",
+            "runtime:",
+            "serf_lan:",
+            "serf_wan:"
+        ]
+    );
+    assert!(text.contains("\n\tleader = true\n"), "{text}");
+    assert!(text.contains("\tstate = Leader\n"), "{text}");
+    let unreachable = std::process::Command::new(binary())
+        .args(["info", "-http-addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unreachable.stderr).starts_with("Error querying agent: "));
+}
+
+#[test]
+fn metrics_stream_writes_a_summary_each_interval() {
+    let agent = TestAgent::dev(&[]);
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", agent.http_port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /v1/agent/metrics/stream HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 65536];
+    // The first summary comes at the end of the first 10 s interval.
+    let summary = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(25),
+            "{}",
+            String::from_utf8_lossy(&seen)
+        );
+        if let Ok(n) = stream.read(&mut buf) {
+            assert!(n > 0, "the stream ended");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&seen).to_string();
+        let Some(body) = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()) else {
+            continue;
+        };
+        // One chunk: its size line, the summary, CRLF.
+        let Some(start) = body.find('{') else {
+            continue;
+        };
+        let Some(end) = body.rfind("}\n") else {
+            continue;
+        };
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body[start..=end]) {
+            break v;
+        }
+    };
+    assert!(started.elapsed() >= Duration::from_secs(9));
+    assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
+    assert_eq!(
+        keys_of(&summary),
+        ["Counters", "Gauges", "Points", "Samples", "Timestamp"]
+    );
+}

@@ -29,7 +29,7 @@ fn agent_self_reports_a_parseable_consul_version() {
     assert_eq!(parts.len(), 3, "{version}");
     assert!(parts[0] == 1 && parts[1] >= 20, "{version}");
     assert_eq!(me["Config"]["NodeName"], "self-test");
-    assert!(me["Legate"]["Version"].is_string());
+    assert!(me["DebugConfig"]["Legate"]["Version"].is_string());
     let members = agent.get("/v1/agent/members").unwrap();
     assert_eq!(members[0]["Name"], "self-test");
     assert_eq!(members[0]["Status"], 1);

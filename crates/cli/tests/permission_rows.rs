@@ -347,7 +347,8 @@ impl Harness {
             vec![("X-Consul-Token", token)]
         };
         // The log stream stays open: its head is the answer.
-        let patience = if door == "GET /v1/agent/monitor" {
+        let patience = if door == "GET /v1/agent/monitor" || door == "GET /v1/agent/metrics/stream"
+        {
             Duration::from_secs(2)
         } else {
             Duration::from_secs(700)

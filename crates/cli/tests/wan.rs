@@ -283,7 +283,10 @@ fn two_datacenters_federate_route_both_ways_and_report_lost_servers() {
 
     // Every server names the same primary: nothing to warn about.
     let own = dc2.servers[0].agent.get("/v1/agent/self").unwrap();
-    assert_eq!(own["Legate"]["FederationWarnings"], serde_json::json!([]));
+    assert_eq!(
+        own["DebugConfig"]["Legate"]["FederationWarnings"],
+        serde_json::json!([])
+    );
     assert_eq!(own["Config"]["PrimaryDatacenter"], "dc1");
 
     // Both DCs, local first, through either DC's client.
@@ -793,7 +796,7 @@ fn a_node_name_with_a_dot_cannot_join_the_wan_pool() {
         .contains("node name does not encode a datacenter: x.y.dc3"));
     let own = a.agent.get("/v1/agent/self").unwrap();
     assert_eq!(
-        own["Legate"]["FederationWarnings"],
+        own["DebugConfig"]["Legate"]["FederationWarnings"],
         serde_json::json!(["node name does not encode a datacenter: x.y.dc3"])
     );
 }
@@ -806,7 +809,9 @@ fn a_secondary_that_cannot_reach_its_primary_says_so() {
     let expected = "primary_datacenter is dc1, but the WAN pool holds no server of dc1";
     let warnings = eventually(Duration::from_secs(30), || {
         let own = a.agent.get("/v1/agent/self").ok()?;
-        let warnings = own["Legate"]["FederationWarnings"].as_array()?.clone();
+        let warnings = own["DebugConfig"]["Legate"]["FederationWarnings"]
+            .as_array()?
+            .clone();
         (!warnings.is_empty()).then_some(warnings)
     });
     assert!(

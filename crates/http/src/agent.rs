@@ -55,87 +55,6 @@ fn filtered<T: serde::Serialize>(
         .collect())
 }
 
-pub async fn self_info(State(st): State<AppState>, req: Req) -> ApiResult {
-    check_agent(&st, &req, Access::Read).await?;
-    let agent = &st.agent;
-    let config = agent.config();
-    let address = config.advertise().to_string();
-    let body = json!({
-        "Config": {
-            "Datacenter": config.datacenter,
-            "PrimaryDatacenter": config.primary_datacenter,
-            "NodeName": config.node_name,
-            "NodeID": agent.node_id(),
-            "Revision": "legate",
-            "Server": config.server || config.dev,
-            "Version": legate_types::CONSUL_API_VERSION,
-            "BuildDate": "",
-            // Nanoseconds, as Consul's older agents listed it here; HA
-            // managers read it to fall back to the shortest TTL allowed.
-            "SessionTTLMin": config.limits.session_ttl_min.as_nanos() as u64,
-        },
-        "DebugConfig": {
-            "Datacenter": config.datacenter,
-            "NodeName": config.node_name,
-            "DevMode": config.dev,
-            "ServerMode": config.server || config.dev,
-            "DataDir": config.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
-            "ClientAddrs": [config.client_addr.to_string()],
-            "HTTPPort": config.ports.http.map(i64::from).unwrap_or(-1),
-            "DNSPort": config.ports.dns.map(i64::from).unwrap_or(-1),
-            "GRPCPort": config.ports.grpc.map(i64::from).unwrap_or(-1),
-            "GRPCTLSPort": config.ports.grpc_tls.map(i64::from).unwrap_or(-1),
-            "ServerPort": config.ports.server.map(i64::from).unwrap_or(-1),
-            "ConnectEnabled": config.connect_enabled,
-            "ACLsEnabled": config.acl.enabled,
-            "SessionTTLMin": legate_types::duration::format_go_duration(config.limits.session_ttl_min),
-        },
-        // This agent's LAN coordinate (null until gossip measured one).
-        "Coord": agent.membership().and_then(|m| m.coordinate()),
-        "Member": member(&st),
-        "Stats": {
-            "agent": {"check_monitors": "0", "services": agent.services().len().to_string(), "checks": agent.checks().len().to_string()},
-            "build": {"version": legate_types::CONSUL_API_VERSION, "legate_version": legate_types::LEGATE_VERSION, "prerelease": ""},
-        },
-        "Meta": config.node_meta,
-        "xDS": {
-            "SupportedProxies": {"envoy": ["1.35.0", "1.34.0", "1.33.0", "1.32.0"]},
-            "Port": config.ports.grpc.map(i64::from).unwrap_or(-1),
-            "Ports": {
-                "Plaintext": config.ports.grpc.map(i64::from).unwrap_or(-1),
-                "TLS": config.ports.grpc_tls.filter(|_| config.grpc_tls.serves_tls()).map(i64::from).unwrap_or(-1),
-            },
-        },
-        "Legate": {
-            "Version": legate_types::LEGATE_VERSION,
-            "Address": address,
-            "FederationWarnings": agent.federation_warnings(),
-        },
-    });
-    Ok(json(&req.params, &body))
-}
-
-fn member(st: &AppState) -> Value {
-    let config = st.agent.config();
-    json!({
-        "Name": config.node_name,
-        "Addr": config.advertise().to_string(),
-        "Port": config.ports.serf_lan.unwrap_or(8301),
-        "Tags": {
-            "role": if config.server || config.dev { "consul" } else { "node" },
-            "dc": config.datacenter,
-            "id": st.agent.node_id(),
-            "port": config.ports.server.unwrap_or(8300).to_string(),
-            "build": format!("{}:legate", legate_types::CONSUL_API_VERSION),
-            "vsn": "2", "vsn_min": "2", "vsn_max": "3",
-            "expect": config.bootstrap_expect.to_string(),
-        },
-        "Status": 1,
-        "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-        "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-    })
-}
-
 /// Whether a query parameter asks for the WAN pool (`?wan=1`; Consul
 /// reads any non-empty value as yes).
 fn wants_wan(req: &Req) -> bool {
@@ -167,7 +86,7 @@ pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
                 let node = st.agent.config().node_name.clone();
                 let visible = may_read(&st, &token, Resource::Node, &node).await;
                 let rows = if visible {
-                    vec![member(&st)]
+                    vec![crate::agent_self::member(&st)]
                 } else {
                     Vec::new()
                 };

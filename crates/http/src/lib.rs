@@ -6,6 +6,7 @@
 mod acl;
 mod agent;
 mod agent_acl;
+mod agent_self;
 mod cached;
 mod catalog;
 mod config;
@@ -104,7 +105,7 @@ impl Routes {
 /// be walked (see [`route_list`]).
 fn routes() -> Routes {
     Routes::default()
-        .get("/v1/agent/self", agent::self_info)
+        .get("/v1/agent/self", agent_self::self_info)
         .get("/v1/agent/members", agent::members)
         .get("/v1/agent/services", agent::services)
         .put("/v1/agent/service/register", agent::service_register)
@@ -148,6 +149,7 @@ fn routes() -> Routes {
         .get("/v1/connect/ca/configuration", connect::get_configuration)
         .put("/v1/connect/ca/configuration", connect::set_configuration)
         .get("/v1/agent/metrics", metrics::agent_metrics)
+        .get("/v1/agent/metrics/stream", metrics::agent_metrics_stream)
         .get("/v1/agent/monitor", monitor::monitor)
         .get("/v1/agent/host", host::agent_host)
         .get("/v1/agent/version", host::agent_version)

@@ -76,6 +76,11 @@ pub async fn agent_metrics(
         );
         return Ok(response);
     }
+    Ok(json(&req.params, &summary(&r)))
+}
+
+/// The metrics in go-metrics' in-memory summary shape (`/v1/agent/metrics`).
+fn summary(r: &legate_types::metrics::Registry) -> Value {
     let timestamp = legate_types::metrics_timestamp();
     let gauges: Vec<Value> = r
         .gauges
@@ -103,8 +108,29 @@ pub async fn agent_metrics(
                    "Max": s.max, "Mean": mean, "Stddev": 0.0, "Labels": labels_json(labels)})
         })
         .collect();
-    Ok(json(
-        &req.params,
-        &json!({"Timestamp": timestamp, "Gauges": gauges, "Points": [], "Counters": counters, "Samples": samples}),
-    ))
+    json!({"Timestamp": timestamp, "Gauges": gauges, "Points": [], "Counters": counters, "Samples": samples})
+}
+
+/// How often `/v1/agent/metrics/stream` writes a summary (go-metrics'
+/// in-memory interval, as Consul's agent runs it).
+pub const STREAM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `GET /v1/agent/metrics/stream`: `agent:read`; a 200 at once, then
+/// every [`STREAM_INTERVAL`] one indented summary, until the client goes.
+pub async fn agent_metrics_stream(
+    axum::extract::State(st): axum::extract::State<crate::AppState>,
+    req: Req,
+) -> ApiResult {
+    crate::agent_acl::check_agent(&st, &req, legate_acl::Access::Read).await?;
+    let ticks = futures::stream::unfold((), |()| async {
+        tokio::time::sleep(STREAM_INTERVAL).await;
+        let mut text = serde_json::to_string_pretty(&summary(&snapshot())).unwrap_or_default();
+        text.push('\n');
+        Some((Ok::<_, std::io::Error>(text.into_bytes()), ()))
+    });
+    let mut response = axum::body::Body::from_stream(ticks).into_response();
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    Ok(response)
 }

@@ -312,3 +312,34 @@ pub async fn monitor(args: MonitorArgs) -> u8 {
         _ = tokio::signal::ctrl_c() => 0,
     }
 }
+
+/// `legate info`: the agent's `Stats` as Consul prints them, each section
+/// and its keys sorted, one `key = value` a line under `section:`.
+pub async fn info(args: HttpOnlyArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let me: serde_json::Value = match client.get_json("/v1/agent/self", &[]).await {
+        Ok(me) => me,
+        Err(e) => return fail(format!("Error querying agent: {e}")),
+    };
+    let Some(stats) = me["Stats"].as_object() else {
+        return fail("Error querying agent: no Stats in /v1/agent/self");
+    };
+    let mut sections: Vec<(&String, &serde_json::Value)> = stats.iter().collect();
+    sections.sort_by_key(|(name, _)| *name);
+    for (name, values) in sections {
+        println!("{name}:");
+        let mut keys: Vec<(&String, &serde_json::Value)> = values
+            .as_object()
+            .map(|m| m.iter().collect())
+            .unwrap_or_default();
+        keys.sort_by_key(|(k, _)| *k);
+        for (key, value) in keys {
+            let text = value
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| value.to_string());
+            println!("\t{key} = {text}");
+        }
+    }
+    0
+}
