@@ -71,6 +71,8 @@ enum Command {
     Monitor(commands::misc::MonitorArgs),
     /// Prints the agent's statistics.
     Info(commands::misc::HttpOnlyArgs),
+    /// Checks agent configuration files.
+    Validate(commands::misc::ValidateArgs),
     /// Controls node and service maintenance mode.
     Maint(commands::misc::MaintArgs),
     /// Cluster operations (Raft peers).
@@ -162,6 +164,7 @@ fn main() -> ExitCode {
             Command::Reload(args) => commands::misc::reload(args).await,
             Command::Monitor(args) => commands::misc::monitor(args).await,
             Command::Info(args) => commands::misc::info(args).await,
+            Command::Validate(args) => commands::misc::validate(args),
             Command::Maint(args) => commands::misc::maint(args).await,
             Command::Operator(cmd) => commands::operator::run(cmd).await,
             Command::Join(args) => commands::operator::join(args).await,

@@ -248,3 +248,64 @@ fn http_addr_flag_and_env_and_unreachable_agent() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("Error"), "{}", stderr(&out));
 }
+
+/// `legate validate` as Consul's: the files merged and checked as the
+/// agent would, `Configuration is valid!` or `Config validation failed:
+/// ...` (exit 1), `-quiet` saying nothing.
+#[test]
+fn validate_checks_config_files_as_the_agent_loads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("a.hcl");
+    std::fs::write(
+        &good,
+        "data_dir = \"/tmp/legate-validate\"\ndatacenter = \"dc1\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::binary())
+            .arg("validate")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )
+    };
+    let good_path = good.to_str().unwrap();
+    assert_eq!(
+        run(&[good_path]),
+        (Some(0), "Configuration is valid!".into(), String::new())
+    );
+    assert_eq!(
+        run(&["-quiet", good_path]),
+        (Some(0), String::new(), String::new())
+    );
+    std::fs::write(dir.path().join("b.json"), r#"{"bogus_key": 1}"#).unwrap();
+    let (code, _, err) = run(&[dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with("Config validation failed: ")
+            && err.contains("invalid config key bogus_key"),
+        "{err}"
+    );
+    let no_data_dir = dir.path().join("c.hcl");
+    std::fs::write(&no_data_dir, "datacenter = \"dc1\"\n").unwrap();
+    assert_eq!(
+        run(&[no_data_dir.to_str().unwrap()]),
+        (
+            Some(1),
+            String::new(),
+            "Config validation failed: data_dir cannot be empty".into()
+        )
+    );
+    assert_eq!(
+        run(&[]),
+        (
+            Some(1),
+            String::new(),
+            "Must specify at least one config file or directory".into()
+        )
+    );
+}

@@ -343,3 +343,48 @@ pub async fn info(args: HttpOnlyArgs) -> u8 {
     }
     0
 }
+
+/// Flags of `validate`.
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Config files and directories (every `.hcl` and `.json` in them).
+    paths: Vec<std::path::PathBuf>,
+    /// Only the exit code says whether the configuration is valid.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// `legate validate FILE_OR_DIRECTORY...`: loads the files as the agent
+/// would (merged in order, every key checked, the same warnings) and says
+/// whether they make a valid configuration, in Consul's words.
+pub fn validate(args: ValidateArgs) -> u8 {
+    use legate_agent::config::{load, ConfigSource};
+    if args.paths.is_empty() {
+        return fail("Must specify at least one config file or directory");
+    }
+    let sources: Vec<ConfigSource> = args
+        .paths
+        .iter()
+        .map(|p| {
+            if p.is_dir() {
+                ConfigSource::Dir(p.clone())
+            } else {
+                ConfigSource::File(p.clone())
+            }
+        })
+        .collect();
+    let config = match load(&sources) {
+        Ok(config) if config.data_dir.is_none() => {
+            return fail("Config validation failed: data_dir cannot be empty");
+        }
+        Ok(config) => config,
+        Err(e) => return fail(format!("Config validation failed: {e}")),
+    };
+    if !args.quiet {
+        for warning in &config.warnings {
+            eprintln!("{warning}");
+        }
+        println!("Configuration is valid!");
+    }
+    0
+}
