@@ -181,6 +181,25 @@ fn services_catalog_members_maint() {
     let out = agent.cli(&["catalog", "nodes"]);
     assert!(stdout(&out).starts_with("Node"), "{}", stdout(&out));
     assert!(stdout(&out).contains("cli-node"));
+    // -node-meta (key=value, sent as the API's key:value) and -near.
+    let (status, body) = agent.put(
+        "/v1/catalog/register",
+        r#"{"Node":"rack-a","Address":"10.9.0.1","NodeMeta":{"rack":"a"},"Service":{"Service":"racked","Tags":["r"]}}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let out = agent.cli(&[
+        "catalog",
+        "nodes",
+        "-node-meta",
+        "rack=a",
+        "-near",
+        "_agent",
+    ]);
+    let rows: Vec<String> = stdout(&out).lines().skip(1).map(String::from).collect();
+    assert_eq!(rows.len(), 1, "{}", stdout(&out));
+    assert!(rows[0].starts_with("rack-a"), "{rows:?}");
+    let out = agent.cli(&["catalog", "services", "-node-meta=rack=a"]);
+    assert_eq!(stdout(&out).trim(), "racked");
     let out = agent.cli(&["catalog", "datacenters"]);
     assert_eq!(stdout(&out).trim(), "dc1");
     let out = agent.cli(&["members"]);

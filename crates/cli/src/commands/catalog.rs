@@ -40,6 +40,12 @@ pub struct NodesArgs {
     /// A filter expression.
     #[arg(long)]
     filter: Option<String>,
+    /// Sort by estimated round trip from this node (`_agent`: this agent).
+    #[arg(long)]
+    near: Option<String>,
+    /// Only nodes with this metadata (`key=value`; repeatable).
+    #[arg(long = "node-meta")]
+    node_meta: Vec<String>,
 }
 
 /// Flags of `catalog services`.
@@ -53,6 +59,9 @@ pub struct ServicesArgs {
     /// Show tags.
     #[arg(long)]
     tags: bool,
+    /// Only services on nodes with this metadata (`key=value`; repeatable).
+    #[arg(long = "node-meta")]
+    node_meta: Vec<String>,
 }
 
 /// Runs a catalog subcommand.
@@ -79,6 +88,12 @@ pub async fn run(cmd: CatalogCommand) -> u8 {
             let mut query = Vec::new();
             if let Some(f) = &args.filter {
                 query.push(("filter", f.clone()));
+            }
+            if let Some(near) = &args.near {
+                query.push(("near", near.clone()));
+            }
+            for meta in &args.node_meta {
+                query.push(("node-meta", meta_param(meta)));
             }
             let nodes: Vec<Value> = match &args.service {
                 Some(service) => match client
@@ -156,7 +171,17 @@ pub async fn run(cmd: CatalogCommand) -> u8 {
                         .unwrap_or_default(),
                     Err(e) => return fail(format!("Error listing services for node: {e}")),
                 },
-                None => match client.get_json("/v1/catalog/services", &[]).await {
+                None => match client
+                    .get_json(
+                        "/v1/catalog/services",
+                        &args
+                            .node_meta
+                            .iter()
+                            .map(|m| ("node-meta", meta_param(m)))
+                            .collect::<Vec<_>>(),
+                    )
+                    .await
+                {
                     Ok(s) => s,
                     Err(e) => return fail(format!("Error listing services: {e}")),
                 },
@@ -177,6 +202,14 @@ pub async fn run(cmd: CatalogCommand) -> u8 {
             }
             0
         }
+    }
+}
+
+/// A `-node-meta key=value` flag as the API's `node-meta=key:value`.
+fn meta_param(flag: &str) -> String {
+    match flag.split_once('=') {
+        Some((k, v)) => format!("{k}:{v}"),
+        None => flag.to_string(),
     }
 }
 
