@@ -46,3 +46,16 @@ def test_monitor_refuses_an_unknown_level_with_consuls_400(client):
     with pytest.raises(consul.ConsulException) as refused:
         client.agent.monitor(loglevel="verbose")
     assert "Unknown log level: verbose" in str(refused.value)
+
+
+def test_operator_usage_as_py_consul_reads_it(client):
+    client.agent.service.register("web", service_id="web1", port=80)
+    client.agent.service.register("web", service_id="web2", port=81)
+    usage = client.operator.usage()
+    dc1 = usage["Usage"]["dc1"]
+    assert dc1["ServiceInstances"] == 3  # consul, web1, web2
+    assert dc1["Services"] == 2
+    assert dc1["BillableServiceInstances"] == 2
+    assert set(dc1["ConnectServiceInstances"]) == {
+        "connect-native", "connect-proxy", "ingress-gateway", "mesh-gateway", "terminating-gateway"
+    }

@@ -505,6 +505,7 @@ pub const HTTP: &[Door] = &[
     row("DELETE /v1/operator/raft/peer", OPERATOR_WRITE),
     row("GET /v1/operator/autopilot/health", OPERATOR_READ),
     row("GET /v1/operator/autopilot/state", OPERATOR_READ),
+    row("GET /v1/operator/usage", OPERATOR_READ),
     row("GET /v1/operator/autopilot/configuration", OPERATOR_READ),
     row("GET /v1/snapshot", SNAPSHOT),
     row("PUT /v1/snapshot", SNAPSHOT),
@@ -581,6 +582,7 @@ pub const RPC: &[Door] = &[
     row("raft_remove_peer", OPERATOR_WRITE),
     row("autopilot_health", OPERATOR_READ),
     row("autopilot_config", OPERATOR_READ),
+    row("operator_usage", OPERATOR_READ),
     row("snapshot_save", SNAPSHOT),
     row("snapshot_restore", SNAPSHOT),
     noted(

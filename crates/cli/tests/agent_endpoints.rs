@@ -376,3 +376,46 @@ fn metrics_stream_writes_a_summary_each_interval() {
         ["Counters", "Gauges", "Points", "Samples", "Timestamp"]
     );
 }
+
+#[test]
+fn operator_usage_counts_services_instances_and_mesh_kinds_as_consul_ce() {
+    let agent = TestAgent::dev(&[]);
+    for body in [
+        r#"{"Name":"web","Port":80,"Connect":{"SidecarService":{}}}"#,
+        r#"{"Name":"api","ID":"api1","Port":81}"#,
+        r#"{"Name":"api","ID":"api2","Port":82}"#,
+        r#"{"Name":"pay","Port":83,"Connect":{"Native":true}}"#,
+        r#"{"Kind":"mesh-gateway","Name":"gw","Port":8443}"#,
+    ] {
+        let (status, text) = agent.put("/v1/agent/service/register", body);
+        assert_eq!(status, 200, "{text}");
+    }
+    let usage = common::eventually(Duration::from_secs(10), || {
+        let usage = agent.get("/v1/operator/usage").ok()?;
+        (usage["Usage"]["dc1"]["ServiceInstances"] == 7).then_some(usage)
+    });
+    let dc1 = &usage["Usage"]["dc1"];
+    // consul, web, web-sidecar-proxy, api, pay, gw.
+    assert_eq!(dc1["Services"], 6, "{usage}");
+    assert_eq!(
+        dc1["ConnectServiceInstances"],
+        serde_json::json!({"connect-native": 1, "connect-proxy": 1, "ingress-gateway": 0,
+                           "mesh-gateway": 1, "terminating-gateway": 0})
+    );
+    // web, api1, api2, pay: not the proxy, the gateway or consul.
+    assert_eq!(dc1["BillableServiceInstances"], 4);
+    for key in [
+        "Index",
+        "LastContact",
+        "KnownLeader",
+        "ConsistencyLevel",
+        "NotModified",
+        "Backend",
+        "ResultsFilteredByACLs",
+    ] {
+        assert!(usage.get(key).is_some(), "{key}: {usage}");
+    }
+    // ?global with one datacenter is the same map.
+    let global = agent.get("/v1/operator/usage?global").unwrap();
+    assert_eq!(keys_of(&global["Usage"]), ["dc1"]);
+}

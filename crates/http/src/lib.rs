@@ -209,6 +209,7 @@ fn routes() -> Routes {
         .get("/v1/operator/raft/configuration", misc::raft_configuration)
         .get("/v1/operator/autopilot/health", misc::autopilot_health)
         .get("/v1/operator/autopilot/state", misc::autopilot_state)
+        .get("/v1/operator/usage", misc::operator_usage)
         .get(
             "/v1/operator/autopilot/configuration",
             misc::autopilot_config,

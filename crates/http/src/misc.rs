@@ -298,6 +298,49 @@ pub async fn autopilot_state(State(st): State<AppState>, req: Req) -> ApiResult 
     ))
 }
 
+/// `GET /v1/operator/usage` (`?global`: every known datacenter, those
+/// that cannot answer left out): `{"Usage": {dc: counts}}` with the read's
+/// metadata beside it, as Consul's embedded `QueryMeta` gives.
+pub async fn operator_usage(State(st): State<AppState>, req: Req) -> ApiResult {
+    let opts = req.query_options()?;
+    let rpc = st.agent.rpc();
+    let local = rpc.operator_usage(&opts).await?;
+    let here = if opts.datacenter.is_empty() {
+        st.agent.config().datacenter.clone()
+    } else {
+        opts.datacenter.clone()
+    };
+    let mut usage = serde_json::Map::new();
+    usage.insert(
+        here.clone(),
+        serde_json::to_value(&local.value).unwrap_or_default(),
+    );
+    if req.params.has("global") {
+        for dc in rpc.catalog_datacenters().await? {
+            if dc == here {
+                continue;
+            }
+            let there = legate_types::QueryOptions {
+                datacenter: dc.clone(),
+                min_index: 0,
+                max_wait: None,
+                ..opts.clone()
+            };
+            match rpc.operator_usage(&there).await {
+                Ok(answer) => {
+                    usage.insert(dc, serde_json::to_value(&answer.value).unwrap_or_default());
+                }
+                Err(e) => tracing::warn!(datacenter = %dc, error = %e, "operator usage: no answer"),
+            }
+        }
+    }
+    let body = crate::prepared_query::with_meta_fields(
+        &serde_json::json!({ "Usage": usage }),
+        &local.meta,
+    );
+    Ok(crate::util::json_meta(&req.params, &local.meta, &body))
+}
+
 /// `GET /v1/operator/autopilot/configuration`.
 pub async fn autopilot_config(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;

@@ -100,7 +100,7 @@ fn go_bool(text: &str) -> Option<bool> {
 
 /// `value`'s JSON object with the read's metadata beside its fields, as
 /// Consul's response structs embed `QueryMeta`.
-fn with_meta_fields<T: Serialize>(value: &T, meta: &QueryMeta) -> Value {
+pub(crate) fn with_meta_fields<T: Serialize>(value: &T, meta: &QueryMeta) -> Value {
     let mut object = serde_json::to_value(value).unwrap_or(Value::Null);
     if let Value::Object(fields) = &mut object {
         fields.insert("Index".into(), json!(meta.index));

@@ -179,6 +179,15 @@ impl ServerRpc for Server {
         Ok(self.autopilot_view())
     }
 
+    async fn operator_usage(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<legate_types::rpc::ServiceUsage>, RpcError> {
+        self.authorize(&opts.token, Resource::Operator, Access::Read)?;
+        self.blocking_query(opts, |w| w.tables(&[Table::Services]), |t| Ok(t.usage()))
+            .await
+    }
+
     async fn autopilot_config(
         &self,
         opts: &QueryOptions,

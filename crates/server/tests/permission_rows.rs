@@ -354,6 +354,7 @@ impl Harness {
             "raft_remove_peer" => plain(rpc.raft_remove_peer(&w, "no-such-peer".into()).await),
             "autopilot_health" => plain(rpc.autopilot_health(&q).await),
             "autopilot_config" => plain(rpc.autopilot_config(&q).await),
+            "operator_usage" => plain(rpc.operator_usage(&q).await),
             "snapshot_save" => queried(rpc.snapshot_save(&q).await),
             "snapshot_restore" => plain(
                 rpc.snapshot_restore(&w, legate_types::rpc::SnapshotArchive(b"not an archive".to_vec()))

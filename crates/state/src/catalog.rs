@@ -393,6 +393,39 @@ impl Tables {
         (self.table_index(Table::Services), out)
     }
 
+    /// The catalog's usage as Consul CE counts it (`/v1/operator/usage`).
+    pub fn usage(&self) -> (u64, legate_types::rpc::ServiceUsage) {
+        let mut usage = legate_types::rpc::ServiceUsage {
+            services: self.services_by_name.len() as u64,
+            service_instances: self.services.len() as u64,
+            ..Default::default()
+        };
+        for kind in [
+            "connect-native",
+            "connect-proxy",
+            "ingress-gateway",
+            "mesh-gateway",
+            "terminating-gateway",
+        ] {
+            usage.connect_service_instances.insert(kind.into(), 0);
+        }
+        for service in self.services.values() {
+            let native = service.connect.as_ref().is_some_and(|c| c.native);
+            let kind = if native && service.kind.is_empty() {
+                "connect-native"
+            } else {
+                service.kind.as_str()
+            };
+            if let Some(count) = usage.connect_service_instances.get_mut(kind) {
+                *count += 1;
+            }
+            if service.kind.is_empty() && service.service != "consul" {
+                usage.billable_service_instances += 1;
+            }
+        }
+        (self.table_index(Table::Services), usage)
+    }
+
     /// Whether a write after `index` touched the service `name` (a name no
     /// write has touched has not changed, whatever the catalog's index).
     pub fn service_changed_after(&self, name: &str, index: u64) -> bool {

@@ -271,6 +271,23 @@ pub struct AutopilotHealth {
     pub servers: Vec<AutopilotServerHealth>,
 }
 
+/// One datacenter's catalog usage (`/v1/operator/usage`), as Consul CE
+/// counts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServiceUsage {
+    /// Distinct service names.
+    pub services: u64,
+    /// Service instances of every kind.
+    pub service_instances: u64,
+    /// Mesh instances by kind: `connect-native`, `connect-proxy`,
+    /// `ingress-gateway`, `mesh-gateway`, `terminating-gateway`.
+    pub connect_service_instances: std::collections::BTreeMap<String, u64>,
+    /// Instances that are neither proxies nor gateways nor the servers'
+    /// own `consul` service.
+    pub billable_service_instances: u64,
+}
+
 /// Server endpoints. Every call carries the request's datacenter, token and
 /// (for reads) consistency and blocking options.
 #[async_trait]
@@ -293,6 +310,9 @@ pub trait ServerRpc: Send + Sync + 'static {
     /// `GET /v1/operator/autopilot/health`: the leader's view of every
     /// server.
     async fn autopilot_health(&self, opts: &QueryOptions) -> Result<AutopilotHealth, RpcError>;
+    /// `GET /v1/operator/usage`: this datacenter's catalog usage
+    /// (`operator:read`; blocking on the catalog).
+    async fn operator_usage(&self, opts: &QueryOptions) -> Result<Queried<ServiceUsage>, RpcError>;
     /// `GET /v1/operator/autopilot/configuration`: the settings the
     /// leader runs autopilot with.
     async fn autopilot_config(
