@@ -51,8 +51,16 @@ def test_monitor_refuses_an_unknown_level_with_consuls_400(client):
 def test_operator_usage_as_py_consul_reads_it(client):
     client.agent.service.register("web", service_id="web1", port=80)
     client.agent.service.register("web", service_id="web2", port=81)
-    usage = client.operator.usage()
-    dc1 = usage["Usage"]["dc1"]
+    # Agent registrations reach the catalog through anti-entropy.
+    import time
+
+    deadline = time.time() + 10
+    while True:
+        usage = client.operator.usage()
+        dc1 = usage["Usage"]["dc1"]
+        if dc1["ServiceInstances"] == 3 or time.time() > deadline:
+            break
+        time.sleep(0.05)
     assert dc1["ServiceInstances"] == 3  # consul, web1, web2
     assert dc1["Services"] == 2
     assert dc1["BillableServiceInstances"] == 2

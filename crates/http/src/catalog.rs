@@ -101,20 +101,22 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     let value = if meta_filter.is_empty() {
         result.value
     } else {
-        // Keep the services with an instance on a node carrying the metadata.
-        let nodes = st
-            .agent
-            .rpc()
-            .catalog_nodes(&legate_types::QueryOptions::default())
-            .await?
-            .value;
+        // Keep the services with an instance on a node carrying the metadata
+        // (read with the request's token and datacenter, not blocking).
+        let plain = legate_types::QueryOptions {
+            min_index: 0,
+            max_wait: None,
+            filter: String::new(),
+            ..opts.clone()
+        };
+        let nodes = st.agent.rpc().catalog_nodes(&plain).await?.value;
         let mut kept = std::collections::BTreeMap::new();
         for (name, tags) in result.value {
             let instances = st
                 .agent
                 .rpc()
                 .catalog_service_nodes(
-                    &legate_types::QueryOptions::default(),
+                    &plain,
                     ServiceQuery {
                         service: name.clone(),
                         ..Default::default()
