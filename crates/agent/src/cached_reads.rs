@@ -46,7 +46,7 @@ pub struct ReadShape {
 }
 
 impl ReadShape {
-    fn of(opts: &QueryOptions) -> ReadShape {
+    pub(crate) fn of(opts: &QueryOptions) -> ReadShape {
         ReadShape {
             datacenter: opts.datacenter.clone(),
             stale: opts.consistency == Consistency::Stale,

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use legate_types::prepared_query::{ExecuteRequest, ExecuteResponse};
 use legate_types::rpc::ServerRpc;
-use legate_types::{Consistency, Queried, QueryOptions, RpcError};
+use legate_types::{Queried, QueryOptions, RpcError};
 
 use crate::acl::AclResolver;
 use crate::acl_tokens::TokenStore;
-use crate::cached_reads::{may_read, CacheStatus};
+use crate::cached_reads::{may_read, CacheStatus, ReadShape};
 use crate::shared_watch::{report_size, CacheLimits};
 
 /// A request's `Cache-Control` directives.
@@ -61,10 +61,8 @@ impl CacheControl {
 /// The key of one answer: the query as asked, and where from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct QueryKey {
-    datacenter: String,
-    stale: bool,
-    near: String,
-    source_ip: String,
+    /// Where from and how (the background caches' key shape).
+    shape: ReadShape,
     id_or_name: String,
     limit: usize,
     connect: bool,
@@ -131,14 +129,7 @@ impl QueryCache {
         control: CacheControl,
     ) -> Result<(Queried<ExecuteResponse>, CacheStatus), RpcError> {
         let key = QueryKey {
-            datacenter: opts.datacenter.clone(),
-            stale: opts.consistency == Consistency::Stale,
-            near: opts.near.clone(),
-            source_ip: if opts.near == "_ip" {
-                opts.source_ip.clone()
-            } else {
-                String::new()
-            },
+            shape: ReadShape::of(opts),
             id_or_name: request.id_or_name.clone(),
             limit: request.limit,
             connect: request.connect,

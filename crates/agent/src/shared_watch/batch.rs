@@ -376,16 +376,20 @@ mod tests {
         }
     }
 
+    fn test_limits() -> crate::shared_watch::CacheLimits {
+        crate::shared_watch::CacheLimits {
+            name: "test",
+            max_entries: 1000,
+            max_bytes: usize::MAX,
+            idle_ttl: Duration::from_secs(60),
+        }
+    }
+
     fn batched_cache(store: &Arc<Store>) -> Arc<SharedWatch<String, String>> {
         SharedWatch::batched(
             store.fetch(),
             store.changes(),
-            crate::shared_watch::CacheLimits {
-                name: "test",
-                max_entries: 1000,
-                max_bytes: usize::MAX,
-                idle_ttl: Duration::from_secs(60),
-            },
+            test_limits(),
             crate::shared_watch::json_weigher(),
         )
     }
@@ -502,12 +506,7 @@ mod tests {
         let cache = SharedWatch::batched(
             store.fetch(),
             unsupported,
-            crate::shared_watch::CacheLimits {
-                name: "test",
-                max_entries: 1000,
-                max_bytes: usize::MAX,
-                idle_ttl: Duration::from_secs(60),
-            },
+            test_limits(),
             crate::shared_watch::json_weigher(),
         );
         let _held = cache.entry(&"a".to_string()).1;
