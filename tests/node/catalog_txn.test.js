@@ -1,6 +1,7 @@
 // Legate driven by the consul npm package (node-consul 2.0.1), an
 // independent client: catalog registration and reads, and /v1/txn
-// transactions (KV), with their results and a rollback asserted.
+// transactions (KV, and node/service/check operations), with their
+// results and a rollback asserted.
 "use strict";
 
 const test = require("node:test");
@@ -108,6 +109,54 @@ test("transactions apply together, answer per operation and roll back", async ()
     assert.equal(await consul.kv.get("app/c"), undefined);
     const a = await consul.kv.get("app/a");
     assert.equal(a.Value, "1");
+  } finally {
+    child.kill();
+  }
+});
+
+test("catalog operations in a transaction, through node-consul", async () => {
+  const { child, consul } = await startAgent();
+  try {
+    const done = await consul.transaction.create([
+      { Node: { Verb: "set", Node: { Node: "n7", Address: "10.7.0.1" } } },
+      {
+        Service: {
+          Verb: "set",
+          Node: "n7",
+          Service: { ID: "cache1", Service: "cache", Port: 6379 },
+        },
+      },
+      {
+        Check: {
+          Verb: "set",
+          Check: { Node: "n7", CheckID: "cache-up", ServiceID: "cache1", Status: "passing" },
+        },
+      },
+    ]);
+    assert.equal(done.Errors, null);
+    assert.equal(done.Results[0].Node.Node, "n7");
+    assert.equal(done.Results[1].Service.Port, 6379);
+    assert.equal(done.Results[2].Check.ServiceName, "cache");
+    const nodes = await consul.catalog.service.nodes("cache");
+    assert.deepEqual(nodes.map((n) => n.Node), ["n7"]);
+
+    // A stale CAS fails the transaction with Consul's text; the delete
+    // before it is rolled back.
+    await assert.rejects(
+      consul.transaction.create([
+        { Service: { Verb: "delete", Node: "n7", Service: { ID: "cache1", Service: "cache" } } },
+        { Node: { Verb: "cas", Node: { Node: "n7", Address: "10.7.0.9", ModifyIndex: 1 } } },
+      ]),
+      (err) => {
+        assert.equal(err.response.statusCode, 409);
+        assert.deepEqual(err.response.body.Errors, [
+          { OpIndex: 1, What: 'failed to set node "n7", index is stale' },
+        ]);
+        return true;
+      },
+    );
+    const still = await consul.catalog.service.nodes("cache");
+    assert.equal(still.length, 1);
   } finally {
     child.kill();
   }

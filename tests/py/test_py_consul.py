@@ -122,6 +122,35 @@ def test_txn(client):
         client.txn.put([{"KV": {"Verb": "check-index", "Key": "t/a", "Index": 999999}}])
 
 
+def test_txn_catalog_operations(client):
+    """Node, service and check operations in one transaction through
+    py-consul: results in Consul's shapes, then a failing transaction
+    that leaves nothing behind (py-consul raises on Consul's 409)."""
+    ok = client.txn.put(
+        [
+            {"Node": {"Verb": "set", "Node": {"Node": "txn-n1", "Address": "10.1.0.1"}}},
+            {"Service": {"Verb": "set", "Node": "txn-n1", "Service": {"ID": "api1", "Service": "api", "Port": 9000}}},
+            {"Check": {"Verb": "set", "Check": {"Node": "txn-n1", "CheckID": "api-up", "ServiceID": "api1", "Status": "passing"}}},
+        ]
+    )
+    assert ok["Errors"] is None
+    assert ok["Results"][0]["Node"]["Address"] == "10.1.0.1"
+    assert ok["Results"][1]["Service"]["Port"] == 9000
+    assert ok["Results"][2]["Check"]["ServiceName"] == "api"
+    _, passing = client.health.service("api", passing=True)
+    assert [r["Node"]["Node"] for r in passing] == ["txn-n1"]
+
+    with pytest.raises(consul.ConsulException):
+        client.txn.put(
+            [
+                {"Node": {"Verb": "delete", "Node": {"Node": "txn-n1"}}},
+                {"Node": {"Verb": "get", "Node": {"Node": "txn-ghost"}}},
+            ]
+        )
+    _, node = client.catalog.node("txn-n1")
+    assert node["Services"]["api1"]["Service"] == "api"
+
+
 def test_grpc_health_check_against_a_grpcio_server(client):
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     servicer = health.HealthServicer()

@@ -182,6 +182,20 @@ async fn delete(st: &AppState, key: String, req: &Req) -> ApiResult {
 
 pub async fn txn(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
     let ops: Vec<TxnOp> = decode_body(&body)?;
+    // Consul's handler keeps only the operations it knows and gives a
+    // node without a datacenter the agent's.
+    let ops: Vec<TxnOp> = ops
+        .into_iter()
+        .filter(|op| *op != TxnOp::default())
+        .map(|mut op| {
+            if let Some(node) = op.node.as_mut().map(|n| &mut n.node) {
+                if node.datacenter.is_empty() {
+                    node.datacenter = st.agent.config().datacenter.clone();
+                }
+            }
+            op
+        })
+        .collect();
     let opts = req.write_options();
     let response = st.agent.rpc().txn(&opts, ops).await?;
     let conflict = response.errors.is_some();

@@ -115,7 +115,11 @@ pub(crate) fn log_budget_bytes(command: &Command) -> usize {
 pub(crate) fn value_bytes(command: &Command) -> usize {
     match command {
         Command::Kv(op) => op.value.len(),
-        Command::Txn(ops) => ops.iter().map(|op| op.kv.value.len()).sum(),
+        Command::Txn(ops) | Command::TxnWithCatalog(ops) => ops
+            .iter()
+            .filter_map(|op| op.kv.as_ref())
+            .map(|kv| kv.value.len())
+            .sum(),
         Command::Restore(archive) => archive.0.len(),
         Command::RestorePiece { data, .. } => data.0.len(),
         Command::Batch(commands) => commands.iter().map(value_bytes).sum(),

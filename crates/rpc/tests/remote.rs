@@ -91,12 +91,7 @@ async fn every_kind_of_call_answers_as_in_process() {
         remote.kv_get(&q, "a/b".into()).await.unwrap().value,
     );
     let txn = remote
-        .txn(
-            &w,
-            vec![TxnOp {
-                kv: put("a/c", "x"),
-            }],
-        )
+        .txn(&w, vec![TxnOp::kv(put("a/c", "x"))])
         .await
         .unwrap();
     assert!(txn.errors.is_none());

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use legate_state::{Command, CommandResult, Table};
 use legate_types::config_entry::{self, ConfigEntry};
 use legate_types::duration::{format_go_duration, parse_go_duration};
-use legate_types::rpc::{ServerRpc, ServiceQuery, TxnError, TxnOp, TxnResponse, Watched};
+use legate_types::rpc::{ServerRpc, ServiceQuery, TxnOp, TxnResponse, Watched};
 use legate_types::*;
 
 use crate::blocking::{apply_filter, parse_filter};
@@ -634,59 +634,7 @@ impl ServerRpc for Server {
     }
 
     async fn txn(&self, opts: &WriteOptions, ops: Vec<TxnOp>) -> Result<TxnResponse, RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
-        if ops.len() > 128 {
-            return Err(RpcError::TooLarge(format!(
-                "Transaction contains too many operations ({} > 128)",
-                ops.len()
-            )));
-        }
-        for (position, op) in ops.iter().enumerate() {
-            if op.kv.value.len() > KV_MAX_VALUE_SIZE {
-                return Err(RpcError::TooLarge(format!(
-                    "operation {position}: value exceeds {KV_MAX_VALUE_SIZE} bytes"
-                )));
-            }
-        }
-        // Each operation is checked on its own; one refused fails the
-        // whole transaction with nothing applied (Consul's 409).
-        let denied = self.txn_denials(&opts.token, &ops)?;
-        if !denied.is_empty() {
-            return Ok(TxnResponse {
-                results: None,
-                errors: Some(denied),
-                index: 0,
-            });
-        }
-        // Every verb but delete-tree names a key (Consul's `kvsPreApply`):
-        // the key "" could never be read or deleted again.
-        let missing_keys: Vec<TxnError> = ops
-            .iter()
-            .enumerate()
-            .filter(|(_, op)| op.kv.key.is_empty() && op.kv.verb != KvVerb::DeleteTree)
-            .map(|(op_index, _)| TxnError {
-                op_index,
-                what: "Must provide key".into(),
-            })
-            .collect();
-        if !missing_keys.is_empty() {
-            return Ok(TxnResponse {
-                results: None,
-                errors: Some(missing_keys),
-                index: 0,
-            });
-        }
-        // A read-only transaction needs no Raft round trip.
-        if ops.iter().all(|o| o.kv.verb.is_read()) {
-            let results = read_only_txn(&self.store.read(), &ops);
-            return self.filter_txn_results(&opts.token, results);
-        }
-        match self.write(Command::Txn(ops)).await? {
-            (_, CommandResult::Txn(response)) => self.filter_txn_results(&opts.token, response),
-            (_, other) => Err(RpcError::Internal(format!(
-                "unexpected transaction result {other:?}"
-            ))),
-        }
+        self.txn_run(opts, ops).await
     }
 
     async fn session_create(
@@ -1329,69 +1277,6 @@ impl ServerRpc for Server {
         destination: String,
     ) -> Result<Queried<IntentionCheck>, RpcError> {
         self.intention_check_query(opts, source, destination).await
-    }
-}
-
-fn read_only_txn(tables: &legate_state::Tables, ops: &[TxnOp]) -> TxnResponse {
-    use legate_types::rpc::{TxnError, TxnResult};
-    let mut results = Vec::new();
-    let mut errors = Vec::new();
-    for (position, op) in ops.iter().enumerate() {
-        let (_, entry) = tables.kv_get(&op.kv.key);
-        match op.kv.verb {
-            KvVerb::GetTree => results.extend(
-                tables
-                    .kv_list(&op.kv.key)
-                    .1
-                    .into_iter()
-                    .map(|kv| TxnResult { kv }),
-            ),
-            KvVerb::Get => match entry {
-                Some(kv) => results.push(TxnResult { kv }),
-                None => errors.push(TxnError {
-                    op_index: position,
-                    what: format!("key {:?} doesn't exist", op.kv.key),
-                }),
-            },
-            KvVerb::CheckIndex => match entry {
-                Some(kv) if kv.modify_index == op.kv.index => results.push(TxnResult { kv }),
-                _ => errors.push(TxnError {
-                    op_index: position,
-                    what: format!(
-                        "current modify index does not match {} for key {:?}",
-                        op.kv.index, op.kv.key
-                    ),
-                }),
-            },
-            KvVerb::CheckSession => match entry {
-                Some(kv) if kv.session == op.kv.session => results.push(TxnResult { kv }),
-                _ => errors.push(TxnError {
-                    op_index: position,
-                    what: format!(
-                        "key {:?} is not locked by session {:?}",
-                        op.kv.key, op.kv.session
-                    ),
-                }),
-            },
-            KvVerb::CheckNotExists if entry.is_some() => errors.push(TxnError {
-                op_index: position,
-                what: format!("key {:?} exists", op.kv.key),
-            }),
-            _ => {}
-        }
-    }
-    if errors.is_empty() {
-        TxnResponse {
-            results: Some(results),
-            errors: None,
-            index: 0,
-        }
-    } else {
-        TxnResponse {
-            results: None,
-            errors: Some(errors),
-            index: 0,
-        }
     }
 }
 

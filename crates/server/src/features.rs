@@ -33,6 +33,10 @@ pub const ACL_TABLES: &str = "acl";
 /// 20 (`ft_pq`).
 pub const PREPARED_QUERIES: &str = "pq";
 
+/// Transactions with node, service, check and session operations: FSM
+/// command 27 (`ft_txc`).
+pub const CATALOG_TXN: &str = "txc";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -46,6 +50,7 @@ pub const SUPPORTED: &[&str] = &[
     COORDINATES,
     ACL_TABLES,
     PREPARED_QUERIES,
+    CATALOG_TXN,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -99,7 +104,8 @@ mod tests {
                 ("ft_ica".to_string(), "1".to_string()),
                 ("ft_pq".to_string(), "1".to_string()),
                 ("ft_rp".to_string(), "1".to_string()),
-                ("ft_si".to_string(), "1".to_string())
+                ("ft_si".to_string(), "1".to_string()),
+                ("ft_txc".to_string(), "1".to_string())
             ]
         );
     }

@@ -27,7 +27,7 @@ mod prepared_queries;
 mod replication;
 mod sessions;
 mod snapshot;
-mod txn_access;
+mod txn;
 mod wan;
 
 use std::sync::Arc;

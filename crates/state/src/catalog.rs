@@ -10,7 +10,7 @@ use legate_types::{
 use crate::{Changes, NodeKey, Table, Tables};
 
 /// The rows of one node in a table keyed by (node, id).
-fn on_node<'a, T>(
+pub(crate) fn on_node<'a, T>(
     table: &'a BTreeMap<NodeKey, T>,
     node: &'a str,
 ) -> impl Iterator<Item = (&'a NodeKey, &'a T)> + 'a {
@@ -35,7 +35,7 @@ impl Tables {
         self.services.insert(key, service);
     }
 
-    fn remove_service_row(&mut self, key: &NodeKey) -> Option<NodeService> {
+    pub(crate) fn remove_service_row(&mut self, key: &NodeKey) -> Option<NodeService> {
         let service = self.services.remove(key)?;
         if let Some(set) = self.services_by_name.get_mut(&service.service) {
             set.remove(key);
@@ -123,18 +123,7 @@ impl Tables {
             }
         }
         if !req.skip_node_update || !self.nodes.contains_key(&req.node) {
-            if !req.id.is_empty() {
-                if let Some(other) = self
-                    .nodes
-                    .values()
-                    .find(|n| n.id == req.id && n.node != req.node)
-                {
-                    return Err(format!(
-                        "Node ID {:?} is already registered to node {:?}",
-                        req.id, other.node
-                    ));
-                }
-            }
+            self.node_id_free(&req.id, &req.node)?;
             self.ensure_node(index, req, changes);
         }
         if let Some(service) = &req.service {
@@ -146,7 +135,22 @@ impl Tables {
         Ok(())
     }
 
-    fn ensure_node(&mut self, index: u64, req: &RegisterRequest, changes: &mut Changes) {
+    /// Refuses a node ID another node already has.
+    pub(crate) fn node_id_free(&self, id: &str, node: &str) -> Result<(), String> {
+        if id.is_empty() {
+            return Ok(());
+        }
+        match self.nodes.values().find(|n| n.id == id && n.node != node) {
+            Some(other) => Err(format!(
+                "Node ID {id:?} is already registered to node {:?}",
+                other.node
+            )),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn ensure_node(&mut self, index: u64, req: &RegisterRequest, changes: &mut Changes) {
+        self.journal_node(&req.node);
         let mut node = Node {
             id: req.id.clone(),
             node: req.node.clone(),
@@ -173,13 +177,14 @@ impl Tables {
         self.bump_services_on_node(&req.node, index, changes);
     }
 
-    fn ensure_service(
+    pub(crate) fn ensure_service(
         &mut self,
         index: u64,
         node: &str,
         service: &NodeService,
         changes: &mut Changes,
     ) {
+        self.journal_node(node);
         let mut service = service.clone();
         if service.id.is_empty() {
             service.id = service.service.clone();
@@ -225,7 +230,14 @@ impl Tables {
         }
     }
 
-    fn ensure_check(&mut self, index: u64, node: &str, check: &HealthCheck, changes: &mut Changes) {
+    pub(crate) fn ensure_check(
+        &mut self,
+        index: u64,
+        node: &str,
+        check: &HealthCheck,
+        changes: &mut Changes,
+    ) {
+        self.journal_node(node);
         let mut check = check.clone();
         check.node = node.to_string();
         if !check.service_id.is_empty() {
@@ -295,7 +307,14 @@ impl Tables {
         }
     }
 
-    fn delete_check(&mut self, index: u64, node: &str, check_id: &str, changes: &mut Changes) {
+    pub(crate) fn delete_check(
+        &mut self,
+        index: u64,
+        node: &str,
+        check_id: &str,
+        changes: &mut Changes,
+    ) {
+        self.journal_node(node);
         let key = (node.to_string(), check_id.to_string());
         if let Some(check) = self.checks.get(&key).cloned() {
             let affected = self.check_affects(&check);
@@ -308,7 +327,14 @@ impl Tables {
         }
     }
 
-    fn delete_service(&mut self, index: u64, node: &str, service_id: &str, changes: &mut Changes) {
+    pub(crate) fn delete_service(
+        &mut self,
+        index: u64,
+        node: &str,
+        service_id: &str,
+        changes: &mut Changes,
+    ) {
+        self.journal_node(node);
         let key = (node.to_string(), service_id.to_string());
         let Some(service) = self.remove_service_row(&key) else {
             return;
@@ -326,7 +352,8 @@ impl Tables {
         }
     }
 
-    fn delete_node(&mut self, index: u64, node: &str, changes: &mut Changes) {
+    pub(crate) fn delete_node(&mut self, index: u64, node: &str, changes: &mut Changes) {
+        self.journal_node(node);
         if self.nodes.remove(node).is_none() {
             return;
         }

@@ -152,6 +152,12 @@ pub enum Command {
     /// Delete a prepared query by ID.
     #[serde(rename = "26")]
     PreparedQueryDelete(String),
+    /// An atomic transaction holding node, service, check or session
+    /// operations (or the `get-or-empty` KV verb) beside KV ones; written
+    /// only once every server advertises `txc`, while KV-only
+    /// transactions stay [`Command::Txn`] for older servers.
+    #[serde(rename = "27")]
+    TxnWithCatalog(Vec<TxnOp>),
 }
 
 impl Command {
@@ -185,6 +191,7 @@ impl Command {
             Command::AclBootstrap { .. } => 24,
             Command::PreparedQuerySet(_) => 25,
             Command::PreparedQueryDelete(_) => 26,
+            Command::TxnWithCatalog(_) => 27,
         }
     }
 }
@@ -253,7 +260,9 @@ pub(crate) fn apply(
             tables.session_destroy(index, id, changes);
             CommandResult::Done
         }
-        Command::Txn(ops) => CommandResult::Txn(tables.txn(index, ops, changes)),
+        Command::Txn(ops) | Command::TxnWithCatalog(ops) => {
+            CommandResult::Txn(tables.txn(index, ops, changes))
+        }
         Command::ConfigEntrySet { entry, cas } => {
             CommandResult::Applied(tables.config_entry_set(index, entry, *cas, changes))
         }

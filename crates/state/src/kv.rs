@@ -3,17 +3,9 @@
 
 use std::time::Instant;
 
-use legate_types::rpc::{TxnError, TxnOp, TxnResponse, TxnResult};
 use legate_types::{KvEntry, KvOp, KvVerb};
 
 use crate::{Changes, Table, Tables};
-
-/// What a key looked like before a transaction touched it.
-struct Undo {
-    key: String,
-    entry: Option<KvEntry>,
-    tombstone: Option<u64>,
-}
 
 /// Outcome of one KV operation.
 pub(crate) struct KvOutcome {
@@ -24,14 +16,56 @@ pub(crate) struct KvOutcome {
 }
 
 impl Tables {
-    fn remember(&self, journal: &mut Option<&mut Vec<Undo>>, key: &str) {
-        if let Some(journal) = journal.as_deref_mut() {
-            journal.push(Undo {
-                key: key.to_string(),
-                entry: self.kv.get(key).cloned(),
-                tombstone: self.kv_tombstones.get(key).copied(),
-            });
+    /// A transaction's KV read: the entries it returns, or Consul's text
+    /// for why it fails. Values are kept only for `get`, `get-or-empty`
+    /// and `get-tree`.
+    pub(crate) fn kv_read_one(&self, op: &KvOp) -> Result<Vec<KvEntry>, String> {
+        let key = op.key.as_str();
+        let existing = self.kv.get(key);
+        let without_value = |e: &KvEntry| KvEntry {
+            value: Default::default(),
+            ..e.clone()
+        };
+        match (op.verb, existing) {
+            (KvVerb::Get, Some(e)) => Ok(vec![e.clone()]),
+            (KvVerb::Get, None) => Err(format!("key {key:?} doesn't exist")),
+            (KvVerb::GetOrEmpty, Some(e)) => Ok(vec![e.clone()]),
+            (KvVerb::GetOrEmpty, None) => Ok(vec![KvEntry {
+                lock_index: 0,
+                key: op.key.clone(),
+                flags: op.flags,
+                value: Default::default(),
+                session: op.session.clone(),
+                create_index: 0,
+                modify_index: op.index,
+            }]),
+            (KvVerb::GetTree, _) => Ok(self.kv_list(key).1),
+            (KvVerb::CheckIndex, None) => {
+                Err(format!("failed to check index, key {key:?} doesn't exist"))
+            }
+            (KvVerb::CheckIndex, Some(e)) if e.modify_index != op.index => Err(format!(
+                "failed index check for key {key:?}, current modify index {} != {}",
+                e.modify_index, op.index
+            )),
+            (KvVerb::CheckSession, None) => Err(format!(
+                "failed to check session, key {key:?} doesn't exist"
+            )),
+            (KvVerb::CheckSession, Some(e)) if e.session != op.session => Err(format!(
+                "failed session check for key {key:?}, current session {:?} != {:?}",
+                e.session, op.session
+            )),
+            (KvVerb::CheckIndex | KvVerb::CheckSession, Some(e)) => Ok(vec![without_value(e)]),
+            (KvVerb::CheckNotExists, Some(_)) => Err(format!("key {key:?} exists")),
+            (KvVerb::CheckNotExists, None) => Ok(Vec::new()),
+            (verb, _) => Err(format!("{verb:?} is not a read")),
         }
+    }
+
+    /// Whether a lock delay still holds `key`.
+    pub(crate) fn lock_delayed(&self, key: &str) -> bool {
+        self.lock_delays
+            .get(key)
+            .is_some_and(|until| Instant::now() < *until)
     }
 
     pub(crate) fn kv_apply(
@@ -40,48 +74,26 @@ impl Tables {
         op: &KvOp,
         changes: &mut Changes,
     ) -> Result<bool, String> {
-        self.kv_apply_one(index, op, changes, None)
-            .map(|o| o.applied)
+        self.kv_apply_one(index, op, changes).map(|o| o.applied)
     }
 
-    fn kv_apply_one(
+    pub(crate) fn kv_apply_one(
         &mut self,
         index: u64,
         op: &KvOp,
         changes: &mut Changes,
-        mut journal: Option<&mut Vec<Undo>>,
     ) -> Result<KvOutcome, String> {
         let key = op.key.as_str();
         let existing = self.kv.get(key).cloned();
         let done = |applied: bool, entry: Option<KvEntry>| Ok(KvOutcome { applied, entry });
         match op.verb {
-            KvVerb::Get => match existing {
-                Some(e) => done(true, Some(e)),
-                None => Err(format!("key {key:?} doesn't exist")),
-            },
-            KvVerb::GetTree => done(true, None),
-            KvVerb::CheckIndex => match existing {
-                Some(e) if e.modify_index == op.index => done(true, Some(e)),
-                Some(e) => Err(format!(
-                    "current modify index {} != {} for key {key:?}",
-                    e.modify_index, op.index
-                )),
-                None => Err(format!("key {key:?} doesn't exist")),
-            },
-            KvVerb::CheckSession => match existing {
-                Some(e) if e.session == op.session => done(true, Some(e)),
-                Some(_) => Err(format!(
-                    "key {key:?} is not locked by session {:?}",
-                    op.session
-                )),
-                None => Err(format!("key {key:?} doesn't exist")),
-            },
-            KvVerb::CheckNotExists => match existing {
-                Some(_) => Err(format!("key {key:?} exists")),
-                None => done(true, None),
-            },
+            KvVerb::Get
+            | KvVerb::GetOrEmpty
+            | KvVerb::GetTree
+            | KvVerb::CheckIndex
+            | KvVerb::CheckSession
+            | KvVerb::CheckNotExists => Err(format!("{:?} is not a write", op.verb)),
             KvVerb::Set => {
-                self.remember(&mut journal, key);
                 let entry = self.kv_put(index, op, existing.as_ref(), None, changes);
                 done(true, Some(entry))
             }
@@ -93,7 +105,6 @@ impl Tables {
                 if !matches {
                     return done(false, None);
                 }
-                self.remember(&mut journal, key);
                 let entry = self.kv_put(index, op, existing.as_ref(), None, changes);
                 done(true, Some(entry))
             }
@@ -109,14 +120,9 @@ impl Tables {
                         return done(false, None);
                     }
                 }
-                if self
-                    .lock_delays
-                    .get(key)
-                    .is_some_and(|until| Instant::now() < *until)
-                {
+                if self.lock_delayed(key) {
                     return done(false, None);
                 }
-                self.remember(&mut journal, key);
                 let entry = self.kv_put(
                     index,
                     op,
@@ -134,7 +140,6 @@ impl Tables {
                     Some(e) if e.session == op.session => {}
                     _ => return done(false, None),
                 }
-                self.remember(&mut journal, key);
                 let entry = self.kv_put(
                     index,
                     op,
@@ -145,14 +150,12 @@ impl Tables {
                 done(true, Some(entry))
             }
             KvVerb::Delete => {
-                self.remember(&mut journal, key);
                 self.kv_delete(index, key, changes);
                 done(true, None)
             }
             KvVerb::DeleteCas => match &existing {
                 None => done(true, None),
                 Some(e) if e.modify_index == op.index => {
-                    self.remember(&mut journal, key);
                     self.kv_delete(index, key, changes);
                     done(true, None)
                 }
@@ -166,7 +169,6 @@ impl Tables {
                     .map(|(k, _)| k.clone())
                     .collect();
                 for k in &keys {
-                    self.remember(&mut journal, k);
                     self.kv_delete(index, k, changes);
                 }
                 changes.kv_prefixes.insert(key.to_string());
@@ -183,6 +185,7 @@ impl Tables {
         lock: Option<LockChange>,
         changes: &mut Changes,
     ) -> KvEntry {
+        self.journal_kv(&op.key);
         let mut entry = KvEntry {
             lock_index: existing.map(|e| e.lock_index).unwrap_or(0),
             key: op.key.clone(),
@@ -208,87 +211,11 @@ impl Tables {
     }
 
     pub(crate) fn kv_delete(&mut self, index: u64, key: &str, changes: &mut Changes) {
+        self.journal_kv(key);
         if self.kv.remove(key).is_some() {
             self.kv_tombstones.insert(key.to_string(), index);
             self.bump(Table::Kvs, index, changes);
             changes.kv_keys.insert(key.to_string());
-        }
-    }
-
-    pub(crate) fn txn(&mut self, index: u64, ops: &[TxnOp], changes: &mut Changes) -> TxnResponse {
-        let mut journal = Vec::new();
-        let mut scratch = Changes::default();
-        let saved_kv_index = self.table_index(Table::Kvs);
-        let mut results = Vec::new();
-        let mut errors = Vec::new();
-        for (position, op) in ops.iter().enumerate() {
-            match self.kv_apply_one(index, &op.kv, &mut scratch, Some(&mut journal)) {
-                Ok(outcome) if outcome.applied => {
-                    if op.kv.verb == KvVerb::GetTree {
-                        for entry in self
-                            .kv
-                            .range(op.kv.key.clone()..)
-                            .take_while(|(k, _)| k.starts_with(op.kv.key.as_str()))
-                        {
-                            results.push(TxnResult {
-                                kv: entry.1.clone(),
-                            });
-                        }
-                    } else if let Some(mut entry) = outcome.entry {
-                        if !op.kv.verb.is_read() {
-                            entry.value.clear();
-                        }
-                        results.push(TxnResult { kv: entry });
-                    }
-                }
-                Ok(_) => errors.push(TxnError {
-                    op_index: position,
-                    what: format!(
-                        "failed to {} key {:?}: condition not met",
-                        verb_name(op.kv.verb),
-                        op.kv.key
-                    ),
-                }),
-                Err(what) => errors.push(TxnError {
-                    op_index: position,
-                    what,
-                }),
-            }
-        }
-        if errors.is_empty() {
-            changes.tables.extend(scratch.tables);
-            changes.kv_keys.extend(scratch.kv_keys);
-            changes.kv_prefixes.extend(scratch.kv_prefixes);
-            return TxnResponse {
-                results: Some(results),
-                errors: None,
-                index,
-            };
-        }
-        for undo in journal.into_iter().rev() {
-            match undo.entry {
-                Some(entry) => {
-                    self.kv.insert(undo.key.clone(), entry);
-                }
-                None => {
-                    self.kv.remove(&undo.key);
-                }
-            }
-            match undo.tombstone {
-                Some(t) => {
-                    self.kv_tombstones.insert(undo.key, t);
-                }
-                None => {
-                    self.kv_tombstones.remove(&undo.key);
-                }
-            }
-        }
-        self.table_index
-            .insert(Table::Kvs.name().to_string(), saved_kv_index);
-        TxnResponse {
-            results: None,
-            errors: Some(errors),
-            index: 0,
         }
     }
 
@@ -382,14 +309,4 @@ impl Tables {
 enum LockChange {
     Acquire,
     Release,
-}
-
-fn verb_name(verb: KvVerb) -> &'static str {
-    match verb {
-        KvVerb::Cas => "CAS",
-        KvVerb::Lock => "lock",
-        KvVerb::Unlock => "unlock",
-        KvVerb::DeleteCas => "delete-CAS",
-        _ => "apply",
-    }
 }

@@ -22,6 +22,8 @@ mod kv;
 mod prepared_queries;
 mod session;
 pub mod stream;
+mod txn;
+mod txn_catalog;
 mod upload;
 pub mod watch;
 
@@ -86,6 +88,9 @@ pub struct Tables {
     pub(crate) acl_roles: BTreeMap<String, legate_types::acl::AclRole>,
     /// Prepared queries, by ID.
     pub(crate) prepared_queries: BTreeMap<String, legate_types::prepared_query::PreparedQuery>,
+    /// What the transaction being applied changed, for its rollback
+    /// (`None` outside transactions).
+    pub(crate) journal: Option<Box<txn::Journal>>,
 }
 
 /// A copy of the tables (cheap: KV values are shared, not copied), as

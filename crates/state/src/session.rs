@@ -51,6 +51,10 @@ impl Tables {
     /// Destroys a session: its locks are released or their keys deleted,
     /// and those keys get the session's lock delay.
     pub(crate) fn session_destroy(&mut self, index: u64, id: &str, changes: &mut Changes) {
+        if !self.sessions.contains_key(id) {
+            return;
+        }
+        self.journal_sessions();
         let Some(session) = self.sessions.remove(id) else {
             return;
         };
@@ -66,6 +70,7 @@ impl Tables {
         for key in held {
             match session.behavior {
                 SessionBehavior::Release => {
+                    self.journal_kv(&key);
                     if let Some(entry) = self.kv.get_mut(&key) {
                         entry.session.clear();
                         entry.modify_index = index;

@@ -121,6 +121,7 @@ fn command_numbers_are_pinned() {
             25,
         ),
         (Command::PreparedQueryDelete("q".into()), 26),
+        (Command::TxnWithCatalog(vec![]), 27),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -310,22 +311,16 @@ fn failed_transactions_roll_back() {
     let store = StateStore::new();
     store.apply(1, &kv(KvVerb::Set, "x", "1", 0, ""));
     let ops = vec![
-        TxnOp {
-            kv: KvOp::set("y", b"2".to_vec()),
-        },
-        TxnOp {
-            kv: KvOp {
-                verb: KvVerb::DeleteTree,
-                ..KvOp::set("x", vec![])
-            },
-        },
-        TxnOp {
-            kv: KvOp {
-                verb: KvVerb::CheckIndex,
-                index: 99,
-                ..KvOp::set("z", vec![])
-            },
-        },
+        TxnOp::kv(KvOp::set("y", b"2".to_vec())),
+        TxnOp::kv(KvOp {
+            verb: KvVerb::DeleteTree,
+            ..KvOp::set("x", vec![])
+        }),
+        TxnOp::kv(KvOp {
+            verb: KvVerb::CheckIndex,
+            index: 99,
+            ..KvOp::set("z", vec![])
+        }),
     ];
     let result = store.apply(2, &Command::Txn(ops.clone()));
     let CommandResult::Txn(response) = result else {

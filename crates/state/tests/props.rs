@@ -104,12 +104,137 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         prop::sample::select(vec!["s1", "s2"])
             .prop_map(|id| Command::SessionDestroy(id.to_string())),
-        prop::collection::vec(kv_op().prop_map(|kv| TxnOp { kv }), 0..4).prop_map(Command::Txn),
+        prop::collection::vec(kv_op().prop_map(TxnOp::kv), 0..4).prop_map(Command::Txn),
+        prop::collection::vec(txn_op(), 0..5).prop_map(Command::TxnWithCatalog),
     ]
+}
+
+fn catalog_verb() -> impl Strategy<Value = String> {
+    prop::sample::select(vec!["set", "cas", "get", "delete", "delete-cas", "bogus"])
+        .prop_map(String::from)
+}
+
+/// Any transaction operation, on the same few nodes, services, checks,
+/// sessions and keys as the other commands.
+fn txn_op() -> impl Strategy<Value = TxnOp> {
+    prop_oneof![
+        kv_op().prop_map(TxnOp::kv),
+        (catalog_verb(), node(), 0u64..20).prop_map(|(verb, node, index)| TxnOp {
+            node: Some(legate_types::txn::TxnNodeOp {
+                verb,
+                node: Node {
+                    node,
+                    address: format!("10.0.0.{index}"),
+                    raft: RaftIndex {
+                        create_index: 0,
+                        modify_index: index,
+                    },
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        }),
+        (
+            catalog_verb(),
+            node(),
+            prop::sample::select(vec!["web", "db"]),
+            0u64..20
+        )
+            .prop_map(|(verb, node, name, index)| TxnOp {
+                service: Some(legate_types::txn::TxnServiceOp {
+                    verb,
+                    node,
+                    service: NodeService {
+                        id: format!("{name}-1"),
+                        service: name.to_string(),
+                        port: index as u16,
+                        raft: RaftIndex {
+                            create_index: 0,
+                            modify_index: index,
+                        },
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            }),
+        (catalog_verb(), node(), status(), any::<bool>(), 0u64..20).prop_map(
+            |(verb, node, status, on_service, index)| TxnOp {
+                check: Some(legate_types::txn::TxnCheckOp {
+                    verb,
+                    check: HealthCheck {
+                        node,
+                        check_id: "c".into(),
+                        status,
+                        service_id: if on_service {
+                            "web-1".into()
+                        } else {
+                            String::new()
+                        },
+                        raft: RaftIndex {
+                            create_index: 0,
+                            modify_index: index,
+                        },
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            }
+        ),
+        prop::sample::select(vec!["s1", "s2"]).prop_map(|id| TxnOp {
+            session: Some(legate_types::txn::TxnSessionOp {
+                verb: "delete".into(),
+                session: Session {
+                    id: id.to_string(),
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        }),
+    ]
+}
+
+/// Everything a transaction could change, as the API sees it.
+fn observable(store: &StateStore) -> Vec<u8> {
+    let tables = store.read();
+    let mut seen = store.snapshot().unwrap();
+    for table in Table::ALL {
+        seen.extend(tables.table_index(table).to_be_bytes());
+    }
+    for service in ["web", "db"] {
+        seen.extend(tables.service_index(service).to_be_bytes());
+        seen.extend(format!("{:?}", tables.check_service_nodes(service, false)).into_bytes());
+    }
+    seen
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A transaction that fails leaves nothing behind: whatever its other
+    /// operations did (session invalidation and lock releases included)
+    /// is undone, indexes too.
+    #[test]
+    fn failed_transactions_leave_no_trace(
+        before in prop::collection::vec(command(), 0..30),
+        ops in prop::collection::vec(txn_op(), 0..8),
+    ) {
+        let store = StateStore::new();
+        for (i, command) in before.iter().enumerate() {
+            store.apply(i as u64 + 1, command);
+        }
+        let seen = observable(&store);
+        let mut ops = ops;
+        ops.push(TxnOp::kv(KvOp {
+            verb: KvVerb::Get,
+            ..KvOp::set("never/there", Vec::new())
+        }));
+        let result = store.apply(1_000, &Command::TxnWithCatalog(ops));
+        let legate_state::CommandResult::Txn(response) = result else {
+            panic!("{result:?}")
+        };
+        prop_assert!(response.errors.is_some());
+        prop_assert!(observable(&store) == seen, "the failed transaction changed the store");
+    }
 
     #[test]
     fn replicas_agree_and_snapshots_round_trip(commands in prop::collection::vec(command(), 1..60)) {

@@ -79,7 +79,7 @@ pub struct Node {
     #[serde(rename = "ID", default)]
     pub id: String,
     /// The node's name.
-    #[serde(rename = "Node")]
+    #[serde(rename = "Node", default)]
     pub node: String,
     /// The node's address.
     #[serde(default)]

@@ -70,6 +70,11 @@ pub enum KvVerb {
     /// Delete if `ModifyIndex` matches.
     #[serde(rename = "delete-cas")]
     DeleteCas,
+    /// Read a key, or the operation's own entry without a value when the
+    /// key does not exist (transactions only; logged only in the newer
+    /// transaction command, which older servers never receive).
+    #[serde(rename = "get-or-empty")]
+    GetOrEmpty,
 }
 
 impl KvVerb {
@@ -78,6 +83,7 @@ impl KvVerb {
         matches!(
             self,
             KvVerb::Get
+                | KvVerb::GetOrEmpty
                 | KvVerb::GetTree
                 | KvVerb::CheckIndex
                 | KvVerb::CheckSession

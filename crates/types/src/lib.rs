@@ -28,6 +28,7 @@ pub mod query;
 pub mod rpc;
 pub mod session;
 pub mod sorted_map;
+pub mod txn;
 pub mod wan_relay;
 
 pub use catalog::*;

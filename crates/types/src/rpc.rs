@@ -63,45 +63,7 @@ pub struct ChainOverrides {
     pub mesh_gateway_mode: String,
 }
 
-/// One element of `/v1/txn`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct TxnOp {
-    /// A KV operation.
-    #[serde(rename = "KV")]
-    pub kv: KvOp,
-}
-
-/// One result of a successful `/v1/txn`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TxnResult {
-    /// The entry the operation read or wrote (without its value for writes).
-    #[serde(rename = "KV")]
-    pub kv: KvEntry,
-}
-
-/// One error of a failed `/v1/txn`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct TxnError {
-    /// Position of the failing operation.
-    pub op_index: usize,
-    /// What went wrong.
-    pub what: String,
-}
-
-/// The outcome of a transaction: results when it committed, errors when not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "PascalCase")]
-pub struct TxnResponse {
-    /// Results, in operation order.
-    pub results: Option<Vec<TxnResult>>,
-    /// Errors; the transaction was rolled back when any.
-    pub errors: Option<Vec<TxnError>>,
-    /// Index of the write, when it committed one.
-    #[serde(skip)]
-    pub index: u64,
-}
+pub use crate::txn::{TxnError, TxnOp, TxnResponse, TxnResult};
 
 /// One server of `/v1/operator/raft/configuration`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
