@@ -537,11 +537,7 @@ fn snapshot_round_trip(nodes: &[Node], client: &TestAgent) {
 fn intentions_stay_read_only_until_every_server_supports_them() {
     // Dead-server cleanup off: a failed server stays a voter until an
     // operator removes it (below).
-    let mut nodes = cluster_of(
-        ["127.0.0.31", "127.0.0.32", "127.0.0.33"],
-        Some(2),
-        &["-hcl=autopilot { cleanup_dead_servers = false }"],
-    );
+    let mut nodes = cluster_of(["127.0.0.31", "127.0.0.32", "127.0.0.33"], Some(2), &[]);
     let create = |n: &Node| n.agent.cli(&["intention", "create", "-deny", "web", "db"]);
     // The masked server's tags say it lacks `si`: writes are refused.
     eventually(Duration::from_secs(20), || {
@@ -562,7 +558,15 @@ fn intentions_stay_read_only_until_every_server_supports_them() {
     });
     assert!(String::from_utf8_lossy(&out.stdout).contains("Created: web => db (deny)"));
 
-    // The settings come from the agent config, in Consul's form.
+    // The operator turns dead-server cleanup off (Consul's default, and
+    // the agent config's, is on): the leader's autopilot follows.
+    let out = nodes[0].agent.cli(&[
+        "operator",
+        "autopilot",
+        "set-config",
+        "-cleanup-dead-servers=false",
+    ]);
+    assert_eq!(common::expect_success(&out), "Configuration updated!");
     let settings =
         common::expect_success(&nodes[1].agent.cli(&["operator", "autopilot", "get-config"]));
     assert!(

@@ -520,6 +520,13 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         | "PUT /v1/session/renew/{id}"
         | "GET /v1/session/info/{id}" => (fill(rest, &fx.session), None),
         "DELETE /v1/operator/raft/peer" => (format!("{rest}?address=127.0.0.9:8300"), None),
+        "PUT /v1/operator/autopilot/configuration" => (
+            rest.to_string(),
+            body(
+                json!({"CleanupDeadServers": true, "LastContactThreshold": "200ms",
+                "MaxTrailingLogs": 250, "ServerStabilizationTime": "10s"}),
+            ),
+        ),
         "PUT /v1/snapshot" => (rest.to_string(), Some(fx.snapshot.clone())),
         "GET /v1/internal/federation-state/{dc}" => (fill(rest, "dc1"), None),
         "PUT /v1/coordinate/update" => (

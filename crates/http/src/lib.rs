@@ -214,6 +214,10 @@ fn routes() -> Routes {
             "/v1/operator/autopilot/configuration",
             misc::autopilot_config,
         )
+        .put(
+            "/v1/operator/autopilot/configuration",
+            misc::autopilot_set_config,
+        )
         .get("/v1/operator/keyring", agent::keyring)
         .post("/v1/operator/keyring", agent::keyring)
         .put("/v1/operator/keyring", agent::keyring)

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use base64::Engine;
 use legate_agent::UserEvent;
 use legate_types::event::USER_EVENT_SIZE_LIMIT;
-use legate_types::rpc::SnapshotArchive;
+use legate_types::rpc::{AutopilotConfiguration, SnapshotArchive};
 use legate_types::{Session, SessionCreateRequest, DEFAULT_LOCK_DELAY};
 use serde_json::json;
 
@@ -348,6 +348,55 @@ pub async fn autopilot_config(State(st): State<AppState>, req: Req) -> ApiResult
         &req.params,
         &st.agent.rpc().autopilot_config(&opts).await?,
     ))
+}
+
+/// `PUT /v1/operator/autopilot/configuration[?cas=N]` (Consul's
+/// `OperatorAutopilotConfiguration`): the body replaces the whole
+/// configuration (a field left out is its zero value); durations are Go
+/// duration strings or nanoseconds. Answers `true`, or with `?cas`
+/// whether the write happened.
+pub async fn autopilot_set_config(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
+    let parse_error =
+        |e: String| ApiError::bad_request(format!("Error parsing autopilot config: {e}"));
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(parse_error("EOF".into()));
+    }
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| parse_error(e.to_string()))?;
+    if let Some(fields) = value.as_object_mut() {
+        for (name, field) in fields.iter_mut() {
+            let is_duration = name.eq_ignore_ascii_case("LastContactThreshold")
+                || name.eq_ignore_ascii_case("ServerStabilizationTime");
+            if let (true, Some(nanos)) = (is_duration, field.as_u64()) {
+                *field = json!(legate_types::duration::format_go_duration(
+                    Duration::from_nanos(nanos)
+                ));
+            }
+        }
+    }
+    let config: AutopilotConfiguration =
+        decode_body(value.to_string().as_bytes()).map_err(|e| {
+            parse_error(
+                e.message
+                    .trim_start_matches("Request decode failed: ")
+                    .into(),
+            )
+        })?;
+    config.to_config().map_err(parse_error)?;
+    let cas = match req.params.get("cas") {
+        None => None,
+        Some(text) => Some(
+            text.parse::<u64>()
+                .map_err(|e| ApiError::bad_request(format!("Error parsing cas value: {e}")))?,
+        ),
+    };
+    let opts = req.write_options();
+    let written = st
+        .agent
+        .rpc()
+        .autopilot_set_config(&opts, config, cas)
+        .await?;
+    Ok(json(&req.params, &(written || cas.is_none())))
 }
 
 /// `GET /v1/operator/raft/configuration`.

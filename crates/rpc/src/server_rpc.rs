@@ -628,6 +628,7 @@ server_rpc_calls! {
     raft_remove_peer(opts: &WriteOptions; id_or_address: String) -> ();
     autopilot_health(opts: &QueryOptions;) -> AutopilotHealth;
     autopilot_config(opts: &QueryOptions;) -> AutopilotConfiguration;
+    autopilot_set_config(opts: &WriteOptions; config: AutopilotConfiguration, cas: Option<u64>) -> bool;
     operator_usage(opts: &QueryOptions;) -> Queried<legate_types::rpc::ServiceUsage>;
     snapshot_save(opts: &QueryOptions;) -> Queried<SnapshotArchive>;
     snapshot_restore(opts: &WriteOptions; archive: SnapshotArchive) -> ();

@@ -9,8 +9,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use legate_types::rpc::{AutopilotConfig, AutopilotHealth, AutopilotServerHealth};
+use legate_state::{Command, CommandResult};
+use legate_types::rpc::{
+    AutopilotConfig, AutopilotConfiguration, AutopilotHealth, AutopilotServerHealth,
+};
+use legate_types::{RpcError, WriteOptions};
 
+use crate::authorizer::{Access, Resource};
 use crate::leader::{ClusterMember, MemberState};
 use crate::Server;
 
@@ -48,6 +53,62 @@ fn raft_servers<'a>(
 }
 
 impl Server {
+    /// The configuration `/v1/operator/autopilot/configuration` shows:
+    /// the operator's, else the agent configuration's (indexes 0).
+    pub(crate) fn autopilot_configuration(&self) -> AutopilotConfiguration {
+        self.store
+            .read()
+            .autopilot_configuration()
+            .unwrap_or_else(|| (&self.config.autopilot).into())
+    }
+
+    /// The settings autopilot runs with now.
+    pub(crate) fn autopilot_settings(&self) -> AutopilotConfig {
+        self.autopilot_configuration()
+            .to_config()
+            .unwrap_or_else(|_| self.config.autopilot.clone())
+    }
+
+    /// `PUT /v1/operator/autopilot/configuration`: validated, then logged
+    /// once every server can apply it (`ft_apc`).
+    pub(crate) async fn set_autopilot_configuration(
+        &self,
+        opts: &WriteOptions,
+        config: AutopilotConfiguration,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.authorize(&opts.token, Resource::Operator, Access::Write)?;
+        // Durations are stored in Go's form ("0s" for one left out).
+        let settings = config.to_config().map_err(RpcError::BadRequest)?;
+        let normalized = AutopilotConfiguration::from(&settings);
+        let config = AutopilotConfiguration {
+            last_contact_threshold: normalized.last_contact_threshold,
+            server_stabilization_time: normalized.server_stabilization_time,
+            ..config
+        };
+        if !crate::features::cluster_supports(
+            &self.server_features(),
+            crate::features::AUTOPILOT_CONFIG,
+        ) {
+            return Err(RpcError::Internal(
+                "setting the autopilot configuration needs every server to run this \
+                 version of Legate"
+                    .into(),
+            ));
+        }
+        let command = Command::AutopilotConfigSet {
+            config: Box::new(config),
+            cas,
+        };
+        match self.write(command).await? {
+            (_, CommandResult::Applied(applied)) => Ok(applied),
+            (_, other) => Err(RpcError::Internal(format!(
+                "unexpected autopilot result {other:?}"
+            ))),
+        }
+    }
+
     /// One autopilot pass on the leader (called every leader tick).
     pub(crate) async fn autopilot_tick(&self) {
         let members = self
@@ -58,7 +119,7 @@ impl Server {
         if members.is_empty() {
             return; // Not clustered (or gossip not started yet).
         }
-        let config = self.config.autopilot.clone();
+        let config = self.autopilot_settings();
         let own_id = self.config.raft.node_id;
         let membership = self.raft.membership();
         self.track_health(&membership, &config);
@@ -174,7 +235,7 @@ impl Server {
     /// `/v1/operator/autopilot/health`, from the leader's view.
     pub(crate) fn autopilot_view(&self) -> AutopilotHealth {
         let membership = self.raft.membership();
-        let config = &self.config.autopilot;
+        let config = &self.autopilot_settings();
         let members = self
             .members
             .lock()

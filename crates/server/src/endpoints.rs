@@ -195,7 +195,16 @@ impl ServerRpc for Server {
         self.check_datacenter(&opts.datacenter)?;
         self.authorize(&opts.token, Resource::Operator, Access::Read)?;
         self.check_consistency(opts.consistency).await?;
-        Ok((&self.config.autopilot).into())
+        Ok(self.autopilot_configuration())
+    }
+
+    async fn autopilot_set_config(
+        &self,
+        opts: &WriteOptions,
+        config: legate_types::rpc::AutopilotConfiguration,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError> {
+        self.set_autopilot_configuration(opts, config, cas).await
     }
 
     async fn snapshot_save(

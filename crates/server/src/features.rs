@@ -37,6 +37,10 @@ pub const PREPARED_QUERIES: &str = "pq";
 /// command 27 (`ft_txc`).
 pub const CATALOG_TXN: &str = "txc";
 
+/// Autopilot's configuration set by the operator: FSM command 28
+/// (`ft_apc`).
+pub const AUTOPILOT_CONFIG: &str = "apc";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -51,6 +55,7 @@ pub const SUPPORTED: &[&str] = &[
     ACL_TABLES,
     PREPARED_QUERIES,
     CATALOG_TXN,
+    AUTOPILOT_CONFIG,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -98,6 +103,7 @@ mod tests {
             tags(&all),
             vec![
                 ("ft_acl".to_string(), "1".to_string()),
+                ("ft_apc".to_string(), "1".to_string()),
                 ("ft_co".to_string(), "1".to_string()),
                 ("ft_fs".to_string(), "1".to_string()),
                 ("ft_fst".to_string(), "1".to_string()),

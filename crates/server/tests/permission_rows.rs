@@ -17,7 +17,7 @@ use legate_acl::doors::{config_entry_needs, rpc_door, Need, Needs, Side, CONFIG_
 use legate_rpc::{Listener, Pool, RemoteRpc, CALLS};
 use legate_server::{AclSettings, Server, ServerConfig};
 use legate_types::acl::{AclLink, AclPolicy, AclRole, AclToken};
-use legate_types::rpc::{ServerRpc, ServiceQuery, TxnResponse, Watched};
+use legate_types::rpc::{AutopilotConfiguration, ServerRpc, ServiceQuery, TxnResponse, Watched};
 use legate_types::{Queried, QueryOptions, RpcError, WriteOptions};
 use serde_json::json;
 
@@ -354,6 +354,10 @@ impl Harness {
             "raft_remove_peer" => plain(rpc.raft_remove_peer(&w, "no-such-peer".into()).await),
             "autopilot_health" => plain(rpc.autopilot_health(&q).await),
             "autopilot_config" => plain(rpc.autopilot_config(&q).await),
+            "autopilot_set_config" => plain(
+                rpc.autopilot_set_config(&w, AutopilotConfiguration::default(), Some(u64::MAX))
+                    .await,
+            ),
             "operator_usage" => plain(rpc.operator_usage(&q).await),
             "snapshot_save" => queried(rpc.snapshot_save(&q).await),
             "snapshot_restore" => plain(

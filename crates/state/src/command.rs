@@ -158,6 +158,17 @@ pub enum Command {
     /// transactions stay [`Command::Txn`] for older servers.
     #[serde(rename = "27")]
     TxnWithCatalog(Vec<TxnOp>),
+    /// Replace autopilot's configuration (kept as system metadata, so
+    /// snapshots are unchanged); with `cas`, only if the stored one's
+    /// modify index matches (0: none stored). Written only once every
+    /// server advertises `apc`.
+    #[serde(rename = "28")]
+    AutopilotConfigSet {
+        /// The configuration.
+        config: Box<legate_types::rpc::AutopilotConfiguration>,
+        /// Check-and-set index.
+        cas: Option<u64>,
+    },
 }
 
 impl Command {
@@ -192,6 +203,7 @@ impl Command {
             Command::PreparedQuerySet(_) => 25,
             Command::PreparedQueryDelete(_) => 26,
             Command::TxnWithCatalog(_) => 27,
+            Command::AutopilotConfigSet { .. } => 28,
         }
     }
 }
@@ -259,6 +271,9 @@ pub(crate) fn apply(
         Command::SessionDestroy(id) => {
             tables.session_destroy(index, id, changes);
             CommandResult::Done
+        }
+        Command::AutopilotConfigSet { config, cas } => {
+            CommandResult::Applied(tables.autopilot_config_set(index, config, *cas))
         }
         Command::Txn(ops) | Command::TxnWithCatalog(ops) => {
             CommandResult::Txn(tables.txn(index, ops, changes))

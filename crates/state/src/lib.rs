@@ -12,6 +12,7 @@
 
 mod acl;
 pub mod archive;
+mod autopilot;
 mod catalog;
 mod command;
 mod config_entries;

@@ -122,6 +122,13 @@ fn command_numbers_are_pinned() {
         ),
         (Command::PreparedQueryDelete("q".into()), 26),
         (Command::TxnWithCatalog(vec![]), 27),
+        (
+            Command::AutopilotConfigSet {
+                config: Box::default(),
+                cas: None,
+            },
+            28,
+        ),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);

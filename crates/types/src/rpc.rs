@@ -144,9 +144,10 @@ impl Default for AutopilotConfig {
     }
 }
 
-/// `/v1/operator/autopilot/configuration`, in Consul's shape.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
+/// `/v1/operator/autopilot/configuration`, in Consul's shape (a field a
+/// `PUT` leaves out is its zero value, as in Consul).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
 pub struct AutopilotConfiguration {
     /// Remove failed servers.
     pub cleanup_dead_servers: bool,
@@ -168,6 +169,29 @@ pub struct AutopilotConfiguration {
     pub create_index: u64,
     /// Raft index of its last change (0: from the agent config).
     pub modify_index: u64,
+}
+
+impl AutopilotConfiguration {
+    /// The settings autopilot runs with; an unparseable duration is an
+    /// error naming its field.
+    pub fn to_config(&self) -> Result<AutopilotConfig, String> {
+        let duration = |field: &str, text: &str| {
+            if text.is_empty() {
+                return Ok(std::time::Duration::ZERO);
+            }
+            crate::duration::parse_go_duration(text).map_err(|e| format!("{field}: {e}"))
+        };
+        Ok(AutopilotConfig {
+            cleanup_dead_servers: self.cleanup_dead_servers,
+            last_contact_threshold: duration("LastContactThreshold", &self.last_contact_threshold)?,
+            max_trailing_logs: self.max_trailing_logs,
+            min_quorum: self.min_quorum,
+            server_stabilization_time: duration(
+                "ServerStabilizationTime",
+                &self.server_stabilization_time,
+            )?,
+        })
+    }
 }
 
 impl From<&AutopilotConfig> for AutopilotConfiguration {
@@ -268,7 +292,6 @@ pub trait ServerRpc: Send + Sync + 'static {
         id_or_address: String,
     ) -> Result<(), RpcError>;
 
-    /// Registers a node, and optionally a service and checks on it.
     /// `GET /v1/operator/autopilot/health`: the leader's view of every
     /// server.
     async fn autopilot_health(&self, opts: &QueryOptions) -> Result<AutopilotHealth, RpcError>;
@@ -281,6 +304,15 @@ pub trait ServerRpc: Send + Sync + 'static {
         &self,
         opts: &QueryOptions,
     ) -> Result<AutopilotConfiguration, RpcError>;
+    /// `PUT /v1/operator/autopilot/configuration`: replaces the settings
+    /// (`operator:write`); with `cas`, only if the stored configuration's
+    /// modify index is `cas` (0: none stored yet). Whether it was written.
+    async fn autopilot_set_config(
+        &self,
+        opts: &WriteOptions,
+        config: AutopilotConfiguration,
+        cas: Option<u64>,
+    ) -> Result<bool, RpcError>;
     /// `GET /v1/snapshot`: the whole state as an archive, with the index
     /// it was taken at.
     async fn snapshot_save(
@@ -293,6 +325,7 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &WriteOptions,
         archive: SnapshotArchive,
     ) -> Result<(), RpcError>;
+    /// Registers a node, and optionally a service and checks on it.
     async fn catalog_register(
         &self,
         opts: &WriteOptions,

@@ -25,6 +25,41 @@ pub enum AutopilotCommand {
     /// Prints the settings autopilot runs with.
     #[command(name = "get-config")]
     GetConfig(ListPeersArgs),
+    /// Changes autopilot's settings (check-and-set on the current ones).
+    #[command(name = "set-config")]
+    SetConfig(SetConfigArgs),
+}
+
+/// Flags of `operator autopilot set-config`: each one given replaces that
+/// setting; the others keep their current value.
+#[derive(Args, Debug)]
+pub struct SetConfigArgs {
+    #[command(flatten)]
+    http: HttpFlags,
+    /// Remove dead servers when a new one joins (`true|false`).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    cleanup_dead_servers: Option<bool>,
+    /// Entries a server may trail the leader by and stay healthy.
+    #[arg(long)]
+    max_trailing_logs: Option<u64>,
+    /// Voters dead-server cleanup never goes below.
+    #[arg(long)]
+    min_quorum: Option<usize>,
+    /// How long a server may go without contact and stay healthy (`200ms`).
+    #[arg(long)]
+    last_contact_threshold: Option<String>,
+    /// How long a new server must be healthy before it votes (`10s`).
+    #[arg(long)]
+    server_stabilization_time: Option<String>,
+    /// Enterprise (redundancy zones); kept, never acted on.
+    #[arg(long)]
+    redundancy_zone_tag: Option<String>,
+    /// Enterprise (upgrade migrations); kept, never acted on.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    disable_upgrade_migration: Option<bool>,
+    /// Enterprise (upgrade migrations); kept, never acted on.
+    #[arg(long)]
+    upgrade_version_tag: Option<String>,
 }
 
 /// `operator raft` subcommands.
@@ -186,6 +221,9 @@ pub async fn run(cmd: OperatorCommand) -> u8 {
         OperatorCommand::Autopilot(AutopilotCommand::GetConfig(args)) => {
             autopilot_get_config(args).await
         }
+        OperatorCommand::Autopilot(AutopilotCommand::SetConfig(args)) => {
+            autopilot_set_config(args).await
+        }
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
         OperatorCommand::Raft(RaftCommand::TransferLeader(_)) => fail(
             "Error transferring leadership: not supported by Legate. Its Raft library \
@@ -247,6 +285,84 @@ async fn autopilot_get_config(args: ListPeersArgs) -> u8 {
     );
     println!("UpgradeVersionTag = {:?}", text("UpgradeVersionTag"));
     0
+}
+
+/// Consul's `operator autopilot set-config`: reads the configuration,
+/// changes the flags given, and writes it back with `?cas=` on the index
+/// it read.
+async fn autopilot_set_config(args: SetConfigArgs) -> u8 {
+    for (flag, value) in [
+        ("last-contact-threshold", &args.last_contact_threshold),
+        ("server-stabilization-time", &args.server_stabilization_time),
+    ] {
+        if let Some(Err(e)) = value
+            .as_deref()
+            .map(legate_types::duration::parse_go_duration)
+        {
+            return fail(format!("invalid value {value:?} for -{flag}: {e}"));
+        }
+    }
+    let client = Client::new(&args.http);
+    let mut config: Value = match client
+        .get_json("/v1/operator/autopilot/configuration", &[])
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return fail(format!("Error querying Autopilot configuration: {e}")),
+    };
+    let changes = [
+        (
+            "CleanupDeadServers",
+            args.cleanup_dead_servers.map(Value::from),
+        ),
+        ("MaxTrailingLogs", args.max_trailing_logs.map(Value::from)),
+        ("MinQuorum", args.min_quorum.map(Value::from)),
+        (
+            "LastContactThreshold",
+            args.last_contact_threshold.map(Value::from),
+        ),
+        (
+            "ServerStabilizationTime",
+            args.server_stabilization_time.map(Value::from),
+        ),
+        (
+            "RedundancyZoneTag",
+            args.redundancy_zone_tag.map(Value::from),
+        ),
+        (
+            "DisableUpgradeMigration",
+            args.disable_upgrade_migration.map(Value::from),
+        ),
+        (
+            "UpgradeVersionTag",
+            args.upgrade_version_tag.map(Value::from),
+        ),
+    ];
+    for (key, value) in changes {
+        if let Some(value) = value {
+            config[key] = value;
+        }
+    }
+    let cas = config["ModifyIndex"].as_u64().unwrap_or(0).to_string();
+    let answer = client
+        .ok(
+            Method::PUT,
+            "/v1/operator/autopilot/configuration",
+            &[("cas", cas)],
+            Some(config.to_string().into_bytes()),
+        )
+        .await;
+    match answer {
+        Ok(body) if body.trim_ascii() == b"true" => {
+            println!("Configuration updated!");
+            0
+        }
+        Ok(_) => {
+            println!("Configuration could not be atomically updated, please try again");
+            1
+        }
+        Err(e) => fail(format!("Error setting Autopilot configuration: {e}")),
+    }
 }
 
 async fn list_peers(args: ListPeersArgs) -> u8 {
