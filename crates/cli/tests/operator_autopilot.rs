@@ -4,7 +4,9 @@
 //! body replaces the whole configuration, `?cas` answers whether it was
 //! written, bad input is a 400 with Consul's texts and changes nothing.
 //! That the leader's autopilot runs with it is shown in `cluster.rs`
-//! (dead-server cleanup turned off through `set-config`).
+//! (dead-server cleanup turned off through `set-config`). Also the
+//! answers of `operator raft transfer-leader` on a server with no other
+//! voter (the transfer itself is tested in `cluster.rs`).
 
 mod common;
 
@@ -111,4 +113,21 @@ fn the_configuration_is_replaced_checked_and_set_and_refused_when_bad() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(config(&agent), seen);
     assert_eq!(json!(seen["MaxTrailingLogs"]), json!(7));
+}
+
+#[test]
+fn transfer_leader_without_another_voter_is_consuls_error() {
+    let agent = TestAgent::dev(&[]);
+    let (status, _, body) = agent.request("POST", "/v1/operator/raft/transfer-leader", None);
+    assert_eq!((status, body.as_str()), (500, "cannot find peer"));
+    let out = agent.cli(&["operator", "raft", "transfer-leader"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Error transfering leadership: Failed to transfer leadership")
+            && err.contains("cannot find peer"),
+        "{err}"
+    );
+    // Still the leader, still writable.
+    assert_eq!(agent.put("/v1/kv/x", "1").0, 200);
 }

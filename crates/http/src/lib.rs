@@ -223,6 +223,10 @@ fn routes() -> Routes {
         .put("/v1/operator/keyring", agent::keyring)
         .delete("/v1/operator/keyring", agent::keyring)
         .delete("/v1/operator/raft/peer", misc::raft_remove_peer)
+        .post(
+            "/v1/operator/raft/transfer-leader",
+            misc::raft_transfer_leader,
+        )
         .get("/v1/snapshot", misc::snapshot_save)
         .add(
             "PUT",

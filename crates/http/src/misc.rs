@@ -399,6 +399,16 @@ pub async fn autopilot_set_config(State(st): State<AppState>, req: Req, body: By
     Ok(json(&req.params, &(written || cas.is_none())))
 }
 
+/// `POST /v1/operator/raft/transfer-leader[?id=]`: answers
+/// `{"Success": true}` once another server leads; failures are Consul's
+/// 500 with the reason (`cannot find peer` with no other voter).
+pub async fn raft_transfer_leader(State(st): State<AppState>, req: Req) -> ApiResult {
+    let id = req.params.get("id").unwrap_or_default().to_string();
+    let opts = req.write_options();
+    st.agent.rpc().raft_transfer_leader(&opts, id).await?;
+    Ok(json(&req.params, &json!({"Success": true})))
+}
+
 /// `GET /v1/operator/raft/configuration`.
 pub async fn raft_configuration(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;

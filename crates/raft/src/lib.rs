@@ -12,6 +12,7 @@
 mod log_store;
 mod network;
 mod state_machine;
+mod transfer;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -140,6 +141,9 @@ pub struct RaftNode {
     options: RaftOptions,
     /// When this follower last heard from a leader (AppendEntries).
     last_heard: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// Writes and membership changes hold it shared; a leadership
+    /// transfer holds it alone, so nothing is appended meanwhile.
+    gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl RaftNode {
@@ -189,7 +193,8 @@ impl RaftNode {
         .await
         .map_err(|e| RaftError::Startup(e.to_string()))?;
         let (writes, pending) = tokio::sync::mpsc::channel(4096);
-        tokio::spawn(run_batcher(raft.clone(), pending));
+        let gate = Arc::new(tokio::sync::RwLock::new(()));
+        tokio::spawn(run_batcher(raft.clone(), pending, gate.clone()));
         tokio::spawn(run_snapshot_policy(raft.clone(), state_machine.clone()));
         let node = RaftNode {
             raft,
@@ -200,6 +205,7 @@ impl RaftNode {
             options,
             // Until a leader is heard, staleness counts from the start.
             last_heard: Arc::new(std::sync::Mutex::new(Some(std::time::Instant::now()))),
+            gate,
         };
         if node.options.bootstrap
             && !node
@@ -372,6 +378,7 @@ impl RaftNode {
     /// Adds a server as a learner (it receives the log but does not vote);
     /// returns once the change is committed, not once it caught up.
     pub async fn add_learner(&self, id: u64, address: String) -> Result<(), RaftError> {
+        let _open = self.gate.read().await;
         self.raft
             .add_learner(id, BasicNode { addr: address }, false)
             .await
@@ -381,6 +388,7 @@ impl RaftNode {
 
     /// Makes learners voters.
     pub async fn promote(&self, ids: std::collections::BTreeSet<u64>) -> Result<(), RaftError> {
+        let _open = self.gate.read().await;
         self.raft
             .change_membership(openraft::ChangeMembers::AddVoterIds(ids), false)
             .await
@@ -393,6 +401,7 @@ impl RaftNode {
         &self,
         ids: std::collections::BTreeSet<u64>,
     ) -> Result<(), RaftError> {
+        let _open = self.gate.read().await;
         let membership = self.membership();
         let voters: std::collections::BTreeSet<u64> =
             membership.voters.intersection(&ids).copied().collect();
@@ -462,6 +471,9 @@ impl RaftNode {
             Ok(RaftMessage::Vote(request)) => RaftAnswer::Vote(self.raft.vote(request).await),
             Ok(RaftMessage::InstallSnapshot(request)) => {
                 RaftAnswer::InstallSnapshot(self.raft.install_snapshot(request).await)
+            }
+            Ok(RaftMessage::TimeoutNow { term }) => {
+                RaftAnswer::TimeoutNow(self.take_timeout_now(term).await)
             }
             Err(e) => RaftAnswer::Undecodable(e.to_string()),
         };
@@ -593,6 +605,7 @@ async fn client_write(
 async fn run_batcher(
     raft: Raft<TypeConfig>,
     mut pending: tokio::sync::mpsc::Receiver<PendingWrite>,
+    gate: Arc<tokio::sync::RwLock<()>>,
 ) {
     // A large write (a snapshot restore) that arrived while a batch was
     // being gathered goes into the next entry, alone.
@@ -605,6 +618,9 @@ async fn run_batcher(
                 None => return,
             },
         };
+        // Held while a leadership transfer runs (writes gathered meanwhile
+        // then meet "not the leader" and are forwarded).
+        let _open = gate.read().await;
         let mut bytes = value_bytes(&first.0);
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {

@@ -44,6 +44,12 @@ pub enum RaftMessage {
     Vote(VoteRequest<u64>),
     /// One chunk of a snapshot.
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// From a leader handing leadership over: campaign now if still in
+    /// `term` (older servers answer it as undecodable).
+    TimeoutNow {
+        /// The leader's term when it sent the message.
+        term: u64,
+    },
 }
 
 /// The answer to a [`RaftMessage`].
@@ -55,6 +61,8 @@ pub enum RaftAnswer {
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     /// To `InstallSnapshot`.
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    /// To `TimeoutNow`.
+    TimeoutNow(crate::transfer::TimeoutNowAnswer),
     /// The message could not be read.
     Undecodable(String),
 }

@@ -95,9 +95,13 @@ macro_rules! server_rpc_calls {
                         Target::Local => self.local.$name( $( $opts, )? $( $arg.clone() ),* ).await,
                         Target::Leader(address) => {
                             let remote = RemoteRpc::new(address.clone(), self.pool.clone());
-                            tokio::select! {
-                                result = remote.$name( $( $opts, )? $( $arg.clone() ),* ) => result,
-                                moved = self.leader_moved(&address) => Err(moved),
+                            if moves_the_leader(stringify!($name)) {
+                                remote.$name( $( $opts, )? $( $arg.clone() ),* ).await
+                            } else {
+                                tokio::select! {
+                                    result = remote.$name( $( $opts, )? $( $arg.clone() ),* ) => result,
+                                    moved = self.leader_moved(&address) => Err(moved),
+                                }
                             }
                         }
                         Target::NoLeader => Err(RpcError::NoLeader),
@@ -364,6 +368,13 @@ pub trait Leadership: Send + Sync + 'static {
     fn leader_address(&self) -> Option<String>;
 }
 
+/// Whether a call moves the leadership itself: its answer comes from
+/// the leader it was sent to once another server leads, so a leader that
+/// moves while it runs is its success, not a call lost in flight.
+fn moves_the_leader(call: &str) -> bool {
+    call == "raft_transfer_leader"
+}
+
 /// How many times a read lost in flight is asked again.
 const MAX_READ_RETRIES: u32 = 10;
 
@@ -626,6 +637,7 @@ server_rpc_calls! {
     status_peers(;) -> Vec<String>;
     raft_configuration(opts: &QueryOptions;) -> RaftConfiguration;
     raft_remove_peer(opts: &WriteOptions; id_or_address: String) -> ();
+    raft_transfer_leader(opts: &WriteOptions; id: String) -> ();
     autopilot_health(opts: &QueryOptions;) -> AutopilotHealth;
     autopilot_config(opts: &QueryOptions;) -> AutopilotConfiguration;
     autopilot_set_config(opts: &WriteOptions; config: AutopilotConfiguration, cas: Option<u64>) -> bool;

@@ -255,6 +255,10 @@ impl ServerRpc for Server {
         })
     }
 
+    async fn raft_transfer_leader(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError> {
+        self.transfer_leader(opts, id).await
+    }
+
     async fn raft_configuration(
         &self,
         opts: &QueryOptions,

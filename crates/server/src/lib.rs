@@ -23,6 +23,7 @@ pub mod features;
 mod federation_states;
 mod intentions;
 mod leader;
+mod leadership;
 mod prepared_queries;
 mod replication;
 mod sessions;

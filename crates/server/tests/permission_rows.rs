@@ -352,6 +352,7 @@ impl Harness {
             "status_peers" => plain(rpc.status_peers().await),
             "raft_configuration" => plain(rpc.raft_configuration(&q).await),
             "raft_remove_peer" => plain(rpc.raft_remove_peer(&w, "no-such-peer".into()).await),
+            "raft_transfer_leader" => plain(rpc.raft_transfer_leader(&w, String::new()).await),
             "autopilot_health" => plain(rpc.autopilot_health(&q).await),
             "autopilot_config" => plain(rpc.autopilot_config(&q).await),
             "autopilot_set_config" => plain(

@@ -292,6 +292,11 @@ pub trait ServerRpc: Send + Sync + 'static {
         id_or_address: String,
     ) -> Result<(), RpcError>;
 
+    /// Hands Raft leadership to the voter `id` names (its node ID or
+    /// server-port address; empty: the most caught-up other voter), as
+    /// `POST /v1/operator/raft/transfer-leader` (`operator:write`).
+    /// Returns once another server leads.
+    async fn raft_transfer_leader(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError>;
     /// `GET /v1/operator/autopilot/health`: the leader's view of every
     /// server.
     async fn autopilot_health(&self, opts: &QueryOptions) -> Result<AutopilotHealth, RpcError>;

@@ -71,12 +71,13 @@ pub enum RaftCommand {
     /// Removes a server from the Raft configuration.
     #[command(name = "remove-peer")]
     RemovePeer(RemovePeerArgs),
-    /// Not supported: Legate cannot hand Raft leadership to another server.
+    /// Hands Raft leadership to another server (`-id`, else the most
+    /// caught-up voter).
     #[command(name = "transfer-leader")]
     TransferLeader(TransferLeaderArgs),
 }
 
-/// Flags of `operator raft transfer-leader` (accepted, then refused).
+/// Flags of `operator raft transfer-leader`.
 #[derive(Args, Debug)]
 pub struct TransferLeaderArgs {
     #[command(flatten)]
@@ -225,12 +226,31 @@ pub async fn run(cmd: OperatorCommand) -> u8 {
             autopilot_set_config(args).await
         }
         OperatorCommand::Raft(RaftCommand::RemovePeer(args)) => remove_peer(args).await,
-        OperatorCommand::Raft(RaftCommand::TransferLeader(_)) => fail(
-            "Error transferring leadership: not supported by Legate. Its Raft library \
-             (openraft 0.9) has no leadership transfer, and emulating one would stall \
-             writes; stop the leader with `legate leave` to move leadership (see \
-             docs/compat.md).",
-        ),
+        OperatorCommand::Raft(RaftCommand::TransferLeader(args)) => transfer_leader(args).await,
+    }
+}
+
+/// Consul's `operator raft transfer-leader`: `Success`, else its error
+/// text (spelling included).
+async fn transfer_leader(args: TransferLeaderArgs) -> u8 {
+    let client = Client::new(&args.http);
+    let query: Vec<(&str, String)> = args.id.iter().map(|id| ("id", id.clone())).collect();
+    match client
+        .ok(
+            Method::POST,
+            "/v1/operator/raft/transfer-leader",
+            &query,
+            None,
+        )
+        .await
+    {
+        Ok(_) => {
+            println!("Success");
+            0
+        }
+        Err(e) => fail(format!(
+            "Error transfering leadership: Failed to transfer leadership {e}"
+        )),
     }
 }
 
