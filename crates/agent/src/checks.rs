@@ -13,8 +13,6 @@ use tokio::net::TcpStream;
 
 use crate::Agent;
 
-/// Longest output kept from a probe.
-const MAX_OUTPUT: usize = 4096;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Consecutive-result gating of status changes.
@@ -70,18 +68,6 @@ impl StatusGate {
     }
 }
 
-fn truncate(mut text: String) -> String {
-    if text.len() > MAX_OUTPUT {
-        let mut cut = MAX_OUTPUT;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str(" ... (truncated)");
-    }
-    text
-}
-
 /// Starts the runner of a check; TTL and maintenance checks have none
 /// beyond the TTL clock.
 pub(crate) fn spawn(
@@ -132,6 +118,9 @@ async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_ty
         DEFAULT_TIMEOUT
     });
     let mut gate = StatusGate::new(&def);
+    // A body is read up to one byte past what is kept, so the stored
+    // output can say it was cut.
+    let read_limit = agent.config().check_output.max_size.saturating_add(1);
     let stagger = rand::rng().random_range(0..=interval.as_millis().min(500) as u64);
     tokio::time::sleep(Duration::from_millis(stagger)).await;
     let client = match check_type {
@@ -150,15 +139,15 @@ async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_ty
     };
     loop {
         let (observed, output) = match check_type {
-            "http" => probe_http(client.as_ref(), &def).await,
+            "http" => probe_http(client.as_ref(), &def, read_limit).await,
             "tcp" => probe_tcp(&def.tcp, timeout).await,
             "grpc" => probe_grpc(client.as_ref(), &def).await,
             _ => probe_script(&def.script_args, timeout).await,
         };
         let failing = observed != HealthStatus::Passing;
         match gate.observe(observed) {
-            Some(status) => agent.set_check_status(&id, status, &truncate(output)),
-            None => agent.set_check_output(&id, &truncate(output)),
+            Some(status) => agent.set_check_status(&id, status, &output),
+            None => agent.set_check_output(&id, &output),
         }
         let next = if failing && def.name == SIDECAR_LISTENING_CHECK {
             interval.min(Duration::from_secs(1))
@@ -187,6 +176,7 @@ fn http_client(
 async fn probe_http(
     client: Option<&reqwest::Client>,
     def: &CheckDefinition,
+    read_limit: usize,
 ) -> (HealthStatus, String) {
     let Some(client) = client else {
         return (HealthStatus::Critical, "no HTTP client".into());
@@ -220,10 +210,10 @@ async fn probe_http(
         ),
         Ok(mut response) => {
             let code = response.status();
-            // Keep at most MAX_OUTPUT bytes, and whatever arrived before a
+            // Keep at most `read_limit` bytes, and whatever arrived before a
             // connection that ends uncleanly (servers that skip TLS close_notify).
             let mut bytes = Vec::new();
-            while bytes.len() < MAX_OUTPUT {
+            while bytes.len() < read_limit {
                 match response.chunk().await {
                     Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
                     _ => break,

@@ -174,6 +174,13 @@ const KNOWN_KEYS: &[&str] = &[
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
 const IMPLEMENTED_KEYS: &[&str] = &[
     "cache",
+    "check_output_max_size",
+    "discard_check_output",
+    "http_config",
+    "raft_snapshot_threshold",
+    "raft_snapshot_interval",
+    "raft_trailing_logs",
+    "disable_coordinates",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -355,6 +362,16 @@ pub struct AgentConfig {
     pub dns: crate::dns_config::DnsConfig,
     /// The bounds of the agent's caches (`cache`).
     pub cache: crate::cache_config::CacheConfig,
+    /// `check_output_max_size` and `discard_check_output`.
+    pub check_output: crate::check_output::CheckOutputPolicy,
+    /// `http_config`.
+    pub http_config: crate::http_config::HttpConfig,
+    /// `raft_snapshot_threshold`, `raft_snapshot_interval`,
+    /// `raft_trailing_logs`.
+    pub raft_tuning: crate::raft_config::RaftTuning,
+    /// `disable_coordinates`: this agent neither sends nor serves network
+    /// coordinates.
+    pub disable_coordinates: bool,
     /// Allow script checks from the API.
     pub enable_script_checks: bool,
     /// Allow script checks from config files.
@@ -580,7 +597,7 @@ pub fn load(sources: &[ConfigSource]) -> Result<AgentConfig, ConfigError> {
     build(merged, warnings)
 }
 
-fn get<'a>(map: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn get<'a>(map: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
     let mut current = map.get(path[0])?;
     for key in &path[1..] {
         current = current.as_object()?.get(*key)?;
@@ -605,7 +622,13 @@ fn check_encrypt_key(key: String) -> Result<String, ConfigError> {
 
 /// A list of strings (a single string counts as a list of one).
 pub(crate) fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
-    match map.get(key) {
+    strings(map.get(key), key)
+}
+
+/// `value` as a list of strings (absent: empty; a single string: a list
+/// of one); `name` names it in errors.
+pub(crate) fn strings(value: Option<&Value>, name: &str) -> Result<Vec<String>, ConfigError> {
+    match value {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s.clone()]),
         Some(Value::Array(items)) => items
@@ -613,10 +636,10 @@ pub(crate) fn string_list(map: &Map<String, Value>, key: &str) -> Result<Vec<Str
             .map(|v| {
                 v.as_str()
                     .map(str::to_string)
-                    .ok_or_else(|| ConfigError(format!("{key}: expected a list of addresses")))
+                    .ok_or_else(|| ConfigError(format!("{name}: expected a list of strings")))
             })
             .collect(),
-        Some(other) => Err(ConfigError(format!("{key}: expected a list, got {other}"))),
+        Some(other) => Err(ConfigError(format!("{name}: expected a list, got {other}"))),
     }
 }
 
@@ -649,7 +672,7 @@ pub(crate) fn get_bool(
     }
 }
 
-fn get_int(map: &Map<String, Value>, path: &[&str]) -> Result<Option<i64>, ConfigError> {
+pub(crate) fn get_int(map: &Map<String, Value>, path: &[&str]) -> Result<Option<i64>, ConfigError> {
     match get(map, path) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
@@ -824,6 +847,10 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         domain: get_str(&map, &["domain"])?.unwrap_or_else(|| "consul".to_string()),
         dns: crate::dns_config::parse(&map)?,
         cache: crate::cache_config::parse(&map)?,
+        check_output: crate::check_output::parse(&map)?,
+        http_config: crate::http_config::parse(&map)?,
+        raft_tuning: crate::raft_config::parse(&map)?,
+        disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

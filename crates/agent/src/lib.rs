@@ -13,11 +13,13 @@ mod authorize;
 pub mod cache_config;
 pub mod cached_reads;
 mod changes_rpc;
+pub mod check_output;
 pub mod checks;
 pub mod config;
 pub mod coordinate_sync;
 pub mod dns_config;
 pub mod gateway_validation;
+pub mod http_config;
 pub mod intention_cache;
 pub mod leaf;
 pub mod limits;
@@ -27,6 +29,7 @@ pub mod membership;
 pub mod proxy_acl;
 pub mod proxy_sources;
 pub mod query_cache;
+pub mod raft_config;
 pub mod shared_watch;
 mod sync;
 pub mod tls_config;
@@ -193,7 +196,9 @@ impl Agent {
         let manager = agent.start_proxycfg();
         let _ = agent.proxycfg.set(manager);
         sync::spawn(agent.clone());
-        coordinate_sync::spawn(agent.clone());
+        if !agent.config.disable_coordinates {
+            coordinate_sync::spawn(agent.clone());
+        }
         agent.spawn_acl_follower();
         spawn_reaper(agent.clone());
         Ok(agent)
@@ -556,7 +561,8 @@ impl Agent {
 
     /// Records a check result and schedules a sync when it changed.
     pub(crate) fn set_check_status(&self, id: &str, status: HealthStatus, output: &str) {
-        let changed = self.lock_local().update_check(id, status, output);
+        let output = self.config.check_output.apply(output);
+        let changed = self.lock_local().update_check(id, status, &output);
         if changed {
             self.changed();
         }

@@ -631,7 +631,15 @@ async fn start_server(
             } else {
                 config.raft_multiplier
             },
-            snapshot_threshold: 8192,
+            snapshot_threshold: config.raft_tuning.snapshot_threshold.unwrap_or(8192),
+            trailing_logs: config
+                .raft_tuning
+                .trailing_logs
+                .unwrap_or(legate_raft::DEFAULT_TRAILING_LOGS),
+            snapshot_interval: config
+                .raft_tuning
+                .snapshot_interval
+                .unwrap_or(legate_raft::DEFAULT_SNAPSHOT_INTERVAL),
             transport,
         },
         tombstone_ttl: legate_server::DEFAULT_TOMBSTONE_TTL,

@@ -291,11 +291,42 @@ pub fn router(state: AppState) -> Router {
     routes()
         .router
         .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http_config_gate,
+        ))
         .layer(axum::middleware::map_response_with_state(
             state.clone(),
             add_common_headers,
         ))
         .with_state(state)
+}
+
+/// `http_config`'s refusals, before any handler: a blocked endpoint
+/// (`block_endpoints`, by path prefix) and a write from outside
+/// `allow_write_http_from`, each Consul's 403.
+async fn http_config_gate(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let config = &st.agent.config().http_config;
+    if config.blocks(request.uri().path()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "Endpoint is blocked by agent configuration",
+        )
+            .into_response();
+    }
+    let reads = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    let peer = request.extensions().get::<PeerAddr>().map(|p| p.0.ip());
+    if !reads && !config.allows_write_from(peer) {
+        return (StatusCode::FORBIDDEN, "Access is restricted").into_response();
+    }
+    next.run(request).await
 }
 
 async fn add_common_headers(
@@ -313,6 +344,16 @@ async fn add_common_headers(
         "x-consul-default-acl-policy",
         axum::http::HeaderValue::from_static(policy),
     );
+    // `http_config.response_headers`: a header the handler set wins, as
+    // in Consul (which sets these before the handler runs).
+    for (name, value) in &st.agent.config().http_config.response_headers {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(name.as_bytes()),
+            axum::http::HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().entry(name).or_insert(value);
+        }
+    }
     response
 }
 
@@ -379,8 +420,12 @@ impl axum::extract::FromRequestParts<AppState> for Req {
         parts: &mut axum::http::request::Parts,
         state: &AppState,
     ) -> Result<Req, Self::Rejection> {
-        let params = util::Params::parse(parts.uri.query());
+        let mut params = util::Params::parse(parts.uri.query());
         enterprise_scope(&params, &parts.headers)?;
+        // `http_config.use_cache = false`: `?cached` is as if absent.
+        if !state.agent.config().http_config.use_cache {
+            params.remove("cached");
+        }
         Ok(Req {
             params,
             headers: parts.headers.clone(),

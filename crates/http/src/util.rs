@@ -130,6 +130,11 @@ impl Params {
         self.values.get(key).cloned().unwrap_or_default()
     }
 
+    /// Forgets a key (a parameter the agent is configured to ignore).
+    pub fn remove(&mut self, key: &str) {
+        self.values.remove(key);
+    }
+
     /// True when the key is present (with or without a value).
     pub fn has(&self, key: &str) -> bool {
         self.values.contains_key(key)

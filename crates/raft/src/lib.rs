@@ -38,6 +38,11 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// Log entries kept behind a snapshot unless configured.
+pub const DEFAULT_TRAILING_LOGS: u64 = 256;
+/// How often the snapshot policy looks at the store unless configured.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
+
 /// How to start a Raft node.
 #[derive(Debug, Clone)]
 pub struct RaftOptions {
@@ -53,6 +58,11 @@ pub struct RaftOptions {
     pub raft_multiplier: u64,
     /// Take a snapshot after this many log entries.
     pub snapshot_threshold: u64,
+    /// Log entries kept behind a snapshot (Consul's `raft_trailing_logs`).
+    pub trailing_logs: u64,
+    /// How often the snapshot policy looks at the store's size (Consul's
+    /// `raft_snapshot_interval`).
+    pub snapshot_interval: Duration,
     /// How messages reach other servers (`None`: a single server).
     pub transport: Transport,
 }
@@ -168,7 +178,7 @@ impl RaftNode {
             election_timeout_min: election * multiplier,
             election_timeout_max: 2 * election * multiplier,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_threshold.max(16)),
-            max_in_snapshot_log_to_keep: 256,
+            max_in_snapshot_log_to_keep: options.trailing_logs,
             // Snapshots travel in 512 KiB chunks with time to spare.
             install_snapshot_timeout: 10_000 * multiplier,
             snapshot_max_chunk_size: 512 * 1024,
@@ -195,7 +205,11 @@ impl RaftNode {
         let (writes, pending) = tokio::sync::mpsc::channel(4096);
         let gate = Arc::new(tokio::sync::RwLock::new(()));
         tokio::spawn(run_batcher(raft.clone(), pending, gate.clone()));
-        tokio::spawn(run_snapshot_policy(raft.clone(), state_machine.clone()));
+        tokio::spawn(run_snapshot_policy(
+            raft.clone(),
+            state_machine.clone(),
+            options.snapshot_interval,
+        ));
         let node = RaftNode {
             raft,
             writes,
@@ -538,12 +552,16 @@ impl RaftNode {
 
 /// Takes a snapshot whenever the state machine says one is due (by size,
 /// beside openraft's count of entries): woken by applies that pass the
-/// log budget, and every few seconds to notice a store that shrank.
-async fn run_snapshot_policy(raft: Raft<TypeConfig>, state_machine: StateMachine) {
+/// log budget, and every `interval` to notice a store that shrank.
+async fn run_snapshot_policy(
+    raft: Raft<TypeConfig>,
+    state_machine: StateMachine,
+    interval: Duration,
+) {
     loop {
         tokio::select! {
             _ = state_machine.wanted().notified() => {}
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = tokio::time::sleep(interval) => {}
         }
         if raft.metrics().borrow().running_state.is_err() {
             return;

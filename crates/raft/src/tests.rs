@@ -14,6 +14,8 @@ pub(crate) fn options(dir: Option<PathBuf>) -> RaftOptions {
         bootstrap: true,
         raft_multiplier: 1,
         snapshot_threshold: 16,
+        trailing_logs: crate::DEFAULT_TRAILING_LOGS,
+        snapshot_interval: crate::DEFAULT_SNAPSHOT_INTERVAL,
         transport: Default::default(),
     }
 }

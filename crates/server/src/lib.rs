@@ -133,6 +133,8 @@ impl ServerConfig {
                 bootstrap: true,
                 raft_multiplier: 1,
                 snapshot_threshold: 1024,
+                trailing_logs: legate_raft::DEFAULT_TRAILING_LOGS,
+                snapshot_interval: legate_raft::DEFAULT_SNAPSHOT_INTERVAL,
                 transport: Default::default(),
             },
             tombstone_ttl: DEFAULT_TOMBSTONE_TTL,

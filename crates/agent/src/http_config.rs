@@ -1,0 +1,180 @@
+//! `http_config { ... }`: what the HTTP API adds to every answer and whom
+//! it refuses (Consul's `response_headers`, `block_endpoints`,
+//! `allow_write_http_from`, `use_cache`), checked at load.
+
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+use crate::config::{get, get_bool, strings, ConfigError};
+
+/// An address range (`10.0.0.0/8`, `::1/128`; a bare address is one
+/// address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `a.b.c.d/n`, `x::y/n` or a bare address.
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (address, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let network: IpAddr = address
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a CIDR range"))?;
+        let bits = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => bits,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= bits)
+                .ok_or_else(|| format!("{text:?} is not a CIDR range"))?,
+        };
+        Ok(Cidr { network, prefix })
+    }
+
+    /// Whether `address` is in the range (IPv4-mapped IPv6 addresses
+    /// count as IPv4).
+    pub fn contains(&self, address: IpAddr) -> bool {
+        let address = match address {
+            IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map(IpAddr::V4)
+                .unwrap_or(IpAddr::V6(v6)),
+            v4 => v4,
+        };
+        match (self.network, address) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - self.prefix as u32).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - self.prefix as u32).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The `http_config` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Headers added to every answer (a handler's own header wins, as in
+    /// Consul, which sets these before the handler runs).
+    pub response_headers: Vec<(String, String)>,
+    /// Path prefixes answered 403 `Endpoint is blocked by agent
+    /// configuration`.
+    pub block_endpoints: Vec<String>,
+    /// Ranges writes (any method but GET, HEAD and OPTIONS) may come
+    /// from; empty: anywhere. Others get 403 `Access is restricted`.
+    pub allow_write_http_from: Vec<Cidr>,
+    /// Whether `?cached` is honoured (default true).
+    pub use_cache: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            response_headers: Vec::new(),
+            block_endpoints: Vec::new(),
+            allow_write_http_from: Vec::new(),
+            use_cache: true,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Whether a request for `path` is blocked.
+    pub fn blocks(&self, path: &str) -> bool {
+        self.block_endpoints.iter().any(|p| path.starts_with(p))
+    }
+
+    /// Whether a write from `peer` is allowed.
+    pub fn allows_write_from(&self, peer: Option<IpAddr>) -> bool {
+        if self.allow_write_http_from.is_empty() {
+            return true;
+        }
+        peer.is_some_and(|ip| self.allow_write_http_from.iter().any(|c| c.contains(ip)))
+    }
+}
+
+/// Reads `http_config`.
+pub fn parse(map: &Map<String, Value>) -> Result<HttpConfig, ConfigError> {
+    let mut config = HttpConfig::default();
+    let Some(block) = get(map, &["http_config"]) else {
+        return Ok(config);
+    };
+    let Value::Object(block) = block else {
+        return Err(ConfigError("http_config must be a block".into()));
+    };
+    if let Some(headers) = block.get("response_headers") {
+        let Value::Object(headers) = headers else {
+            return Err(ConfigError(
+                "http_config.response_headers must be a map of header names to values".into(),
+            ));
+        };
+        for (name, value) in headers {
+            let Some(value) = value.as_str() else {
+                return Err(ConfigError(format!(
+                    "http_config.response_headers.{name}: expected a string"
+                )));
+            };
+            let valid_name = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !valid_name || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+                return Err(ConfigError(format!(
+                    "http_config.response_headers: {name:?} cannot be sent as a header"
+                )));
+            }
+            config
+                .response_headers
+                .push((name.to_ascii_lowercase(), value.to_string()));
+        }
+    }
+    config.block_endpoints = strings(block.get("block_endpoints"), "block_endpoints")?;
+    config.allow_write_http_from =
+        strings(block.get("allow_write_http_from"), "allow_write_http_from")?
+            .iter()
+            .map(|c| {
+                Cidr::parse(c)
+                    .map_err(|e| ConfigError(format!("http_config.allow_write_http_from: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+    config.use_cache = get_bool(map, &["http_config", "use_cache"])?.unwrap_or(true);
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_hold_what_they_name() {
+        let lan = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(lan.contains("10.1.200.3".parse().unwrap()));
+        assert!(!lan.contains("10.2.0.1".parse().unwrap()));
+        assert!(lan.contains("::ffff:10.1.0.9".parse().unwrap()));
+        let one = Cidr::parse("127.0.0.1").unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        assert!(Cidr::parse("::/0")
+            .unwrap()
+            .contains("fe80::1".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "nope", "10.0.0.0/x", "::/129"] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Agent keys Consul users set and Legate now acts on, through the
+//! binary: `http_config` (`response_headers`, `block_endpoints`,
+//! `allow_write_http_from`, `use_cache`), `check_output_max_size` and
+//! `discard_check_output`, `disable_coordinates`, and the Raft snapshot
+//! keys; each with Consul's answers, and bad values refused at start with
+//! the key named.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{eventually, header, TestAgent};
+
+fn hcl(text: &str) -> String {
+    format!("-hcl={text}")
+}
+
+#[test]
+fn http_config_adds_headers_blocks_endpoints_and_restricts_writes() {
+    let agent = TestAgent::dev(&[&hcl(r#"http_config {
+             response_headers { "Access-Control-Allow-Origin" = "*", "Content-Type" = "text/x-mine" }
+             block_endpoints = ["/v1/acl", "/v1/agent/self"]
+             allow_write_http_from = ["10.0.0.0/8", "::1/128"]
+           }"#)]);
+    // Every answer carries the configured header, errors too; a header
+    // the handler sets itself wins.
+    let (status, headers, _) = agent.request("GET", "/v1/catalog/nodes", None);
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "access-control-allow-origin"), Some("*"));
+    assert_eq!(header(&headers, "content-type"), Some("application/json"));
+    let (status, headers, _) = agent.request("GET", "/v1/no/such/thing", None);
+    assert_eq!(status, 404);
+    assert_eq!(header(&headers, "access-control-allow-origin"), Some("*"));
+
+    // Blocked prefixes: Consul's 403 before anything else.
+    for path in ["/v1/acl/tokens", "/v1/agent/self"] {
+        let (status, headers, body) = agent.request("GET", path, None);
+        assert_eq!(
+            (status, body.as_str()),
+            (403, "Endpoint is blocked by agent configuration"),
+            "{path}"
+        );
+        assert_eq!(header(&headers, "access-control-allow-origin"), Some("*"));
+    }
+    assert_eq!(agent.request("GET", "/v1/agent/members", None).0, 200);
+
+    // Writes from 127.0.0.1 are outside the allowed ranges; reads are not
+    // restricted.
+    let (status, _, body) = agent.request("PUT", "/v1/kv/app", Some("v"));
+    assert_eq!((status, body.as_str()), (403, "Access is restricted"));
+    assert_eq!(agent.request("DELETE", "/v1/kv/app", None).0, 403);
+    assert_eq!(agent.request("GET", "/v1/kv/app", None).0, 404);
+}
+
+#[test]
+fn use_cache_false_ignores_cached() {
+    let agent = TestAgent::dev(&[&hcl("http_config { use_cache = false }")]);
+    let (status, headers, _) = agent.request("GET", "/v1/catalog/services?cached", None);
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "x-cache"), None, "answered by the servers");
+    // `?cached` being absent, it no longer conflicts with `?consistent`.
+    let (status, _, body) = agent.request("GET", "/v1/catalog/services?cached&consistent", None);
+    assert_eq!(status, 200, "{body}");
+    // With the default, the cache answers (and the conflict is Consul's
+    // 400).
+    let cached = TestAgent::dev(&[]);
+    let (_, headers, _) = cached.request("GET", "/v1/catalog/services?cached", None);
+    assert_eq!(header(&headers, "x-cache"), Some("MISS"));
+    assert_eq!(
+        cached
+            .request("GET", "/v1/catalog/services?cached&consistent", None)
+            .0,
+        400
+    );
+}
+
+fn register_ttl(agent: &TestAgent) {
+    let (status, body) = agent.put(
+        "/v1/agent/check/register",
+        r#"{"ID": "job", "Name": "job", "TTL": "10m"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+fn catalog_output(agent: &TestAgent) -> String {
+    eventually(Duration::from_secs(10), || {
+        let checks = agent.get("/v1/health/state/any").ok()?;
+        let check = checks.as_array()?.iter().find(|c| c["CheckID"] == "job")?;
+        (check["Status"] == "passing").then(|| check["Output"].as_str().unwrap().to_string())
+    })
+}
+
+#[test]
+fn check_outputs_are_cut_at_the_configured_size_or_discarded() {
+    let agent = TestAgent::dev(&[&hcl("check_output_max_size = 10")]);
+    register_ttl(&agent);
+    let (status, _) = agent.put(
+        "/v1/agent/check/pass/job?note=abcdefghijklmnopqrstuvwxyz",
+        "",
+    );
+    assert_eq!(status, 200);
+    let local = agent.get("/v1/agent/checks").unwrap();
+    assert_eq!(
+        local["job"]["Output"],
+        "abcdefghij ... (captured 10 of 26 bytes)"
+    );
+    assert_eq!(
+        catalog_output(&agent),
+        "abcdefghij ... (captured 10 of 26 bytes)"
+    );
+
+    let discarding = TestAgent::dev(&[&hcl("discard_check_output = true")]);
+    register_ttl(&discarding);
+    let (status, _) = discarding.put("/v1/agent/check/pass/job?note=pid%2042", "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        discarding.get("/v1/agent/checks").unwrap()["job"]["Output"],
+        ""
+    );
+    assert_eq!(catalog_output(&discarding), "");
+}
+
+#[test]
+fn disable_coordinates_refuses_the_coordinate_endpoints() {
+    let agent = TestAgent::dev(&[&hcl("disable_coordinates = true")]);
+    for (method, path, body) in [
+        ("GET", "/v1/coordinate/nodes", None),
+        ("GET", "/v1/coordinate/datacenters", None),
+        ("GET", "/v1/coordinate/node/x", None),
+        ("PUT", "/v1/coordinate/update", Some("{}")),
+    ] {
+        let (status, _, text) = agent.request(method, path, body);
+        assert_eq!(
+            (status, text.as_str()),
+            (401, "Coordinate support disabled"),
+            "{path}"
+        );
+    }
+    // Without the key the same endpoints answer.
+    let other = TestAgent::dev(&[]);
+    assert_eq!(other.request("GET", "/v1/coordinate/nodes", None).0, 200);
+}
+
+#[test]
+fn raft_snapshot_threshold_and_trailing_logs_shape_a_servers_snapshots() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().display().to_string();
+    let agent = TestAgent::start(&[
+        "-server",
+        "-bootstrap-expect=1",
+        &format!("-data-dir={dir}"),
+        &format!("-server-port={}", common::free_port()),
+        &format!("-serf-lan-port={}", common::free_port()),
+        &format!("-serf-wan-port={}", common::free_port()),
+        "-bind=127.0.0.1",
+        &hcl(r#"raft_snapshot_threshold = 16
+                raft_trailing_logs = 0
+                raft_snapshot_interval = "1s""#),
+    ]);
+    let meta = data.path().join("raft").join("snapshot.meta");
+    assert!(!meta.exists(), "no snapshot before the threshold");
+    for i in 0..40 {
+        let (status, _) = agent.put(&format!("/v1/kv/k{i}"), "v");
+        assert_eq!(status, 200);
+    }
+    eventually(Duration::from_secs(20), || meta.exists().then_some(()));
+}
+
+#[test]
+fn bad_values_stop_the_agent_naming_the_key() {
+    for (config, named) in [
+        (
+            "check_output_max_size = 0",
+            "check_output_max_size must be positive",
+        ),
+        (
+            r#"http_config { allow_write_http_from = ["10.0.0.0/40"] }"#,
+            "http_config.allow_write_http_from",
+        ),
+        (
+            r#"http_config { response_headers { "Bad Header" = "x" } }"#,
+            "http_config.response_headers",
+        ),
+        (
+            "http_config { use_cache = \"sometimes\" }",
+            "http_config.use_cache",
+        ),
+        ("raft_snapshot_threshold = -1", "raft_snapshot_threshold"),
+        (
+            "raft_snapshot_interval = \"often\"",
+            "raft_snapshot_interval",
+        ),
+        ("raft_trailing_logs = -5", "raft_trailing_logs"),
+        ("disable_coordinates = \"maybe\"", "disable_coordinates"),
+    ] {
+        let out = Command::new(common::binary())
+            .args(["agent", "-dev", &hcl(config)])
+            .arg(format!("-http-port={}", common::free_port()))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{config} started");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "{config}: {err}");
+    }
+}
