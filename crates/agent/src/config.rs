@@ -197,8 +197,11 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "encrypt",
     "retry_interval",
     "retry_join",
+    "retry_max",
     "start_join",
     "recursors",
+    "verify_incoming_https",
+    "verify_incoming_rpc",
     "autopilot",
     "limits",
     "session_ttl_min",
@@ -404,6 +407,9 @@ pub struct AgentConfig {
     pub retry_join: Vec<String>,
     /// How long to wait between join attempts (`retry_interval`, default 30s).
     pub retry_interval: Duration,
+    /// LAN join attempts before the agent gives up and exits (`retry_max`;
+    /// 0: forever).
+    pub retry_max: u32,
     /// The gossip encryption key (`encrypt`, base64 of 16 or 32 bytes).
     pub encrypt: Option<String>,
     /// The WAN pool (joins, advertised address) and both pools' timing.
@@ -869,6 +875,11 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         config_entries_bootstrap,
         start_join: string_list(&map, "start_join")?,
         retry_join: string_list(&map, "retry_join")?,
+        retry_max: match get_int(&map, &["retry_max"])? {
+            None => 0,
+            Some(n) => u32::try_from(n)
+                .map_err(|_| ConfigError(format!("retry_max: {n} is not a whole number ≥ 0")))?,
+        },
         retry_interval: match get_str(&map, &["retry_interval"])? {
             None => Duration::from_secs(30),
             Some(text) => legate_types::duration::parse_go_duration(&text)

@@ -948,6 +948,11 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let leaving = tokio::select! {
         _ = wait_for_signal() => { tracing::info!("caught signal; shutting down"); false }
         _ = agent.shutdown_requested() => { tracing::info!("leave requested; shutting down"); true }
+        _ = crate::cluster::LAN_JOIN_EXHAUSTED.notified() => {
+            tracing::error!("Retry join failed: agent: max join retry exhausted, exiting");
+            failure = Some("agent: max join retry exhausted, exiting".to_string());
+            false
+        }
         // A storage error stops Raft for good: this server reports no
         // leader from that moment and exits non-zero, so a supervisor
         // restarts it once the disk takes writes again (the log and the

@@ -351,14 +351,21 @@ pub struct JoinPlan {
     pub pool: &'static str,
 }
 
+/// Signalled once the LAN pool's `retry_max` attempts all failed: the
+/// agent then exits non-zero, as Consul's does (`max join retry
+/// exhausted`). A stored permit, so a give-up before the agent waits for
+/// it is not lost.
+pub static LAN_JOIN_EXHAUSTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 impl JoinPlan {
-    /// The LAN pool's plan (`start_join`, `retry_join`, `retry_interval`).
+    /// The LAN pool's plan (`start_join`, `retry_join`, `retry_interval`,
+    /// `retry_max`).
     pub fn lan(config: &AgentConfig) -> JoinPlan {
         JoinPlan {
             start: config.start_join.clone(),
             retry: config.retry_join.clone(),
             interval: config.retry_interval,
-            max_attempts: 0,
+            max_attempts: config.retry_max,
             pool: "LAN",
         }
     }
@@ -421,6 +428,9 @@ pub fn spawn_joins(membership: Arc<GossipMembership>, plan: JoinPlan) {
                     attempts = attempt,
                     "retry-join: giving up after the configured attempts"
                 );
+                if pool == "LAN" {
+                    LAN_JOIN_EXHAUSTED.notify_one();
+                }
                 return;
             }
             tokio::time::sleep(interval).await;

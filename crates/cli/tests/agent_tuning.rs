@@ -204,3 +204,42 @@ fn bad_values_stop_the_agent_naming_the_key() {
         assert!(err.contains(named), "{config}: {err}");
     }
 }
+
+#[test]
+fn retry_max_makes_an_agent_that_cannot_join_exit() {
+    let data = tempfile::tempdir().unwrap();
+    let nobody = format!("127.0.0.1:{}", common::free_port());
+    let started = std::time::Instant::now();
+    let mut child = Command::new(common::binary())
+        .args([
+            "agent",
+            &format!("-data-dir={}", data.path().display()),
+            "-bind=127.0.0.1",
+            &format!("-serf-lan-port={}", common::free_port()),
+            &format!("-http-port={}", common::free_port()),
+            "-dns-port=-1",
+            "-grpc-port=-1",
+            "-grpc-tls-port=-1",
+            &format!("-retry-join={nobody}"),
+            &hcl("retry_max = 2\nretry_interval = \"200ms\""),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the agent kept running after its join attempts ran out");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("max join retry exhausted"), "{text}");
+}
