@@ -177,6 +177,8 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "check_output_max_size",
     "discard_check_output",
     "http_config",
+    "default_query_time",
+    "max_query_time",
     "raft_snapshot_threshold",
     "raft_snapshot_interval",
     "raft_trailing_logs",

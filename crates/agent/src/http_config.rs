@@ -3,10 +3,11 @@
 //! `allow_write_http_from`, `use_cache`), checked at load.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::config::{get, get_bool, strings, ConfigError};
+use crate::config::{get, get_bool, get_str, strings, ConfigError};
 
 /// An address range (`10.0.0.0/8`, `::1/128`; a bare address is one
 /// address).
@@ -78,6 +79,12 @@ pub struct HttpConfig {
     pub allow_write_http_from: Vec<Cidr>,
     /// Whether `?cached` is honoured (default true).
     pub use_cache: bool,
+    /// A blocking query's wait when it names none (`default_query_time`,
+    /// a top-level key; 5m).
+    pub default_query_time: Duration,
+    /// The longest wait a blocking query gets (`max_query_time`, a
+    /// top-level key; 10m).
+    pub max_query_time: Duration,
 }
 
 impl Default for HttpConfig {
@@ -87,6 +94,8 @@ impl Default for HttpConfig {
             block_endpoints: Vec::new(),
             allow_write_http_from: Vec::new(),
             use_cache: true,
+            default_query_time: legate_types::DEFAULT_BLOCKING_WAIT,
+            max_query_time: legate_types::MAX_BLOCKING_WAIT,
         }
     }
 }
@@ -106,9 +115,34 @@ impl HttpConfig {
     }
 }
 
-/// Reads `http_config`.
+fn query_time(
+    map: &Map<String, Value>,
+    key: &str,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match get_str(map, &[key])? {
+        None => Ok(default),
+        Some(text) => match legate_types::duration::parse_go_duration(&text) {
+            Ok(d) if !d.is_zero() && d <= legate_types::WAIT_CEILING => Ok(d),
+            Ok(_) => Err(ConfigError(format!(
+                "{key}: must be longer than 0s and at most 24h"
+            ))),
+            Err(e) => Err(ConfigError(format!("{key}: {e}"))),
+        },
+    }
+}
+
+/// Reads `http_config`, `default_query_time` and `max_query_time`.
 pub fn parse(map: &Map<String, Value>) -> Result<HttpConfig, ConfigError> {
-    let mut config = HttpConfig::default();
+    let mut config = HttpConfig {
+        default_query_time: query_time(
+            map,
+            "default_query_time",
+            legate_types::DEFAULT_BLOCKING_WAIT,
+        )?,
+        max_query_time: query_time(map, "max_query_time", legate_types::MAX_BLOCKING_WAIT)?,
+        ..HttpConfig::default()
+    };
     let Some(block) = get(map, &["http_config"]) else {
         return Ok(config);
     };

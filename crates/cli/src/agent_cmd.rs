@@ -650,6 +650,7 @@ async fn start_server(
         autopilot: config.autopilot.clone(),
         reap_settle: Duration::from_secs(15 * 60),
         session_ttl_min: config.limits.session_ttl_min,
+        max_query_time: config.http_config.max_query_time,
         acl: legate_server::AclSettings {
             enabled: config.acl.enabled,
             default_policy: if config.acl.default_policy == "deny" {

@@ -193,6 +193,8 @@ fn bad_values_stop_the_agent_naming_the_key() {
         ),
         ("raft_trailing_logs = -5", "raft_trailing_logs"),
         ("disable_coordinates = \"maybe\"", "disable_coordinates"),
+        ("max_query_time = \"0s\"", "max_query_time"),
+        ("default_query_time = \"soon\"", "default_query_time"),
     ] {
         let out = Command::new(common::binary())
             .args(["agent", "-dev", &hcl(config)])
@@ -242,4 +244,37 @@ fn retry_max_makes_an_agent_that_cannot_join_exit() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("max join retry exhausted"), "{text}");
+}
+
+/// How long a blocking read of `path` at its current index takes.
+fn blocked_for(agent: &TestAgent, path: &str, wait: &str) -> Duration {
+    let (_, headers, _) = agent.request("GET", path, None);
+    let index = header(&headers, "x-consul-index").unwrap().to_string();
+    let started = std::time::Instant::now();
+    let (status, _, _) = agent.request("GET", &format!("{path}?index={index}{wait}"), None);
+    assert_eq!(status, 200);
+    started.elapsed()
+}
+
+#[test]
+fn query_times_bound_blocking_reads() {
+    // `max_query_time` caps an asked wait; `default_query_time` is the
+    // wait of a query that asks none (plus up to 1/16 of jitter).
+    let agent = TestAgent::dev(&[&hcl(
+        "max_query_time = \"1s\"\ndefault_query_time = \"500ms\"",
+    )]);
+    let capped = blocked_for(&agent, "/v1/catalog/services", "&wait=30s");
+    assert!(
+        capped >= Duration::from_millis(900) && capped < Duration::from_secs(5),
+        "{capped:?}"
+    );
+    let defaulted = blocked_for(&agent, "/v1/catalog/services", "");
+    assert!(
+        defaulted >= Duration::from_millis(400) && defaulted < Duration::from_secs(5),
+        "{defaulted:?}"
+    );
+    // Without the keys an asked wait is honoured.
+    let plain = TestAgent::dev(&[]);
+    let honoured = blocked_for(&plain, "/v1/catalog/services", "&wait=2s");
+    assert!(honoured >= Duration::from_millis(1900), "{honoured:?}");
 }

@@ -53,6 +53,8 @@ pub struct Req {
     pub agent_node: String,
     /// The token a request without one uses (`acl.tokens.default`).
     pub default_token: String,
+    /// `default_query_time` and `max_query_time`.
+    pub query_times: (std::time::Duration, std::time::Duration),
 }
 
 /// The client address of a request, set by the connection that read it.
@@ -432,6 +434,10 @@ impl axum::extract::FromRequestParts<AppState> for Req {
             peer: parts.extensions.get::<PeerAddr>().map(|p| p.0),
             agent_node: state.agent.config().node_name.clone(),
             default_token: state.agent.tokens().default_token().unwrap_or_default(),
+            query_times: (
+                state.agent.config().http_config.default_query_time,
+                state.agent.config().http_config.max_query_time,
+            ),
         })
     }
 }
@@ -495,6 +501,12 @@ impl Req {
     pub(crate) fn query_options(&self) -> Result<legate_types::QueryOptions, util::ApiError> {
         let mut opts = util::query_options(&self.headers, &self.params)?;
         opts.token = self.token();
+        // `default_query_time` / `max_query_time`, as Consul applies them.
+        let (default, max) = self.query_times;
+        opts.max_wait = Some(match opts.max_wait {
+            Some(w) if !w.is_zero() => w.min(max),
+            _ => default,
+        });
         // `?near=`: `_agent` is this agent's node; `_ip` the node at the
         // client's address (X-Forwarded-For first, as Consul reads it).
         opts.near = match self.params.get("near") {

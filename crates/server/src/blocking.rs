@@ -70,7 +70,7 @@ impl Server {
         self.check_datacenter(&opts.datacenter)?;
         self.check_consistency(opts.consistency).await?;
         let deadline = if opts.min_index > 0 {
-            let wait = opts.effective_wait();
+            let wait = opts.effective_wait().min(self.config.max_query_time);
             let jitter_cap = (wait / 16).as_millis() as u64;
             let jitter = if jitter_cap > 0 {
                 rand::rng().random_range(0..=jitter_cap)

@@ -89,6 +89,8 @@ pub struct ServerConfig {
     pub reap_settle: Duration,
     /// The shortest session TTL accepted (`session_ttl_min`, 10s).
     pub session_ttl_min: Duration,
+    /// The longest a blocking query waits here (`max_query_time`, 10m).
+    pub max_query_time: Duration,
     /// The WAN pool's view of every datacenter's servers (published by
     /// the binary from WAN gossip; never changes for a server without it).
     pub wan: tokio::sync::watch::Receiver<legate_types::federation::WanView>,
@@ -145,6 +147,7 @@ impl ServerConfig {
             autopilot: Default::default(),
             reap_settle: Duration::from_secs(15 * 60),
             session_ttl_min: legate_types::DEFAULT_SESSION_TTL_MIN,
+            max_query_time: legate_types::MAX_BLOCKING_WAIT,
             wan: tokio::sync::watch::channel(Default::default()).1,
             events: None,
             primary_datacenter: String::new(),

@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Default wait of a blocking query.
+/// Default wait of a blocking query (Consul's `default_query_time`).
 pub const DEFAULT_BLOCKING_WAIT: Duration = Duration::from_secs(300);
-/// Longest wait of a blocking query.
+/// Longest wait of a blocking query (Consul's `max_query_time`).
 pub const MAX_BLOCKING_WAIT: Duration = Duration::from_secs(600);
+
+/// The longest wait anything honours, whatever is configured (a day).
+pub const WAIT_CEILING: Duration = Duration::from_secs(24 * 3600);
 
 /// Read consistency mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -42,7 +45,7 @@ pub struct QueryOptions {
     pub consistency: Consistency,
     /// Block until the result's index exceeds this (0: do not block).
     pub min_index: u64,
-    /// Longest time to block (clamped to [`MAX_BLOCKING_WAIT`]).
+    /// Longest time to block (agents clamp it to `max_query_time`).
     pub max_wait: Option<Duration>,
     /// The request's ACL token.
     pub token: String,
@@ -59,11 +62,14 @@ pub struct QueryOptions {
 }
 
 impl QueryOptions {
-    /// The effective wait of a blocking query (default 5m, max 10m).
+    /// The effective wait of a blocking query: the asked wait (default
+    /// 5m). Agents resolve it against `default_query_time` and
+    /// `max_query_time` before it is sent, and servers clamp it to their
+    /// own `max_query_time`; [`WAIT_CEILING`] only keeps deadlines sane.
     pub fn effective_wait(&self) -> Duration {
         match self.max_wait {
             Some(w) if w.is_zero() => DEFAULT_BLOCKING_WAIT,
-            Some(w) => w.min(MAX_BLOCKING_WAIT),
+            Some(w) => w.min(WAIT_CEILING),
             None => DEFAULT_BLOCKING_WAIT,
         }
     }
