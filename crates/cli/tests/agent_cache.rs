@@ -14,17 +14,25 @@ use common::mesh::{demo_logs, echo, echo_server, seed_demo_on, start_proxy};
 use common::{eventually, header, http_request, TestAgent};
 use serde_json::Value;
 
-fn server(ip: &str, dir: &tempfile::TempDir) -> TestAgent {
-    TestAgent::spawn(
+/// A one-server datacenter at `ip`, on ports no other test can hold
+/// (defaults such as 8301 could be taken by an agent bound to every
+/// address); with the address its LAN gossip answers at.
+fn server(ip: &str, dir: &tempfile::TempDir) -> (TestAgent, String) {
+    let lan = common::free_port();
+    let agent = TestAgent::spawn(
         &[
             "-server",
             "-bootstrap-expect=1",
             "-node=cache-server",
             &format!("-bind={ip}"),
             &format!("-data-dir={}", dir.path().display()),
+            &format!("-serf-lan-port={lan}"),
+            &format!("-serf-wan-port={}", common::free_port()),
+            &format!("-server-port={}", common::free_port()),
         ],
         true,
-    )
+    );
+    (agent, format!("{ip}:{lan}"))
 }
 
 fn client(ip: &str, join: &str, dir: &tempfile::TempDir) -> TestAgent {
@@ -33,6 +41,7 @@ fn client(ip: &str, join: &str, dir: &tempfile::TempDir) -> TestAgent {
             "-node=cache-client",
             &format!("-bind={ip}"),
             &format!("-data-dir={}", dir.path().display()),
+            &format!("-serf-lan-port={}", common::free_port()),
             &format!("-retry-join={join}"),
             "-retry-interval=1s",
         ],
@@ -63,8 +72,8 @@ fn rows(body: &str) -> usize {
 #[test]
 fn cached_reads_hit_block_and_outlive_the_servers() {
     let (server_dir, client_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut server = server("127.0.0.91", &server_dir);
-    let client = client("127.0.0.92", "127.0.0.91", &client_dir);
+    let (mut server, join) = server("127.0.0.91", &server_dir);
+    let client = client("127.0.0.92", &join, &client_dir);
     server.wait_ready();
     client.wait_ready();
     eventually(Duration::from_secs(30), || {
@@ -232,7 +241,7 @@ fn cached_reads_hit_block_and_outlive_the_servers() {
 #[test]
 fn sidecars_keep_working_through_a_minute_without_servers() {
     let (server_dir, client_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut server = server("127.0.0.93", &server_dir);
+    let (mut server, join) = server("127.0.0.93", &server_dir);
     let (echo_port, web_sidecar, db_sidecar, upstream, grpc) = (
         common::free_port(),
         common::free_port(),
@@ -252,7 +261,8 @@ fn sidecars_keep_working_through_a_minute_without_servers() {
             "-node=fail-static-client",
             "-bind=127.0.0.94",
             &format!("-data-dir={}", data.display()),
-            "-retry-join=127.0.0.93",
+            &format!("-retry-join={join}"),
+            &format!("-serf-lan-port={}", common::free_port()),
             "-retry-interval=1s",
             "-dns-port=-1",
             "-grpc-tls-port=-1",
