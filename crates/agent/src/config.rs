@@ -183,6 +183,11 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "raft_snapshot_interval",
     "raft_trailing_logs",
     "disable_coordinates",
+    "advertise_addr_ipv4",
+    "advertise_addr_ipv6",
+    "advertise_addr_wan_ipv4",
+    "advertise_addr_wan_ipv6",
+    "disable_keyring_file",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -377,6 +382,11 @@ pub struct AgentConfig {
     /// `disable_coordinates`: this agent neither sends nor serves network
     /// coordinates.
     pub disable_coordinates: bool,
+    /// `advertise_addr_ipv4`/`_ipv6` and `advertise_addr_wan_ipv4`/`_ipv6`.
+    pub family_addresses: crate::tagged_addresses::FamilyAddresses,
+    /// `disable_keyring_file`: gossip keys are never saved to (or read
+    /// from) the data dir.
+    pub disable_keyring_file: bool,
     /// Allow script checks from the API.
     pub enable_script_checks: bool,
     /// Allow script checks from config files.
@@ -859,6 +869,8 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         http_config: crate::http_config::parse(&map)?,
         raft_tuning: crate::raft_config::parse(&map)?,
         disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
+        family_addresses: crate::tagged_addresses::parse(&map)?,
+        disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

@@ -32,6 +32,7 @@ pub mod query_cache;
 pub mod raft_config;
 pub mod shared_watch;
 mod sync;
+pub mod tagged_addresses;
 pub mod tls_config;
 pub mod wan_config;
 pub mod wanfed_config;

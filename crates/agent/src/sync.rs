@@ -54,20 +54,13 @@ pub(crate) fn spawn(agent: Arc<Agent>) {
 
 impl Agent {
     fn node_registration(&self) -> RegisterRequest {
-        let address = self.config.advertise().to_string();
-        let mut tagged = BTreeMap::new();
-        tagged.insert("lan".to_string(), address.clone());
-        tagged.insert("lan_ipv4".to_string(), address.clone());
+        let lan = self.config.advertise();
+        let address = lan.to_string();
         // The address other datacenters reach this node at
         // (`advertise_addr_wan`, else the LAN one).
-        let wan = self
-            .config
-            .wan
-            .advertise_addr_wan
-            .map(|a| a.to_string())
-            .unwrap_or_else(|| address.clone());
-        tagged.insert("wan".to_string(), wan.clone());
-        tagged.insert("wan_ipv4".to_string(), wan);
+        let wan = self.config.wan.advertise_addr_wan.unwrap_or(lan);
+        let tagged =
+            crate::tagged_addresses::tagged_addresses(lan, wan, &self.config.family_addresses);
         let mut meta = self.config.node_meta.clone();
         meta.insert("consul-network-segment".to_string(), String::new());
         meta.insert(

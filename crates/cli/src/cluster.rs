@@ -268,12 +268,17 @@ pub async fn start_gossip(
     // The keyring kept in the data dir (changed by `keyring` since) wins
     // over `encrypt`, as Consul's `serf/local.keyring` (LAN) and
     // `serf/remote.keyring` (WAN) do.
-    let keyring_file = serf_dir.as_ref().map(|d| {
-        d.join(match kind {
-            PoolKind::Lan => "local.keyring",
-            PoolKind::Wan => "remote.keyring",
-        })
-    });
+    // `disable_keyring_file`: keys live in memory only; the next start
+    // has `encrypt` alone, as Consul's.
+    let keyring_file = serf_dir
+        .as_ref()
+        .filter(|_| !config.disable_keyring_file)
+        .map(|d| {
+            d.join(match kind {
+                PoolKind::Lan => "local.keyring",
+                PoolKind::Wan => "remote.keyring",
+            })
+        });
     let saved = match &keyring_file {
         Some(file) if file.exists() => Some(
             legate_gossip::load_keyring(file)

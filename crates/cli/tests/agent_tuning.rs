@@ -194,6 +194,14 @@ fn bad_values_stop_the_agent_naming_the_key() {
         ("raft_trailing_logs = -5", "raft_trailing_logs"),
         ("disable_coordinates = \"maybe\"", "disable_coordinates"),
         ("max_query_time = \"0s\"", "max_query_time"),
+        (
+            "advertise_addr_ipv4 = \"::1\"",
+            "advertise_addr_ipv4 must be an ipv4 address",
+        ),
+        (
+            "advertise_addr_wan_ipv6 = \"10.0.0.1\"",
+            "advertise_addr_wan_ipv6 must be an ipv6 address",
+        ),
         ("default_query_time = \"soon\"", "default_query_time"),
     ] {
         let out = Command::new(common::binary())
@@ -277,4 +285,71 @@ fn query_times_bound_blocking_reads() {
     let plain = TestAgent::dev(&[]);
     let honoured = blocked_for(&plain, "/v1/catalog/services", "&wait=2s");
     assert!(honoured >= Duration::from_millis(1900), "{honoured:?}");
+}
+
+#[test]
+fn per_family_advertise_addresses_become_tagged_addresses() {
+    let agent = TestAgent::dev(&[&hcl(
+        "advertise_addr_ipv6 = \"fd00::5\"\nadvertise_addr_wan_ipv4 = \"203.0.113.5\"",
+    )]);
+    let node = agent.get("/v1/agent/self").unwrap()["Config"]["NodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tagged = eventually(Duration::from_secs(10), || {
+        let found = agent.get(&format!("/v1/catalog/node/{node}")).ok()?;
+        let tagged = found["Node"]["TaggedAddresses"].clone();
+        (tagged.get("lan_ipv6").is_some()).then_some(tagged)
+    });
+    assert_eq!(tagged["lan"], "127.0.0.1");
+    assert_eq!(tagged["lan_ipv4"], "127.0.0.1");
+    assert_eq!(tagged["lan_ipv6"], "fd00::5");
+    assert_eq!(tagged["wan_ipv4"], "203.0.113.5");
+    assert_eq!(tagged["wan"], "127.0.0.1");
+}
+
+/// A one-server datacenter with gossip encryption, on free ports.
+fn encrypted_server(data: &std::path::Path, key: &str, extra: &[&str]) -> TestAgent {
+    let mut flags: Vec<String> = vec![
+        "-server".into(),
+        "-bootstrap-expect=1".into(),
+        format!("-data-dir={}", data.display()),
+        format!("-server-port={}", common::free_port()),
+        format!("-serf-lan-port={}", common::free_port()),
+        format!("-serf-wan-port={}", common::free_port()),
+        "-bind=127.0.0.1".into(),
+        format!("-encrypt={key}"),
+    ];
+    flags.extend(extra.iter().map(|f| f.to_string()));
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    TestAgent::start(&refs)
+}
+
+fn keygen() -> String {
+    let out = Command::new(common::binary())
+        .arg("keygen")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn disable_keyring_file_keeps_gossip_keys_in_memory() {
+    for (disabled, extra) in [
+        (false, vec![]),
+        (true, vec![hcl("disable_keyring_file = true")]),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let agent = encrypted_server(data.path(), &keygen(), &extra);
+        let out = agent.cli(&["keyring", "-install", &keygen()]);
+        common::expect_success(&out);
+        let file = data.path().join("serf").join("local.keyring");
+        if disabled {
+            std::thread::sleep(Duration::from_secs(2));
+            assert!(!file.exists(), "the keyring was written with the key set");
+        } else {
+            eventually(Duration::from_secs(10), || file.exists().then_some(()));
+        }
+    }
 }
