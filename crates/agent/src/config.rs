@@ -188,6 +188,10 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "advertise_addr_wan_ipv4",
     "advertise_addr_wan_ipv6",
     "disable_keyring_file",
+    "log_file",
+    "log_rotate_bytes",
+    "log_rotate_duration",
+    "log_rotate_max_files",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -387,6 +391,8 @@ pub struct AgentConfig {
     /// `disable_keyring_file`: gossip keys are never saved to (or read
     /// from) the data dir.
     pub disable_keyring_file: bool,
+    /// `log_file` and its rotation (`None`: the console only).
+    pub log_file: Option<crate::log_file_config::LogFileConfig>,
     /// Allow script checks from the API.
     pub enable_script_checks: bool,
     /// Allow script checks from config files.
@@ -871,6 +877,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
         family_addresses: crate::tagged_addresses::parse(&map)?,
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
+        log_file: crate::log_file_config::parse(&map)?,
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

@@ -24,6 +24,7 @@ pub mod intention_cache;
 pub mod leaf;
 pub mod limits;
 pub mod local;
+pub mod log_file_config;
 pub mod log_stream;
 pub mod membership;
 pub mod proxy_acl;

@@ -387,8 +387,32 @@ fn init_logging(config: &AgentConfig) {
     // at theirs.
     let followers = legate_agent::log_stream::StreamLayer
         .with_filter(legate_agent::log_stream::FollowersFilter);
+    // `log_file`: the same lines, rotated as Consul rotates them.
+    let file = config.log_file.clone().and_then(|settings| {
+        let dir = settings.dir.display().to_string();
+        match crate::log_file::RotatingFile::open(settings) {
+            Ok(file) => Some(file),
+            Err(e) => {
+                eprintln!("==> Error opening the log file in {dir}: {e}");
+                None
+            }
+        }
+    });
+    let file = file.map(|file| {
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(file);
+        let layer = if config.log_json {
+            layer.json().boxed()
+        } else {
+            layer.boxed()
+        };
+        let level = filter.to_string();
+        layer.with_filter(tracing_subscriber::EnvFilter::new(level))
+    });
     let _ = tracing_subscriber::registry()
         .with(console.with_filter(filter))
+        .with(file)
         .with(followers)
         .try_init();
 }

@@ -8,6 +8,7 @@ mod commands;
 mod grpc_incoming;
 mod host;
 mod listeners;
+mod log_file;
 mod wan;
 mod wanfed;
 mod watch;

@@ -16,6 +16,26 @@ fn hcl(text: &str) -> String {
     format!("-hcl={text}")
 }
 
+/// Runs the binary with `args`, which must exit within `patience` (it is
+/// killed, and the test fails, if it does not); its output.
+fn run_to_exit(args: &[String], patience: Duration) -> std::process::Output {
+    let started = std::time::Instant::now();
+    let mut child = Command::new(common::binary())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > patience {
+            let _ = child.kill();
+            panic!("{args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn http_config_adds_headers_blocks_endpoints_and_restricts_writes() {
     let agent = TestAgent::dev(&[&hcl(r#"http_config {
@@ -194,6 +214,9 @@ fn bad_values_stop_the_agent_naming_the_key() {
         ("raft_trailing_logs = -5", "raft_trailing_logs"),
         ("disable_coordinates = \"maybe\"", "disable_coordinates"),
         ("max_query_time = \"0s\"", "max_query_time"),
+        ("log_rotate_max_files = -2", "log_rotate_max_files"),
+        ("log_rotate_duration = \"0s\"", "log_rotate_duration"),
+        ("log_rotate_bytes = -1", "log_rotate_bytes"),
         (
             "advertise_addr_ipv4 = \"::1\"",
             "advertise_addr_ipv4 must be an ipv4 address",
@@ -204,11 +227,15 @@ fn bad_values_stop_the_agent_naming_the_key() {
         ),
         ("default_query_time = \"soon\"", "default_query_time"),
     ] {
-        let out = Command::new(common::binary())
-            .args(["agent", "-dev", &hcl(config)])
-            .arg(format!("-http-port={}", common::free_port()))
-            .output()
-            .unwrap();
+        let out = run_to_exit(
+            &[
+                "agent".into(),
+                "-dev".into(),
+                hcl(config),
+                format!("-http-port={}", common::free_port()),
+            ],
+            Duration::from_secs(20),
+        );
         assert_eq!(out.status.code(), Some(1), "{config} started");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(named), "{config}: {err}");
@@ -219,32 +246,21 @@ fn bad_values_stop_the_agent_naming_the_key() {
 fn retry_max_makes_an_agent_that_cannot_join_exit() {
     let data = tempfile::tempdir().unwrap();
     let nobody = format!("127.0.0.1:{}", common::free_port());
-    let started = std::time::Instant::now();
-    let mut child = Command::new(common::binary())
-        .args([
-            "agent",
-            &format!("-data-dir={}", data.path().display()),
-            "-bind=127.0.0.1",
-            &format!("-serf-lan-port={}", common::free_port()),
-            &format!("-http-port={}", common::free_port()),
-            "-dns-port=-1",
-            "-grpc-port=-1",
-            "-grpc-tls-port=-1",
-            &format!("-retry-join={nobody}"),
-            &hcl("retry_max = 2\nretry_interval = \"200ms\""),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the agent kept running after its join attempts ran out");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = run_to_exit(
+        &[
+            "agent".into(),
+            format!("-data-dir={}", data.path().display()),
+            "-bind=127.0.0.1".into(),
+            format!("-serf-lan-port={}", common::free_port()),
+            format!("-http-port={}", common::free_port()),
+            "-dns-port=-1".into(),
+            "-grpc-port=-1".into(),
+            "-grpc-tls-port=-1".into(),
+            format!("-retry-join={nobody}"),
+            hcl("retry_max = 2\nretry_interval = \"200ms\""),
+        ],
+        Duration::from_secs(60),
+    );
     assert_eq!(out.status.code(), Some(1));
     let text = format!(
         "{}{}",
@@ -352,4 +368,45 @@ fn disable_keyring_file_keeps_gossip_keys_in_memory() {
             eventually(Duration::from_secs(10), || file.exists().then_some(()));
         }
     }
+}
+
+#[test]
+fn log_file_rotates_by_size_and_keeps_the_newest_files() {
+    let logs = tempfile::tempdir().unwrap();
+    let agent = TestAgent::dev(&[
+        "-log-level=debug",
+        &hcl(&format!(
+            "log_file = \"{}/\"\nlog_rotate_bytes = 300\nlog_rotate_max_files = 2",
+            logs.path().display()
+        )),
+    ]);
+    for i in 0..30 {
+        let (status, body) = agent.put(
+            "/v1/agent/service/register",
+            &format!(r#"{{"Name": "svc{i}", "Port": {}}}"#, 1000 + i),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let names = eventually(Duration::from_secs(20), || {
+        let mut names: Vec<String> = std::fs::read_dir(logs.path())
+            .ok()?
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        names.sort();
+        (names.len() == 3).then_some(names)
+    });
+    assert!(names.contains(&"consul.log".to_string()), "{names:?}");
+    for old in names.iter().filter(|n| *n != "consul.log") {
+        assert!(
+            old.starts_with("consul-") && old.ends_with(".log"),
+            "{names:?}"
+        );
+        let text = std::fs::read_to_string(logs.path().join(old)).unwrap();
+        assert!(text.len() >= 300 && text.contains("INFO"), "{old}: {text}");
+    }
+    // The newest lines are in the current file; the console has them too.
+    eventually(Duration::from_secs(10), || {
+        let current = std::fs::read_to_string(logs.path().join("consul.log")).ok()?;
+        (current.contains("Synced service") && agent.log_text().contains("svc29")).then_some(())
+    });
 }
