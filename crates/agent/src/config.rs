@@ -192,6 +192,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "log_rotate_bytes",
     "log_rotate_duration",
     "log_rotate_max_files",
+    "auto_reload_config",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -391,6 +392,8 @@ pub struct AgentConfig {
     /// `disable_keyring_file`: gossip keys are never saved to (or read
     /// from) the data dir.
     pub disable_keyring_file: bool,
+    /// `auto_reload_config`: reload when a config or TLS file changes.
+    pub auto_reload_config: bool,
     /// `log_file` and its rotation (`None`: the console only).
     pub log_file: Option<crate::log_file_config::LogFileConfig>,
     /// Allow script checks from the API.
@@ -878,6 +881,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         family_addresses: crate::tagged_addresses::parse(&map)?,
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         log_file: crate::log_file_config::parse(&map)?,
+        auto_reload_config: get_bool(&map, &["auto_reload_config"])?.unwrap_or(false),
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

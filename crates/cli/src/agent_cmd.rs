@@ -932,6 +932,11 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let reload_args = args.clone();
     agent.set_config_loader(Box::new(move || load_config(&reload_args)));
     spawn_sighup_reload(agent.clone());
+    if config.auto_reload_config {
+        let (files, dirs) =
+            crate::config_watch::watched_files(&config, &args.config_file, &args.config_dir);
+        crate::config_watch::spawn(agent.clone(), files, dirs);
+    }
 
     let listeners = crate::listeners::start(&config, &agent).await?;
     let dns = match config.ports.dns {

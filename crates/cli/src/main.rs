@@ -5,6 +5,7 @@ mod agent_cmd;
 mod client;
 mod cluster;
 mod commands;
+mod config_watch;
 mod grpc_incoming;
 mod host;
 mod listeners;

@@ -410,3 +410,33 @@ fn log_file_rotates_by_size_and_keeps_the_newest_files() {
         (current.contains("Synced service") && agent.log_text().contains("svc29")).then_some(())
     });
 }
+
+#[test]
+fn auto_reload_config_follows_edited_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = "auto_reload_config = true\nservice {\n  name = \"web\"\n  port = 80\n}\n";
+    let file = common::write(dir.path(), "agent.hcl", first);
+    let agent = TestAgent::dev(&["-config-file", file.to_str().unwrap()]);
+    let services = |agent: &TestAgent| agent.get("/v1/agent/services").unwrap();
+    assert!(services(&agent).get("web").is_some());
+    // A second service written into the file appears without a signal.
+    std::thread::sleep(Duration::from_millis(1100));
+    common::write(
+        dir.path(),
+        "agent.hcl",
+        &format!("{first}service {{\n  name = \"api\"\n  port = 81\n}}\n"),
+    );
+    eventually(Duration::from_secs(15), || {
+        services(&agent).get("api").map(|_| ())
+    });
+    // A broken file is refused; the running configuration stays.
+    common::write(dir.path(), "agent.hcl", "service {\n  name = \n");
+    eventually(Duration::from_secs(15), || {
+        agent
+            .log_text()
+            .contains("auto reload failed")
+            .then_some(())
+    });
+    assert!(services(&agent).get("api").is_some());
+    assert_eq!(agent.request("GET", "/v1/agent/self", None).0, 200);
+}
