@@ -15,9 +15,12 @@ use legate_agent::Agent;
 /// How often the files are looked at.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// What the agent's files look like now: each path with its size and
-/// modification time (`None` while it is missing).
-fn fingerprint(files: &[PathBuf], dirs: &[PathBuf]) -> Vec<(PathBuf, Option<(u64, SystemTime)>)> {
+/// Each watched path with its size and modification time (`None` while
+/// it is missing).
+type Fingerprint = Vec<(PathBuf, Option<(u64, SystemTime)>)>;
+
+/// What the agent's files look like now.
+fn fingerprint(files: &[PathBuf], dirs: &[PathBuf]) -> Fingerprint {
     let mut paths: Vec<PathBuf> = files.to_vec();
     for dir in dirs {
         if let Ok(entries) = std::fs::read_dir(dir) {
@@ -65,7 +68,7 @@ pub fn watched_files(
 pub fn spawn(agent: Arc<Agent>, files: Vec<PathBuf>, dirs: Vec<PathBuf>) {
     tokio::spawn(async move {
         let mut settled = fingerprint(&files, &dirs);
-        let mut pending: Option<Vec<(PathBuf, Option<(u64, SystemTime)>)>> = None;
+        let mut pending: Option<Fingerprint> = None;
         loop {
             tokio::time::sleep(LOOK_EVERY).await;
             let now = fingerprint(&files, &dirs);
