@@ -92,6 +92,8 @@ enum Command {
     /// Saves, restores and inspects snapshots of the cluster's state.
     #[command(subcommand)]
     Snapshot(commands::snapshot::SnapshotCommand),
+    /// Runs a command while holding a lock in the KV store.
+    Lock(commands::lock::LockArgs),
 }
 
 /// Rewrites Go-style single-dash long flags (`-dev`, `-config-file=x`) to
@@ -174,6 +176,7 @@ fn main() -> ExitCode {
             Command::Keygen => commands::operator::keygen(),
             Command::Keyring(args) => commands::operator::keyring(args).await,
             Command::Snapshot(cmd) => commands::snapshot::run(cmd).await,
+            Command::Lock(args) => commands::lock::run(args).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -10,6 +10,7 @@ pub mod gateway;
 pub mod grpc_certs;
 pub mod intention;
 pub mod kv;
+pub mod lock;
 pub mod misc;
 pub mod operator;
 pub mod rtt;
