@@ -193,6 +193,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "log_rotate_duration",
     "log_rotate_max_files",
     "auto_reload_config",
+    "disable_http_unprintable_char_filter",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",

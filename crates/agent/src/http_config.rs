@@ -85,6 +85,10 @@ pub struct HttpConfig {
     /// The longest wait a blocking query gets (`max_query_time`, a
     /// top-level key; 10m).
     pub max_query_time: Duration,
+    /// `disable_http_unprintable_char_filter` (a top-level key): paths
+    /// with unprintable characters are served (keys written that way by
+    /// old clients stay reachable).
+    pub allow_unprintable_paths: bool,
 }
 
 impl Default for HttpConfig {
@@ -96,6 +100,7 @@ impl Default for HttpConfig {
             use_cache: true,
             default_query_time: legate_types::DEFAULT_BLOCKING_WAIT,
             max_query_time: legate_types::MAX_BLOCKING_WAIT,
+            allow_unprintable_paths: false,
         }
     }
 }
@@ -141,6 +146,8 @@ pub fn parse(map: &Map<String, Value>) -> Result<HttpConfig, ConfigError> {
             legate_types::DEFAULT_BLOCKING_WAIT,
         )?,
         max_query_time: query_time(map, "max_query_time", legate_types::MAX_BLOCKING_WAIT)?,
+        allow_unprintable_paths: get_bool(map, &["disable_http_unprintable_char_filter"])?
+            .unwrap_or(false),
         ..HttpConfig::default()
     };
     let Some(block) = get(map, &["http_config"]) else {

@@ -474,7 +474,7 @@ fn validation_gaps_are_closed_with_consuls_answers() {
     assert_eq!(agent.put("/v1/event/fire/small", &"x".repeat(400)).0, 200);
 
     // join and force-leave answer Consul's errors.
-    let (status, text) = agent.put("/v1/agent/join/%00bogus", "");
+    let (status, text) = agent.put("/v1/agent/join/%20bogus", "");
     assert_eq!(status, 500, "{text}");
     assert!(text.contains("Failed to resolve"), "{text}");
     let (status, text) = agent.put("/v1/agent/force-leave/nobody", "");

@@ -304,7 +304,8 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `http_config`'s refusals, before any handler: a blocked endpoint
+/// Refusals before any handler: a path with unprintable characters, and
+/// `http_config`'s: a blocked endpoint
 /// (`block_endpoints`, by path prefix) and a write from outside
 /// `allow_write_http_from`, each Consul's 403.
 async fn http_config_gate(
@@ -313,6 +314,11 @@ async fn http_config_gate(
     next: axum::middleware::Next,
 ) -> Response {
     let config = &st.agent.config().http_config;
+    // go-cleanhttp's printable-path check, unless
+    // `disable_http_unprintable_char_filter`: a bare 400.
+    if !config.allow_unprintable_paths && !util::path_is_printable(request.uri().path()) {
+        return StatusCode::BAD_REQUEST.into_response();
+    }
     if config.blocks(request.uri().path()) {
         return (
             StatusCode::FORBIDDEN,

@@ -182,6 +182,18 @@ pub fn parse_go_bool(value: &str) -> Option<bool> {
     }
 }
 
+/// Whether a raw request path, once percent-decoded, holds only what Go's
+/// `unicode.IsPrint` accepts (go-cleanhttp's `PrintablePathCheckHandler`,
+/// which Consul puts in front of its API): no control or format
+/// characters, no space but U+0020.
+pub fn path_is_printable(raw_path: &str) -> bool {
+    decode_component(&raw_path.replace('+', "%2B")).chars().all(|c| {
+        !(c.is_control()
+            || (c.is_whitespace() && c != ' ')
+            || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}'))
+    })
+}
+
 fn decode_component(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
