@@ -194,6 +194,8 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "log_rotate_max_files",
     "auto_reload_config",
     "disable_http_unprintable_char_filter",
+    "serf_lan",
+    "serf_wan",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -393,6 +395,10 @@ pub struct AgentConfig {
     /// `disable_keyring_file`: gossip keys are never saved to (or read
     /// from) the data dir.
     pub disable_keyring_file: bool,
+    /// `serf_lan`: the address LAN gossip binds (else `bind_addr`).
+    pub serf_lan_bind: Option<IpAddr>,
+    /// `serf_wan`: the address WAN gossip binds (else `bind_addr`).
+    pub serf_wan_bind: Option<IpAddr>,
     /// `auto_reload_config`: reload when a config or TLS file changes.
     pub auto_reload_config: bool,
     /// `log_file` and its rotation (`None`: the console only).
@@ -883,6 +889,8 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         log_file: crate::log_file_config::parse(&map)?,
         auto_reload_config: get_bool(&map, &["auto_reload_config"])?.unwrap_or(false),
+        serf_lan_bind: get_ip(&map, &["serf_lan"])?,
+        serf_wan_bind: get_ip(&map, &["serf_wan"])?,
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),
         enable_local_script_checks: get_bool(&map, &["enable_local_script_checks"])?
             .unwrap_or(false),

@@ -93,6 +93,12 @@ pub struct AgentArgs {
     /// WAN gossip port.
     #[arg(long = "serf-wan-port", allow_hyphen_values = true)]
     serf_wan_port: Option<i64>,
+    /// Address LAN gossip binds (`serf_lan`; default: `-bind`).
+    #[arg(long = "serf-lan-bind")]
+    serf_lan_bind: Option<String>,
+    /// Address WAN gossip binds (`serf_wan`; default: `-bind`).
+    #[arg(long = "serf-wan-bind")]
+    serf_wan_bind: Option<String>,
     /// Serve the web UI.
     #[arg(long)]
     ui: bool,
@@ -185,6 +191,12 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     }
     if let Some(v) = &args.bind {
         put("bind_addr", json!(v));
+    }
+    if let Some(v) = &args.serf_lan_bind {
+        put("serf_lan", json!(v));
+    }
+    if let Some(v) = &args.serf_wan_bind {
+        put("serf_wan", json!(v));
     }
     if let Some(v) = &args.advertise {
         put("advertise_addr", json!(v));

@@ -235,9 +235,10 @@ pub async fn start_gossip(
     kind: PoolKind,
     relay: Option<legate_gossip::Relay>,
 ) -> Result<(Gossip, Arc<GossipMembership>), String> {
-    let (port, advertise_ip, name, settings, file_suffix) = match kind {
+    let (port, bind_ip, advertise_ip, name, settings, file_suffix) = match kind {
         PoolKind::Lan => (
             config.ports.serf_lan.unwrap_or(8301),
+            config.serf_lan_bind.unwrap_or(config.bind_addr),
             config.advertise(),
             config.node_name.clone(),
             config.wan.gossip_lan,
@@ -245,13 +246,14 @@ pub async fn start_gossip(
         ),
         PoolKind::Wan => (
             config.ports.serf_wan.unwrap_or(8302),
+            config.serf_wan_bind.unwrap_or(config.bind_addr),
             config.wan.advertise_addr_wan.unwrap_or(config.advertise()),
             format!("{}.{}", config.node_name, config.datacenter),
             config.wan.gossip_wan,
             "-wan",
         ),
     };
-    let bind = SocketAddr::new(config.bind_addr, port);
+    let bind = SocketAddr::new(bind_ip, port);
     let advertise = SocketAddr::new(advertise_ip, port);
     let serf_dir = match &config.data_dir {
         Some(dir) => {

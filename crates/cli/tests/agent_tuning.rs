@@ -217,6 +217,7 @@ fn bad_values_stop_the_agent_naming_the_key() {
         ("log_rotate_max_files = -2", "log_rotate_max_files"),
         ("log_rotate_duration = \"0s\"", "log_rotate_duration"),
         ("log_rotate_bytes = -1", "log_rotate_bytes"),
+        ("serf_lan = \"nowhere\"", "serf_lan"),
         (
             "advertise_addr_ipv4 = \"::1\"",
             "advertise_addr_ipv4 must be an ipv4 address",
@@ -465,4 +466,28 @@ fn unprintable_paths_are_refused_unless_the_filter_is_off() {
     let lenient = TestAgent::dev(&[&hcl("disable_http_unprintable_char_filter = true")]);
     assert_eq!(lenient.request("PUT", "/v1/kv/bad%01key", Some("v")).0, 200);
     assert_eq!(lenient.request("GET", "/v1/kv/bad%01key", None).0, 200);
+}
+
+#[test]
+fn serf_lan_binds_lan_gossip_where_it_says() {
+    let data = tempfile::tempdir().unwrap();
+    let lan = common::free_port();
+    let _agent = TestAgent::start(&[
+        "-server",
+        "-bootstrap-expect=1",
+        &format!("-data-dir={}", data.path().display()),
+        "-bind=127.0.0.1",
+        "-serf-lan-bind=127.0.0.71",
+        &format!("-serf-lan-port={lan}"),
+        &format!("-serf-wan-port={}", common::free_port()),
+        &format!("-server-port={}", common::free_port()),
+    ]);
+    assert!(
+        std::net::UdpSocket::bind(("127.0.0.71", lan)).is_err(),
+        "LAN gossip holds 127.0.0.71"
+    );
+    assert!(
+        std::net::UdpSocket::bind(("127.0.0.1", lan)).is_ok(),
+        "and not the -bind address"
+    );
 }
