@@ -196,6 +196,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "disable_http_unprintable_char_filter",
     "serf_lan",
     "serf_wan",
+    "disable_host_node_id",
     "acl",
     "acl_agent_master_token",
     "acl_agent_token",
@@ -395,6 +396,9 @@ pub struct AgentConfig {
     /// `disable_keyring_file`: gossip keys are never saved to (or read
     /// from) the data dir.
     pub disable_keyring_file: bool,
+    /// `disable_host_node_id` (default true): a new node id is random,
+    /// not derived from the host's.
+    pub disable_host_node_id: bool,
     /// `serf_lan`: the address LAN gossip binds (else `bind_addr`).
     pub serf_lan_bind: Option<IpAddr>,
     /// `serf_wan`: the address WAN gossip binds (else `bind_addr`).
@@ -889,6 +893,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         log_file: crate::log_file_config::parse(&map)?,
         auto_reload_config: get_bool(&map, &["auto_reload_config"])?.unwrap_or(false),
+        disable_host_node_id: get_bool(&map, &["disable_host_node_id"])?.unwrap_or(true),
         serf_lan_bind: get_ip(&map, &["serf_lan"])?,
         serf_wan_bind: get_ip(&map, &["serf_wan"])?,
         enable_script_checks: get_bool(&map, &["enable_script_checks"])?.unwrap_or(false),

@@ -365,7 +365,7 @@ fn node_id(config: &AgentConfig) -> Result<String, String> {
                 return Ok(id);
             }
         }
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = new_node_id(config);
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         // Written whole or not at all: a crash mid-write must not change
         // the node's identity (its Raft id derives from it).
@@ -375,7 +375,56 @@ fn node_id(config: &AgentConfig) -> Result<String, String> {
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         return Ok(id);
     }
-    Ok(uuid::Uuid::new_v4().to_string())
+    Ok(new_node_id(config))
+}
+
+/// A new node id: random, or with `disable_host_node_id = false` derived
+/// from the host's own id as Consul derives it (the host UUID — DMI's
+/// product UUID, else `/etc/machine-id`, else the boot id — lowercased,
+/// SHA-512 hashed, the first 16 bytes shaped as a UUID), falling back to a
+/// random one when the host has none.
+fn new_node_id(config: &AgentConfig) -> String {
+    if !config.disable_host_node_id {
+        if let Some(id) = host_node_id() {
+            return id;
+        }
+        tracing::debug!("no usable host id; the node id is random");
+    }
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn host_node_id() -> Option<String> {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| t.trim().to_lowercase())
+    };
+    let machine_id = read("/etc/machine-id").filter(|m| m.len() == 32).map(|m| {
+        format!(
+            "{}-{}-{}-{}-{}",
+            &m[0..8],
+            &m[8..12],
+            &m[12..16],
+            &m[16..20],
+            &m[20..32]
+        )
+    });
+    let host = read("/sys/class/dmi/id/product_uuid")
+        .filter(|id| !id.is_empty())
+        .or(machine_id)
+        .or_else(|| read("/proc/sys/kernel/random/boot_id"))?;
+    uuid::Uuid::parse_str(&host).ok()?;
+    let sum = ring::digest::digest(&ring::digest::SHA512, host.as_bytes());
+    let b = sum.as_ref();
+    let hex = |bytes: &[u8]| bytes.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    Some(format!(
+        "{}-{}-{}-{}-{}",
+        hex(&b[0..4]),
+        hex(&b[4..6]),
+        hex(&b[6..8]),
+        hex(&b[8..10]),
+        hex(&b[10..16])
+    ))
 }
 
 fn init_logging(config: &AgentConfig) {

@@ -491,3 +491,28 @@ fn serf_lan_binds_lan_gossip_where_it_says() {
         "and not the -bind address"
     );
 }
+
+#[test]
+fn disable_host_node_id_false_derives_the_node_id_from_the_host() {
+    let node_id = |agent: &TestAgent| {
+        agent.get("/v1/agent/self").unwrap()["Config"]["NodeID"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let from_host = hcl("disable_host_node_id = false");
+    let a = node_id(&TestAgent::dev(&[&from_host]));
+    let b = node_id(&TestAgent::dev(&[&from_host]));
+    assert_eq!(a, b, "the same host gives the same id");
+    assert_eq!(a.len(), 36);
+    let machine = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
+    assert!(
+        !a.replace('-', "").contains(machine.trim()),
+        "hashed, not the raw host id"
+    );
+    // By default (Consul's too) each new node id is random.
+    let c = node_id(&TestAgent::dev(&[]));
+    let d = node_id(&TestAgent::dev(&[]));
+    assert_ne!(c, d);
+    assert_ne!(c, a);
+}
