@@ -223,6 +223,7 @@ const IMPLEMENTED_KEYS: &[&str] = &[
     "session_ttl_min",
     "tls",
     "ca_file",
+    "ca_path",
     "cert_file",
     "key_file",
     "verify_incoming",

@@ -46,6 +46,9 @@ impl Listener {
 pub struct TlsFiles {
     /// CA certificate(s) to trust.
     pub ca_file: Option<PathBuf>,
+    /// A folder of CA certificates (`*.pem`, `*.crt`) to trust when no
+    /// `ca_file` is given.
+    pub ca_path: Option<PathBuf>,
     /// This agent's certificate.
     pub cert_file: Option<PathBuf>,
     /// Its key.
@@ -58,6 +61,46 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
+    /// Whether a CA is configured (`ca_file` or `ca_path`).
+    pub fn has_ca(&self) -> bool {
+        self.ca_file.is_some() || self.ca_path.is_some()
+    }
+
+    /// The PEM text of the CA certificates to trust: `ca_file`, else every
+    /// `*.pem` and `*.crt` file in `ca_path` (as Consul's tlsutil); `None`
+    /// when neither is set. An unreadable file is an error naming it.
+    pub fn ca_pem(&self) -> Result<Option<String>, String> {
+        let read = |key: &str, path: &std::path::Path| {
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("Error loading TLS: {key} {}: {e}", path.display()))
+        };
+        if let Some(file) = &self.ca_file {
+            return read("ca_file", file).map(Some);
+        }
+        let Some(dir) = &self.ca_path else {
+            return Ok(None);
+        };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| format!("Error loading TLS: ca_path {}: {e}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pem" || x == "crt"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(format!(
+                "Error loading TLS: ca_path {} holds no .pem or .crt file",
+                dir.display()
+            ));
+        }
+        let mut pem = String::new();
+        for file in files {
+            pem.push_str(&read("ca_path", &file)?);
+            pem.push('\n');
+        }
+        Ok(Some(pem))
+    }
+
     /// Whether this listener has a certificate to serve TLS with.
     pub fn serves_tls(&self) -> bool {
         self.cert_file.is_some()
@@ -105,6 +148,7 @@ pub(crate) fn parse(map: &Map<String, Value>, listener: Listener) -> Result<TlsF
     };
     let files = TlsFiles {
         ca_file: text("ca_file")?.map(PathBuf::from),
+        ca_path: text("ca_path")?.map(PathBuf::from),
         cert_file: text("cert_file")?.map(PathBuf::from),
         key_file: text("key_file")?.map(PathBuf::from),
         verify_incoming: flag("verify_incoming", listener.legacy_verify_incoming())?,
@@ -119,9 +163,9 @@ pub(crate) fn parse(map: &Map<String, Value>, listener: Listener) -> Result<TlsF
             "tls.{section}: cert_file and key_file must be set together"
         )));
     }
-    if (files.verify_incoming || files.verify_outgoing) && files.ca_file.is_none() {
+    if (files.verify_incoming || files.verify_outgoing) && !files.has_ca() {
         return Err(ConfigError(format!(
-            "tls.{section}: verify_incoming and verify_outgoing need ca_file"
+            "tls.{section}: verify_incoming and verify_outgoing need ca_file or ca_path"
         )));
     }
     Ok(files)

@@ -126,10 +126,7 @@ pub(crate) fn check(config: &AgentConfig) -> Result<(), ConfigError> {
         // Gateways route servers' traffic by SNI and ALPN: it must be TLS.
         let tls = &config.tls;
         // Both ways: a WAN gossip peer is known by its client certificate.
-        if tls.ca_file.is_none()
-            || tls.cert_file.is_none()
-            || !tls.verify_outgoing
-            || !tls.verify_incoming
+        if !tls.has_ca() || tls.cert_file.is_none() || !tls.verify_outgoing || !tls.verify_incoming
         {
             return Err(ConfigError("'connect.enable_mesh_gateway_wan_federation = true' requires TLS on the server port: 'tls.internal_rpc' (or 'tls.defaults') with 'ca_file', 'cert_file', 'key_file', 'verify_incoming = true' and 'verify_outgoing = true'".into()));
         }

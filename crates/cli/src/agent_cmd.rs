@@ -910,7 +910,7 @@ fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, Stri
         }
     };
     Ok(legate_rpc::TlsSettings {
-        ca_pem: read("ca_file", &config.tls.ca_file)?,
+        ca_pem: config.tls.ca_pem()?.unwrap_or_default(),
         cert_pem: read("cert_file", &config.tls.cert_file)?,
         key_pem: read("key_file", &config.tls.key_file)?,
         verify_incoming: config.tls.verify_incoming,

@@ -27,7 +27,7 @@ fn fingerprint(files: &[PathBuf], dirs: &[PathBuf]) -> Fingerprint {
             paths.extend(entries.flatten().map(|e| e.path()).filter(|p| {
                 matches!(
                     p.extension().and_then(|e| e.to_str()),
-                    Some("hcl") | Some("json")
+                    Some("hcl") | Some("json") | Some("pem") | Some("crt")
                 )
             }));
         }
@@ -51,6 +51,7 @@ pub fn watched_files(
     config_dirs: &[PathBuf],
 ) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut files = config_files.to_vec();
+    let mut dirs = config_dirs.to_vec();
     for tls in [&config.tls, &config.https_tls, &config.grpc_tls] {
         files.extend(
             [&tls.ca_file, &tls.cert_file, &tls.key_file]
@@ -59,9 +60,14 @@ pub fn watched_files(
                 .cloned(),
         );
     }
+    for tls in [&config.tls, &config.https_tls, &config.grpc_tls] {
+        dirs.extend(tls.ca_path.iter().cloned());
+    }
     files.sort();
     files.dedup();
-    (files, config_dirs.to_vec())
+    dirs.sort();
+    dirs.dedup();
+    (files, dirs)
 }
 
 /// Watches `files` and `dirs`, reloading `agent` when they change.

@@ -55,7 +55,11 @@ fn server_pem(files: &TlsFiles, section: &str) -> Result<legate_net::tls::Server
         cert_pem: read("cert_file", &files.cert_file)?,
         key_pem: read("key_file", &files.key_file)?,
         client_ca_pem: if files.verify_incoming {
-            Some(read("ca_file", &files.ca_file)?)
+            Some(
+                files.ca_pem()?.ok_or_else(|| {
+                    format!("Error loading TLS: tls.{section}.ca_file is not set")
+                })?,
+            )
         } else {
             None
         },

@@ -294,3 +294,76 @@ tls {{
         },
     );
 }
+
+/// `ca_path`: a folder of CA certificates stands in for `ca_file` (here
+/// for `verify_incoming` on HTTPS); an empty folder stops the agent.
+#[test]
+fn ca_path_trusts_every_certificate_in_the_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(dir.path());
+    let cas = dir.path().join("cas");
+    std::fs::create_dir(&cas).unwrap();
+    std::fs::copy(&certs.ca, cas.join("agent-ca.pem")).unwrap();
+    std::fs::write(cas.join("notes.txt"), "not a certificate").unwrap();
+    let https = free_port();
+    let config = |ca_path: &Path| {
+        format!(
+            "ports {{ https = {https} }}\ntls {{\n  defaults {{\n    ca_path = \"{}\"\n    cert_file = \"{}\"\n    key_file = \"{}\"\n  }}\n  https {{ verify_incoming = true }}\n}}\n",
+            path(ca_path),
+            path(&certs.server.0),
+            path(&certs.server.1),
+        )
+    };
+    let file = dir.path().join("agent.hcl");
+    std::fs::write(&file, config(&cas)).unwrap();
+    let _agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-dns-port=-1",
+            "-grpc-port=-1",
+            "-config-file",
+            path(&file),
+        ],
+        false,
+    );
+    let url = format!("https://127.0.0.1:{https}/v1/status/leader");
+    let (code, out) = curl(&["--cacert", path(&certs.ca), &url]);
+    assert_ne!(code, 0, "a client certificate is required: {out}");
+    let (code, out) = curl(&[
+        "--cacert",
+        path(&certs.ca),
+        "--cert",
+        path(&certs.client.0),
+        "--key",
+        path(&certs.client.1),
+        &url,
+    ]);
+    assert_eq!(code, 0, "the CA from ca_path checked the client: {out}");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let bad = dir.path().join("bad.hcl");
+    std::fs::write(
+        &bad,
+        config(&empty).replace(&https.to_string(), &free_port().to_string()),
+    )
+    .unwrap();
+    let out = Command::new(binary())
+        .args([
+            "agent",
+            "-dev",
+            "-dns-port=-1",
+            "-grpc-port=-1",
+            "-config-file",
+            path(&bad),
+        ])
+        .arg(format!("-http-port={}", free_port()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("holds no .pem or .crt file")
+            || String::from_utf8_lossy(&out.stdout).contains("holds no .pem or .crt file"),
+        "{out:?}"
+    );
+}
