@@ -72,6 +72,19 @@ fn curl(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// `curl` trusting the CA and presenting the client certificate.
+fn curl_as_client(certs: &Certs, url: &str) -> (i32, String) {
+    curl(&[
+        "--cacert",
+        path(&certs.ca),
+        "--cert",
+        path(&certs.client.0),
+        "--key",
+        path(&certs.client.1),
+        url,
+    ])
+}
+
 #[test]
 fn https_grpc_tls_the_cli_envoy_and_the_built_in_proxy_over_tls() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,15 +135,7 @@ tls {{
     // curl: the CA checks the agent; verify_incoming wants a client certificate.
     let (code, out) = curl(&["--cacert", path(&certs.ca), &url]);
     assert_ne!(code, 0, "no client certificate must fail: {out}");
-    let (code, out) = curl(&[
-        "--cacert",
-        path(&certs.ca),
-        "--cert",
-        path(&certs.client.0),
-        "--key",
-        path(&certs.client.1),
-        &url,
-    ]);
+    let (code, out) = curl_as_client(&certs, &url);
     assert_eq!(code, 0, "{out}");
     assert_eq!(out, "\"127.0.0.1:8300\"");
     // Without the CA the agent's certificate is not trusted.
@@ -329,15 +334,7 @@ fn ca_path_trusts_every_certificate_in_the_folder() {
     let url = format!("https://127.0.0.1:{https}/v1/status/leader");
     let (code, out) = curl(&["--cacert", path(&certs.ca), &url]);
     assert_ne!(code, 0, "a client certificate is required: {out}");
-    let (code, out) = curl(&[
-        "--cacert",
-        path(&certs.ca),
-        "--cert",
-        path(&certs.client.0),
-        "--key",
-        path(&certs.client.1),
-        &url,
-    ]);
+    let (code, out) = curl_as_client(&certs, &url);
     assert_eq!(code, 0, "the CA from ca_path checked the client: {out}");
 
     let empty = dir.path().join("empty");
