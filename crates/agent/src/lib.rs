@@ -16,6 +16,7 @@ mod changes_rpc;
 pub mod check_output;
 pub mod checks;
 pub mod config;
+mod config_keys;
 pub mod coordinate_sync;
 pub mod dns_config;
 pub mod gateway_validation;
