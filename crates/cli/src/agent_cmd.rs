@@ -350,134 +350,6 @@ fn bootstrap_entries(
         .collect()
 }
 
-/// Resolves the node id: from config, else the data dir, else a new one.
-fn node_id(config: &AgentConfig) -> Result<String, String> {
-    if !config.node_id.is_empty() {
-        uuid::Uuid::parse_str(&config.node_id)
-            .map_err(|_| format!("node_id {:?} is not a UUID", config.node_id))?;
-        return Ok(config.node_id.to_lowercase());
-    }
-    if let Some(dir) = &config.data_dir {
-        let path = dir.join("node-id");
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let id = text.trim().to_string();
-            if uuid::Uuid::parse_str(&id).is_ok() {
-                return Ok(id);
-            }
-        }
-        let id = new_node_id(config);
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        // Written whole or not at all: a crash mid-write must not change
-        // the node's identity (its Raft id derives from it).
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &id)
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        return Ok(id);
-    }
-    Ok(new_node_id(config))
-}
-
-/// A new node id: random, or with `disable_host_node_id = false` derived
-/// from the host's own id as Consul derives it (the host UUID — DMI's
-/// product UUID, else `/etc/machine-id`, else the boot id — lowercased,
-/// SHA-512 hashed, the first 16 bytes shaped as a UUID), falling back to a
-/// random one when the host has none.
-fn new_node_id(config: &AgentConfig) -> String {
-    if !config.disable_host_node_id {
-        if let Some(id) = host_node_id() {
-            return id;
-        }
-        tracing::debug!("no usable host id; the node id is random");
-    }
-    uuid::Uuid::new_v4().to_string()
-}
-
-fn host_node_id() -> Option<String> {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|t| t.trim().to_lowercase())
-    };
-    let machine_id = read("/etc/machine-id").filter(|m| m.len() == 32).map(|m| {
-        format!(
-            "{}-{}-{}-{}-{}",
-            &m[0..8],
-            &m[8..12],
-            &m[12..16],
-            &m[16..20],
-            &m[20..32]
-        )
-    });
-    let host = read("/sys/class/dmi/id/product_uuid")
-        .filter(|id| !id.is_empty())
-        .or(machine_id)
-        .or_else(|| read("/proc/sys/kernel/random/boot_id"))?;
-    uuid::Uuid::parse_str(&host).ok()?;
-    let sum = ring::digest::digest(&ring::digest::SHA512, host.as_bytes());
-    let b = sum.as_ref();
-    let hex = |bytes: &[u8]| bytes.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    Some(format!(
-        "{}-{}-{}-{}-{}",
-        hex(&b[0..4]),
-        hex(&b[4..6]),
-        hex(&b[6..8]),
-        hex(&b[8..10]),
-        hex(&b[10..16])
-    ))
-}
-
-fn init_logging(config: &AgentConfig) {
-    let level = match config.log_level.to_ascii_lowercase().as_str() {
-        "err" => "error".to_string(),
-        other => other.to_string(),
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEGATE_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn,h2=warn,hyper=warn"))
-    });
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
-    let console = tracing_subscriber::fmt::layer().with_writer(std::io::stdout);
-    let console = if config.log_json {
-        console.json().boxed()
-    } else {
-        console.boxed()
-    };
-    // The console at the configured level; `/v1/agent/monitor` followers
-    // at theirs.
-    let followers = legate_agent::log_stream::StreamLayer
-        .with_filter(legate_agent::log_stream::FollowersFilter);
-    // `log_file`: the same lines, rotated as Consul rotates them.
-    let file = config.log_file.clone().and_then(|settings| {
-        let dir = settings.dir.display().to_string();
-        match crate::log_file::RotatingFile::open(settings) {
-            Ok(file) => Some(file),
-            Err(e) => {
-                eprintln!("==> Error opening the log file in {dir}: {e}");
-                None
-            }
-        }
-    });
-    let file = file.map(|file| {
-        let layer = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(file);
-        let layer = if config.log_json {
-            layer.json().boxed()
-        } else {
-            layer.boxed()
-        };
-        let level = filter.to_string();
-        layer.with_filter(tracing_subscriber::EnvFilter::new(level))
-    });
-    let _ = tracing_subscriber::registry()
-        .with(console.with_filter(filter))
-        .with(file)
-        .with(followers)
-        .try_init();
-}
-
 fn port_text(port: Option<u16>) -> String {
     port.map(|p| p.to_string())
         .unwrap_or_else(|| "-1".to_string())
@@ -921,14 +793,14 @@ fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, Stri
 
 async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let config = load_config(&args)?;
-    init_logging(&config);
+    crate::logging::init(&config);
     crate::host::restrict_new_files();
     crate::host::raise_open_file_limit();
     crate::host::spawn_memory_release();
     if let Some(dir) = &config.data_dir {
         crate::host::secure_data_dir(dir)?;
     }
-    let node_id = node_id(&config)?;
+    let node_id = crate::node_identity::node_id(&config)?;
     print_banner(&config, &node_id);
     for warning in &config.warnings {
         tracing::warn!("{warning}");

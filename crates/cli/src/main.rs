@@ -10,6 +10,8 @@ mod grpc_incoming;
 mod host;
 mod listeners;
 mod log_file;
+mod logging;
+mod node_identity;
 mod wan;
 mod wanfed;
 mod watch;
