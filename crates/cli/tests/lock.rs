@@ -2,7 +2,7 @@
 //! while the lock at `<prefix>/.lock` is held, a second contender waits or
 //! gives up (`-try`), the lock is released (and the session destroyed)
 //! when the child exits, `-child-exit-code` passes a failure on as 2, a
-//! lost lock kills the child, and semaphore mode is refused.
+//! lost lock kills the child, and `-n` above 1 is Consul's semaphore.
 
 mod common;
 
@@ -85,7 +85,7 @@ fn the_child_runs_only_while_the_lock_is_held() {
 }
 
 #[test]
-fn child_failures_lost_locks_and_semaphores() {
+fn child_failures_and_lost_locks() {
     let agent = TestAgent::dev(&[]);
     let failed = lock(&agent, &["locks/job", "exit 3"]).output().unwrap();
     assert_eq!(failed.status.code(), Some(0), "not passed on by default");
@@ -105,10 +105,51 @@ fn child_failures_lost_locks_and_semaphores() {
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Lock lost, killing child"));
+}
 
-    let semaphore = lock(&agent, &["-n=2", "locks/job", "true"])
+/// `-n 2`: two holders at once, a third waits (or gives up with `-try`),
+/// the slots are Consul's `.lock` JSON, and a different limit conflicts.
+#[test]
+fn a_semaphore_lets_n_holders_in_at_once() {
+    let agent = TestAgent::dev(&[]);
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            lock(&agent, &["-n=2", "slots/job", "sleep 4"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let slots = eventually(Duration::from_secs(15), || {
+        let entry = agent.get("/v1/kv/slots/job/.lock?raw").ok()?;
+        (entry["Holders"].as_object()?.len() == 2).then_some(entry)
+    });
+    assert_eq!(slots["Limit"], 2);
+    let (_, _, body) = agent.request("GET", "/v1/kv/slots/job/.lock", None);
+    let entry: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        entry[0]["Flags"], 0xe0f6_9a2b_aa41_4de0u64,
+        "Consul's semaphore flags"
+    );
+    let third = lock(&agent, &["-n=2", "-try=1s", "slots/job", "true"])
         .output()
         .unwrap();
-    assert_eq!(semaphore.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&semaphore.stderr).contains("semaphore"));
+    assert_eq!(third.status.code(), Some(1), "{third:?}");
+    let conflict = lock(&agent, &["-n=3", "-try=2s", "slots/job", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(conflict.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&conflict.stderr).contains("semaphore limit conflict"),
+        "{conflict:?}"
+    );
+    for holder in holders {
+        assert_eq!(holder.wait_with_output().unwrap().status.code(), Some(0));
+    }
+    // Both slots given back: a waiting contender gets in.
+    let after = lock(&agent, &["-n=2", "slots/job", "echo in"])
+        .output()
+        .unwrap();
+    assert_eq!(after.status.code(), Some(0), "{after:?}");
+    let slots = agent.get("/v1/kv/slots/job/.lock?raw").unwrap();
+    assert_eq!(slots["Holders"], serde_json::json!({}));
 }

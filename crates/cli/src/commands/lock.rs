@@ -2,7 +2,8 @@
 //! holds the lock at `<prefix>/.lock` (a session, renewed while the child
 //! runs, acquiring the key with Consul's lock flag value), runs the child
 //! while holding it, kills the child if the lock is lost, and releases it
-//! when the child exits. Semaphore mode (`-n` above 1) is refused.
+//! when the child exits. With `-n` above 1 it takes one of that many
+//! slots of a semaphore instead (see [`super::semaphore`]).
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +30,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 pub struct LockArgs {
     #[command(flatten)]
     http: HttpFlags,
-    /// How many may hold the lock at once (only 1: semaphores are not
-    /// supported).
+    /// How many may hold the lock at once (above 1: a semaphore).
     #[arg(long, default_value_t = 1)]
     n: u32,
     /// The session's name.
@@ -77,9 +77,6 @@ fn duration(flag: &str, value: &Option<String>) -> Result<Option<Duration>, Stri
 
 /// Runs `lock`.
 pub async fn run(args: LockArgs) -> u8 {
-    if args.n > 1 {
-        return fail("Error: semaphore mode (-n above 1) is not supported by Legate yet");
-    }
     if args.n == 0 {
         return fail("Lock holder limit must be positive");
     }
@@ -109,7 +106,12 @@ pub async fn run(args: LockArgs) -> u8 {
     };
     let renewer = spawn_renewal(Client::new(&args.http), session.clone());
     say("Attempting lock acquisition");
-    match acquire(&client, &key, &session, deadline).await {
+    let acquired = if args.n > 1 {
+        super::semaphore::acquire(&client, &prefix, &session, args.n, deadline).await
+    } else {
+        acquire(&client, &key, &session, deadline).await
+    };
+    match acquired {
         Ok(true) => {}
         Ok(false) => {
             renewer.abort();
@@ -123,16 +125,20 @@ pub async fn run(args: LockArgs) -> u8 {
         }
     }
     say("Starting handler");
-    let outcome = run_child(&args, &client, &key, &session).await;
+    let outcome = run_child(&args, &client, &prefix, &key, &session).await;
     say("Cleanup succeeded");
-    let _ = client
-        .call(
-            Method::PUT,
-            &format!("/v1/kv/{key}"),
-            &[("release", session.clone())],
-            None,
-        )
-        .await;
+    if args.n > 1 {
+        super::semaphore::release(&client, &prefix, &session).await;
+    } else {
+        let _ = client
+            .call(
+                Method::PUT,
+                &format!("/v1/kv/{key}"),
+                &[("release", session.clone())],
+                None,
+            )
+            .await;
+    }
     renewer.abort();
     destroy_session(&client, &session).await;
     match outcome {
@@ -280,7 +286,13 @@ enum ChildOutcome {
     Failed(String),
 }
 
-async fn run_child(args: &LockArgs, client: &Client, key: &str, session: &str) -> ChildOutcome {
+async fn run_child(
+    args: &LockArgs,
+    client: &Client,
+    prefix: &str,
+    key: &str,
+    session: &str,
+) -> ChildOutcome {
     let mut command = if args.shell {
         let mut c = tokio::process::Command::new("sh");
         c.arg("-c").arg(args.child.join(" "));
@@ -301,6 +313,9 @@ async fn run_child(args: &LockArgs, client: &Client, key: &str, session: &str) -
         Err(e) => return ChildOutcome::Failed(e.to_string()),
     };
     let lost = async {
+        if args.n > 1 {
+            return super::semaphore::lost(client, prefix, session).await;
+        }
         let mut index = 0;
         loop {
             match holder(client, key, index).await {

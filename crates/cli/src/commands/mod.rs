@@ -14,6 +14,7 @@ pub mod lock;
 pub mod misc;
 pub mod operator;
 pub mod rtt;
+pub mod semaphore;
 pub mod services;
 pub mod snapshot;
 pub mod tls;
