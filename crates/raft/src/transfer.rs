@@ -40,8 +40,18 @@ pub enum TimeoutNowAnswer {
 
 impl RaftNode {
     /// Hands leadership to voter `target` (this node must lead). Returns
-    /// once the target leads, or an error saying why not.
+    /// once the target leads, or an error saying why not. The transfer
+    /// runs to its end even if the caller stops waiting (an HTTP client
+    /// that hangs up): heartbeats are paused in the middle of it, and must
+    /// come back.
     pub async fn transfer_leadership(&self, target: u64) -> Result<(), RaftError> {
+        let node = self.clone();
+        tokio::spawn(async move { node.run_transfer(target).await })
+            .await
+            .map_err(|e| RaftError::Other(format!("leadership transfer stopped: {e}")))?
+    }
+
+    async fn run_transfer(&self, target: u64) -> Result<(), RaftError> {
         let own = self.options.node_id;
         if !self.is_leader() {
             return Err(RaftError::NotLeader {
@@ -66,6 +76,13 @@ impl RaftNode {
             return Err(RaftError::Other("cannot find peer".into()));
         };
         let _held = self.gate.write().await;
+        // Another transfer may have moved leadership while this one waited
+        // for the gate.
+        if !self.is_leader() {
+            return Err(RaftError::NotLeader {
+                leader: self.leader_address(),
+            });
+        }
         self.wait_caught_up(target).await?;
         let lease = Duration::from_millis(self.raft.config().election_timeout_max);
         let heartbeat = Duration::from_millis(self.raft.config().heartbeat_interval);
