@@ -17,8 +17,44 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A port nobody listens on right now.
+/// The ports tests pick from: below Linux's ephemeral range
+/// (32768-60999), so no outgoing connection of another test — a blocking
+/// query, a proxy's upstream — can be holding one as its source port when
+/// an agent or proxy comes to bind it.
+const TEST_PORTS: std::ops::Range<u32> = 10_000..32_000;
+
+/// A port nobody listens on right now, and no other test of this run has
+/// been given: each pick is reserved by creating a file named after it in
+/// the target dir (`create_new`), so tests running side by side never get
+/// the same port.
 pub fn free_port() -> u16 {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let mut state = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+    for _ in 0..2_000 {
+        // xorshift64: enough to spread picks over the range.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let port =
+            (TEST_PORTS.start + (state % (TEST_PORTS.end - TEST_PORTS.start) as u64) as u32) as u16;
+        let reserved = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(port.to_string()))
+            .is_ok();
+        if reserved
+            && TcpListener::bind(("0.0.0.0", port)).is_ok()
+            && std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    // The range is used up (a very long run): any port the kernel gives.
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
