@@ -128,6 +128,9 @@ pub struct AgentConfig {
     pub disable_coordinates: bool,
     /// `advertise_addr_ipv4`/`_ipv6` and `advertise_addr_wan_ipv4`/`_ipv6`.
     pub family_addresses: crate::tagged_addresses::FamilyAddresses,
+    /// `serf_lan_allowed_cidrs`, `serf_wan_allowed_cidrs`,
+    /// `encrypt_verify_incoming`, `encrypt_verify_outgoing`.
+    pub gossip_admission: crate::gossip_admission::GossipAdmission,
     /// `disable_keyring_file`: gossip keys are never saved to (or read
     /// from) the data dir.
     pub disable_keyring_file: bool,
@@ -625,6 +628,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         raft_tuning: crate::raft_config::parse(&map)?,
         disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
         family_addresses: crate::tagged_addresses::parse(&map)?,
+        gossip_admission: crate::gossip_admission::parse(&map)?,
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         log_file: crate::log_file_config::parse(&map)?,
         auto_reload_config: get_bool(&map, &["auto_reload_config"])?.unwrap_or(false),

@@ -20,6 +20,7 @@ mod config_keys;
 pub mod coordinate_sync;
 pub mod dns_config;
 pub mod gateway_validation;
+pub mod gossip_admission;
 pub mod http_config;
 pub mod intention_cache;
 pub mod leaf;

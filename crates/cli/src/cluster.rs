@@ -302,7 +302,11 @@ pub async fn start_gossip(
             Keyring::new(vec![Key::parse(key).map_err(|e| format!("encrypt: {e}"))?])
         }
         (None, None) => Keyring::default(),
-    };
+    }
+    .with_verification(
+        config.gossip_admission.verify_incoming,
+        config.gossip_admission.verify_outgoing,
+    );
     let mut features: Vec<String> = legate_server::features::advertised(&masked_features())
         .into_iter()
         .collect();
@@ -329,6 +333,10 @@ pub async fn start_gossip(
         keyring,
         timing: timing(settings, kind),
         pool: kind,
+        allowed_sources: match kind {
+            PoolKind::Lan => config.gossip_admission.lan_allowed.clone(),
+            PoolKind::Wan => config.gossip_admission.wan_allowed.clone(),
+        },
     };
     let started = match relay {
         Some(relay) => Gossip::start_relayed(gossip_config, relay).await,

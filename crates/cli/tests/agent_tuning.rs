@@ -516,3 +516,63 @@ fn disable_host_node_id_false_derives_the_node_id_from_the_host() {
     assert_ne!(c, d);
     assert_ne!(c, a);
 }
+
+/// A client agent bound to `ip` that tries to join `server_lan` twice,
+/// 200 ms apart; its exit output.
+fn client_joining(ip: &str, server_lan: &str) -> std::process::Output {
+    let data = tempfile::tempdir().unwrap();
+    run_to_exit(
+        &[
+            "agent".into(),
+            format!("-data-dir={}", data.path().display()),
+            format!("-bind={ip}"),
+            format!("-node=client-{ip}"),
+            format!("-serf-lan-port={}", common::free_port()),
+            format!("-http-port={}", common::free_port()),
+            "-dns-port=-1".into(),
+            "-grpc-port=-1".into(),
+            "-grpc-tls-port=-1".into(),
+            format!("-retry-join={server_lan}"),
+            hcl("retry_max = 2\nretry_interval = \"200ms\""),
+        ],
+        Duration::from_secs(60),
+    )
+}
+
+#[test]
+fn serf_lan_allowed_cidrs_keeps_other_sources_out() {
+    let data = tempfile::tempdir().unwrap();
+    let lan = common::free_port();
+    let server = TestAgent::start(&[
+        "-server",
+        "-bootstrap-expect=1",
+        &format!("-data-dir={}", data.path().display()),
+        "-bind=127.0.0.75",
+        "-node=guarded",
+        &format!("-serf-lan-port={lan}"),
+        &format!("-serf-wan-port={}", common::free_port()),
+        &format!("-server-port={}", common::free_port()),
+        &hcl(r#"serf_lan_allowed_cidrs = ["127.0.0.75/32", "127.0.0.76/32"]"#),
+    ]);
+    let outsider = client_joining("127.0.0.77", &format!("127.0.0.75:{lan}"));
+    assert_eq!(outsider.status.code(), Some(1), "the outsider never joined");
+    // A source inside the ranges joins (start waits for it to know the
+    // leader, which it learns from the server).
+    let data = tempfile::tempdir().unwrap();
+    let _insider = TestAgent::start(&[
+        &format!("-data-dir={}", data.path().display()),
+        "-bind=127.0.0.76",
+        "-node=insider",
+        &format!("-serf-lan-port={}", common::free_port()),
+        &format!("-retry-join=127.0.0.75:{lan}"),
+    ]);
+    let members = server.get("/v1/agent/members").unwrap();
+    let addresses: Vec<&str> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["Addr"].as_str().unwrap_or(""))
+        .collect();
+    assert!(addresses.contains(&"127.0.0.76"), "{members}");
+    assert!(!addresses.contains(&"127.0.0.77"), "{members}");
+}

@@ -75,12 +75,30 @@ impl Key {
 #[derive(Clone, Debug, Default)]
 pub struct Keyring {
     keys: Vec<Key>,
+    /// `encrypt_verify_incoming = false`: plain-text datagrams are taken
+    /// in too (while a cluster moves to encryption).
+    accept_plain: bool,
+    /// `encrypt_verify_outgoing = false`: datagrams go out unsealed.
+    send_plain: bool,
 }
 
 impl Keyring {
     /// A keyring of `keys` (the first is primary); empty means plain text.
     pub fn new(keys: Vec<Key>) -> Keyring {
-        Keyring { keys }
+        Keyring {
+            keys,
+            accept_plain: false,
+            send_plain: false,
+        }
+    }
+
+    /// Consul's `encrypt_verify_incoming` and `encrypt_verify_outgoing`,
+    /// both true by default: turning them off lets plain-text members and
+    /// encrypted ones talk while encryption is rolled out (or removed).
+    pub fn with_verification(mut self, verify_incoming: bool, verify_outgoing: bool) -> Keyring {
+        self.accept_plain = !verify_incoming;
+        self.send_plain = !verify_outgoing;
+        self
     }
 
     /// Short fingerprints of the installed keys, primary first (the first
@@ -132,7 +150,7 @@ impl Keyring {
 
     /// Seals a datagram (or passes it through without keys).
     pub fn seal(&self, data: &[u8]) -> Vec<u8> {
-        let Some(primary) = self.keys.first() else {
+        let Some(primary) = self.keys.first().filter(|_| !self.send_plain) else {
             return data.to_vec();
         };
         let mut nonce = [0u8; 12];
@@ -151,11 +169,20 @@ impl Keyring {
         out
     }
 
-    /// Opens a datagram with any installed key; `None` when none opens it.
+    /// Opens a datagram with any installed key; `None` when none opens it
+    /// (unless plain text is accepted, when it is taken as it came).
     pub fn open(&self, data: &[u8]) -> Option<Vec<u8>> {
         if self.keys.is_empty() {
             return Some(data.to_vec());
         }
+        let opened = self.open_sealed(data);
+        if opened.is_none() && self.accept_plain {
+            return Some(data.to_vec());
+        }
+        opened
+    }
+
+    fn open_sealed(&self, data: &[u8]) -> Option<Vec<u8>> {
         if data.len() < OVERHEAD || data[0] != VERSION {
             return None;
         }
@@ -240,6 +267,21 @@ mod tests {
         ring.use_key(b.encoded()).unwrap();
         ring.remove(a.encoded()).unwrap();
         assert_eq!(ring.keys().len(), 1);
+    }
+
+    #[test]
+    fn turning_verification_off_lets_plain_text_through_each_way() {
+        let key = Key::parse(&Key::generate()).unwrap();
+        let strict = Keyring::new(vec![key.clone()]);
+        let lenient = Keyring::new(vec![key.clone()]).with_verification(false, false);
+        assert_eq!(lenient.seal(b"hello"), b"hello");
+        assert!(strict.open(b"hello").is_none());
+        assert_eq!(lenient.open(b"hello").unwrap(), b"hello");
+        // Sealed datagrams still open as sealed ones.
+        assert_eq!(lenient.open(&strict.seal(b"sealed")).unwrap(), b"sealed");
+        let incoming_only = Keyring::new(vec![key]).with_verification(false, true);
+        assert_ne!(incoming_only.seal(b"hello"), b"hello");
+        assert_eq!(incoming_only.open(b"plain").unwrap(), b"plain");
     }
 
     #[test]

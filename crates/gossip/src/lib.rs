@@ -198,6 +198,9 @@ pub struct GossipConfig {
     /// Which pool this member is in: datagrams of another pool (a WAN
     /// join aimed at a LAN port, say) are dropped, so pools never merge.
     pub pool: Pool,
+    /// Sources datagrams are taken from (`serf_lan_allowed_cidrs`; empty:
+    /// any). Others are dropped unread.
+    pub allowed_sources: Vec<legate_types::cidr::Cidr>,
 }
 
 /// A gossip pool, marked in every datagram's kind byte.
@@ -581,6 +584,11 @@ async fn send_state<B: foca::BroadcastHandler<NodeId>>(
     }
 }
 
+/// Whether gossip takes datagrams from `from` (no ranges: from anyone).
+fn admitted(allowed: &[legate_types::cidr::Cidr], from: SocketAddr) -> bool {
+    allowed.is_empty() || allowed.iter().any(|range| range.contains(from.ip()))
+}
+
 /// How long a change that cannot apply yet is retried.
 const CHANGE_RETRY: Duration = Duration::from_secs(30);
 
@@ -691,6 +699,10 @@ async fn run(
         let result = tokio::select! {
             received = wire.recv(&mut buf) => {
                 match received {
+                    Ok((_, from)) if !admitted(&config.allowed_sources, from) => {
+                        tracing::debug!(%from, "dropped a gossip datagram from outside the allowed ranges");
+                        Ok(())
+                    }
                     Ok((datagram, from)) => {
                         let opened = keyring
                             .lock()

@@ -11,7 +11,13 @@ async fn member(name: &str, keys: &[&Key], bind: &str) -> Gossip {
 }
 
 async fn member_in(pool: Pool, name: &str, keys: &[&Key], bind: &str) -> Gossip {
-    Gossip::start(GossipConfig {
+    Gossip::start(config_for(pool, name, keys, bind))
+        .await
+        .unwrap()
+}
+
+fn config_for(pool: Pool, name: &str, keys: &[&Key], bind: &str) -> GossipConfig {
+    GossipConfig {
         bind: bind.parse().unwrap(),
         advertise: None,
         name: name.into(),
@@ -26,9 +32,67 @@ async fn member_in(pool: Pool, name: &str, keys: &[&Key], bind: &str) -> Gossip 
         keyring: Keyring::new(keys.iter().map(|k| (*k).clone()).collect()),
         timing: Timing::fast(),
         pool,
+        allowed_sources: Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_from_outside_the_allowed_ranges_are_dropped() {
+    // serf_lan_allowed_cidrs: a member on 127.0.0.2 is never heard by one
+    // that takes 127.0.0.1 only; a member on 127.0.0.1 joins.
+    let mut config = config_for(Pool::Lan, "guarded", &[], "127.0.0.1:0");
+    config.allowed_sources = vec![legate_types::cidr::Cidr::parse("127.0.0.1/32").unwrap()];
+    let guarded = Gossip::start(config).await.unwrap();
+    let outsider = member("outsider", &[], "127.0.0.2:0").await;
+    assert_eq!(
+        outsider
+            .join(&[guarded.local_addr()], Duration::from_millis(1500))
+            .await,
+        0
+    );
+    let insider = member("insider", &[], "127.0.0.1:0").await;
+    assert_eq!(
+        insider
+            .join(&[guarded.local_addr()], Duration::from_secs(5))
+            .await,
+        1
+    );
+    eventually(&guarded, "insider joined", |m| {
+        status_of(m, "insider") == Some(Status::Alive)
     })
-    .await
-    .unwrap()
+    .await;
+    assert_eq!(status_of(&guarded.members(), "outsider"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encryption_rolls_out_with_verification_turned_off() {
+    // Consul's rollout: members get the key with both verifications off
+    // (they still talk to plain-text members), then outgoing, then
+    // incoming are turned on.
+    let key = Key::parse(&Key::generate()).unwrap();
+    let plain = member("plain", &[], "127.0.0.1:0").await;
+    let mut config = config_for(Pool::Lan, "rolling", &[&key], "127.0.0.1:0");
+    config.keyring = config.keyring.with_verification(false, false);
+    let rolling = Gossip::start(config).await.unwrap();
+    assert_eq!(
+        rolling
+            .join(&[plain.local_addr()], Duration::from_secs(5))
+            .await,
+        1
+    );
+    eventually(&plain, "the keyed member joined", |m| {
+        status_of(m, "rolling") == Some(Status::Alive)
+    })
+    .await;
+    // With verification on, a plain member is not taken in.
+    let strict = member("strict", &[&key], "127.0.0.1:0").await;
+    let latecomer = member("latecomer", &[], "127.0.0.1:0").await;
+    assert_eq!(
+        latecomer
+            .join(&[strict.local_addr()], Duration::from_millis(1500))
+            .await,
+        0
+    );
 }
 
 /// Waits until `g` sees a member matching `f`.
@@ -325,6 +389,7 @@ async fn a_joiner_learns_the_whole_membership_at_once() {
             keyring: Keyring::default(),
             timing: Timing::fast(),
             pool: Default::default(),
+            allowed_sources: Vec::new(),
         })
         .await
         .unwrap()

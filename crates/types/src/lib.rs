@@ -8,6 +8,7 @@
 pub mod acl;
 pub mod binary;
 pub mod catalog;
+pub mod cidr;
 pub mod config_entry;
 pub mod connect;
 pub mod coordinate;
