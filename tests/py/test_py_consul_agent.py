@@ -67,3 +67,22 @@ def test_operator_usage_as_py_consul_reads_it(client):
     assert set(dc1["ConnectServiceInstances"]) == {
         "connect-native", "connect-proxy", "ingress-gateway", "mesh-gateway", "terminating-gateway"
     }
+
+
+def test_merge_central_config_as_py_consul_asks_for_it(client):
+    assert client.config.set("service-defaults", "mcc-web", {"Protocol": "http"})
+    assert client.config.set("service-defaults", "mcc-db", {"Protocol": "grpc"})
+    client.agent.service.register(
+        "mcc-web-proxy",
+        port=21999,
+        kind="connect-proxy",
+        proxy={"DestinationServiceName": "mcc-web", "Upstreams": [{"DestinationName": "mcc-db", "LocalBindPort": 9292}]},
+    )
+    _, raw = client.catalog.service("mcc-web-proxy")
+    assert "protocol" not in raw[0]["ServiceProxy"].get("Config", {})
+    _, merged = client.catalog.service("mcc-web-proxy", merge_central_config=True)
+    proxy = merged[0]["ServiceProxy"]
+    assert proxy["Config"]["protocol"] == "http"
+    assert proxy["Upstreams"][0]["Config"]["protocol"] == "grpc"
+    _, healthy = client.health.service("mcc-web-proxy", merge_central_config=True)
+    assert healthy[0]["Service"]["Proxy"]["Config"]["protocol"] == "http"

@@ -131,6 +131,9 @@ pub struct AgentConfig {
     /// `serf_lan_allowed_cidrs`, `serf_wan_allowed_cidrs`,
     /// `encrypt_verify_incoming`, `encrypt_verify_outgoing`.
     pub gossip_admission: crate::gossip_admission::GossipAdmission,
+    /// `enable_central_service_config` (default true): the agent's views of
+    /// its proxies and gateways carry central config merged in.
+    pub enable_central_service_config: bool,
     /// `disable_keyring_file`: gossip keys are never saved to (or read
     /// from) the data dir.
     pub disable_keyring_file: bool,
@@ -629,6 +632,8 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
         family_addresses: crate::tagged_addresses::parse(&map)?,
         gossip_admission: crate::gossip_admission::parse(&map)?,
+        enable_central_service_config: get_bool(&map, &["enable_central_service_config"])?
+            .unwrap_or(true),
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         log_file: crate::log_file_config::parse(&map)?,
         auto_reload_config: get_bool(&map, &["auto_reload_config"])?.unwrap_or(false),

@@ -12,6 +12,7 @@ pub mod acl_tokens;
 mod authorize;
 pub mod cache_config;
 pub mod cached_reads;
+pub mod central_config;
 mod changes_rpc;
 pub mod check_output;
 pub mod checks;

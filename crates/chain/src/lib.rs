@@ -6,6 +6,7 @@
 //!
 //! Pure: no IO. Depends on `legate-types` and `legate-filter` only.
 
+pub mod central_config;
 pub mod compile;
 pub mod entries;
 pub mod entries_more;

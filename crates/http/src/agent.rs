@@ -123,7 +123,8 @@ pub async fn members(State(st): State<AppState>, req: Req) -> ApiResult {
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     let dc = st.agent.config().datacenter.clone();
     let token = crate::agent_acl::token(&req);
-    let all = st.agent.services();
+    let mut all = st.agent.services();
+    st.agent.with_central_config(all.values_mut()).await;
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();
     for (id, s) in all.iter() {
         if may_read(&st, &token, Resource::Service, &s.service).await {
@@ -160,9 +161,12 @@ pub async fn service(State(st): State<AppState>, Path(id): Path<String>, req: Re
     }
     loop {
         changes.borrow_and_update();
-        let Some(service) = st.agent.service(&id) else {
+        let Some(mut service) = st.agent.service(&id) else {
             return Err(ApiError::not_found(format!("unknown service ID: {id}")));
         };
+        st.agent
+            .with_central_config(std::iter::once(&mut service))
+            .await;
         let mut body = agent_service_json(&service, &dc);
         let hash = content_hash(&body);
         if let Value::Object(map) = &mut body {

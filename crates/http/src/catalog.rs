@@ -165,6 +165,16 @@ async fn service_rows(st: &AppState, service: String, req: Req, connect: bool) -
             None,
         )
     };
+    if crate::central_config::wanted(&req.params) {
+        let rows = result.value.iter_mut().map(|r| {
+            (
+                r.service_kind.as_str(),
+                r.service_name.as_str(),
+                &mut r.service_proxy,
+            )
+        });
+        crate::central_config::merge_rows(st, &opts, rows).await?;
+    }
     result
         .value
         .retain(|r| meta_matches(&r.node_meta, &meta_filter));
@@ -221,7 +231,15 @@ pub async fn node_service_list(
             ApiError::not_found(format!("Node not found: {node:?}")).into_response(),
             &result.meta,
         )),
-        Some(ns) => {
+        Some(mut ns) => {
+            if crate::central_config::wanted(&req.params) {
+                let rows = ns
+                    .services
+                    .values_mut()
+                    .filter(|s| legate_agent::central_config::applies_to(&s.kind))
+                    .map(crate::central_config::instance);
+                crate::central_config::merge_rows(&st, &opts, rows).await?;
+            }
             let list = NodeServiceList {
                 node: ns.node,
                 services: ns.services.into_values().collect(),
@@ -301,6 +319,14 @@ async fn health_rows(st: &AppState, service: String, req: Req, connect: bool) ->
             None,
         )
     };
+    if crate::central_config::wanted(&req.params) {
+        let rows = result
+            .value
+            .iter_mut()
+            .filter(|r| legate_agent::central_config::applies_to(&r.service.kind))
+            .map(|r| crate::central_config::instance(&mut r.service));
+        crate::central_config::merge_rows(st, &opts, rows).await?;
+    }
     result
         .value
         .retain(|r| meta_matches(&r.node.meta, &meta_filter));

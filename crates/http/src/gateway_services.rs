@@ -268,5 +268,12 @@ pub async fn health_ingress(
     } else {
         meta.results_filtered_by_acls = true;
     }
+    if crate::central_config::wanted(&req.params) {
+        let rows = instances
+            .iter_mut()
+            .filter(|r| legate_agent::central_config::applies_to(&r.service.kind))
+            .map(|r| crate::central_config::instance(&mut r.service));
+        crate::central_config::merge_rows(&st, &opts, rows).await?;
+    }
     Ok(json_meta(&req.params, &meta, &instances))
 }

@@ -9,6 +9,7 @@ mod agent_acl;
 mod agent_self;
 mod cached;
 mod catalog;
+mod central_config;
 mod config;
 mod connect;
 mod coordinates;
