@@ -131,6 +131,8 @@ pub struct AgentConfig {
     /// `serf_lan_allowed_cidrs`, `serf_wan_allowed_cidrs`,
     /// `encrypt_verify_incoming`, `encrypt_verify_outgoing`.
     pub gossip_admission: crate::gossip_admission::GossipAdmission,
+    /// `disable_remote_exec` (default true): `_rexec` events are ignored.
+    pub disable_remote_exec: bool,
     /// `enable_central_service_config` (default true): the agent's views of
     /// its proxies and gateways carry central config merged in.
     pub enable_central_service_config: bool,
@@ -632,6 +634,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
         family_addresses: crate::tagged_addresses::parse(&map)?,
         gossip_admission: crate::gossip_admission::parse(&map)?,
+        disable_remote_exec: get_bool(&map, &["disable_remote_exec"])?.unwrap_or(true),
         enable_central_service_config: get_bool(&map, &["enable_central_service_config"])?
             .unwrap_or(true),
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),

@@ -168,6 +168,7 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "advertise_addr_wan_ipv6",
     "disable_keyring_file",
     "enable_central_service_config",
+    "disable_remote_exec",
     "serf_lan_allowed_cidrs",
     "serf_wan_allowed_cidrs",
     "encrypt_verify_incoming",

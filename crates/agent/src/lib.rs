@@ -34,6 +34,7 @@ pub mod proxy_acl;
 pub mod proxy_sources;
 pub mod query_cache;
 pub mod raft_config;
+mod remote_exec;
 pub mod shared_watch;
 mod sync;
 pub mod tagged_addresses;
@@ -787,10 +788,15 @@ impl Agent {
 
     /// Takes in an event gossip delivered: kept (the last 256) when its
     /// node, service and tag filters match this agent (Consul's rules).
-    pub fn receive_event(&self, mut event: UserEvent) {
+    /// A `_rexec` event is remote execution's, never kept.
+    pub fn receive_event(self: &Arc<Self>, mut event: UserEvent) {
         // Ids are UUIDs (the list's index derives from them); anything
         // else came from a member that does not follow the protocol.
         if uuid::Uuid::parse_str(&event.id).is_err() || !self.event_matches(&event) {
+            return;
+        }
+        if event.name == remote_exec::REMOTE_EXEC_EVENT {
+            self.handle_remote_exec(event);
             return;
         }
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());

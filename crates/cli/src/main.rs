@@ -96,6 +96,8 @@ enum Command {
     Snapshot(commands::snapshot::SnapshotCommand),
     /// Runs a command while holding a lock in the KV store.
     Lock(commands::lock::LockArgs),
+    /// Runs a command on the agents the filters pick (remote execution).
+    Exec(commands::exec::ExecArgs),
 }
 
 /// Rewrites Go-style single-dash long flags (`-dev`, `-config-file=x`) to
@@ -179,6 +181,7 @@ fn main() -> ExitCode {
             Command::Keyring(args) => commands::operator::keyring(args).await,
             Command::Snapshot(cmd) => commands::snapshot::run(cmd).await,
             Command::Lock(args) => commands::lock::run(args).await,
+            Command::Exec(args) => commands::exec::run(args).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

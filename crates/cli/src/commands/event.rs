@@ -17,6 +17,15 @@ pub struct EventArgs {
     /// The event's name.
     #[arg(long)]
     name: Option<String>,
+    #[command(flatten)]
+    filters: EventFilters,
+    /// The payload.
+    payload: Option<String>,
+}
+
+/// Which agents an event (or a remote execution) is for.
+#[derive(Args, Debug)]
+pub struct EventFilters {
     /// Only nodes whose name matches this regex.
     #[arg(long)]
     node: Option<String>,
@@ -26,8 +35,29 @@ pub struct EventArgs {
     /// With -service: only services with a tag matching this regex.
     #[arg(long)]
     tag: Option<String>,
-    /// The payload.
-    payload: Option<String>,
+}
+
+/// Checks an event's node, service and tag filters as Consul's commands
+/// do (regexes; a tag needs a service) and gives them as query
+/// parameters.
+pub(super) fn filter_query(
+    EventFilters { node, service, tag }: &EventFilters,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let filters = [("node", node), ("service", service), ("tag", tag)];
+    for (what, pattern) in filters {
+        if let Some(p) = pattern {
+            if let Err(e) = regex::Regex::new(p) {
+                return Err(format!("Failed to compile {what} filter regexp: {e}"));
+            }
+        }
+    }
+    if tag.is_some() && service.is_none() {
+        return Err("Cannot provide tag filter without service filter.".into());
+    }
+    Ok(filters
+        .into_iter()
+        .filter_map(|(key, value)| value.clone().map(|v| (key, v)))
+        .collect())
 }
 
 /// Runs `event`: prints the new event's id.
@@ -35,30 +65,10 @@ pub async fn event(args: EventArgs) -> u8 {
     let Some(name) = args.name.filter(|n| !n.is_empty()) else {
         return fail("Event name must be specified");
     };
-    for (what, pattern) in [
-        ("node", &args.node),
-        ("service", &args.service),
-        ("tag", &args.tag),
-    ] {
-        if let Some(p) = pattern {
-            if let Err(e) = regex::Regex::new(p) {
-                return fail(format!("Failed to compile {what} filter regexp: {e}"));
-            }
-        }
-    }
-    if args.tag.is_some() && args.service.is_none() {
-        return fail("Cannot provide tag filter without service filter.");
-    }
-    let mut query: Vec<(&str, String)> = Vec::new();
-    for (key, value) in [
-        ("node", &args.node),
-        ("service", &args.service),
-        ("tag", &args.tag),
-    ] {
-        if let Some(v) = value {
-            query.push((key, v.clone()));
-        }
-    }
+    let query = match filter_query(&args.filters) {
+        Ok(query) => query,
+        Err(e) => return fail(e),
+    };
     let client = Client::new(&args.http);
     let body = args.payload.map(String::into_bytes);
     match client

@@ -100,11 +100,17 @@ pub async fn run(args: LockArgs) -> u8 {
         .name
         .clone()
         .unwrap_or_else(|| format!("Consul lock for '{prefix}'"));
-    let session = match create_session(&client, &name).await {
+    let body = serde_json::json!({"Name": name, "TTL": SESSION_TTL, "Behavior": "release"});
+    let session = match create_session(&client, body).await {
         Ok(id) => id,
         Err(e) => return fail(format!("Lock acquisition failed: {e}")),
     };
-    let renewer = spawn_renewal(Client::new(&args.http), session.clone());
+    // At half the TTL while the lock is held.
+    let renewer = spawn_renewal(
+        Client::new(&args.http),
+        session.clone(),
+        Duration::from_millis(7500),
+    );
     say("Attempting lock acquisition");
     let acquired = if args.n > 1 {
         super::semaphore::acquire(&client, &prefix, &session, args.n, deadline).await
@@ -150,8 +156,8 @@ pub async fn run(args: LockArgs) -> u8 {
     }
 }
 
-async fn create_session(client: &Client, name: &str) -> Result<String, String> {
-    let body = serde_json::json!({"Name": name, "TTL": SESSION_TTL, "Behavior": "release"});
+/// Creates a session from `body`; its ID.
+pub(super) async fn create_session(client: &Client, body: Value) -> Result<String, String> {
     let answer = client
         .ok(
             Method::PUT,
@@ -168,7 +174,8 @@ async fn create_session(client: &Client, name: &str) -> Result<String, String> {
         .ok_or_else(|| "the agent answered no session ID".to_string())
 }
 
-async fn destroy_session(client: &Client, session: &str) {
+/// Destroys a session (failures are ignored: its TTL ends it anyway).
+pub(super) async fn destroy_session(client: &Client, session: &str) {
     let _ = client
         .call(
             Method::PUT,
@@ -179,11 +186,15 @@ async fn destroy_session(client: &Client, session: &str) {
         .await;
 }
 
-/// Renews the session at half its TTL while the lock is held.
-fn spawn_renewal(client: Client, session: String) -> tokio::task::JoinHandle<()> {
+/// Renews the session every `every` until aborted.
+pub(super) fn spawn_renewal(
+    client: Client,
+    session: String,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_millis(7500)).await;
+            tokio::time::sleep(every).await;
             let _ = client
                 .call(
                     Method::PUT,

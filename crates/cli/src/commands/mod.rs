@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod config;
 pub mod connect;
 pub mod event;
+pub mod exec;
 pub mod gateway;
 pub mod grpc_certs;
 pub mod intention;
