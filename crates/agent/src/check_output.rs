@@ -2,13 +2,17 @@
 //! bytes (Consul's 4096), or nothing with `discard_check_output` (fewer
 //! Raft writes when outputs carry timestamps). Applied where every result
 //! lands, so TTL updates, probes and alias checks follow the same rule.
+//! And how soon an output change without a status change reaches the
+//! catalog: `check_update_interval` (Consul's 5m; zero: at once).
 
 use serde_json::{Map, Value};
 
-use crate::config::{get_bool, get_int, ConfigError};
+use crate::config::{get_bool, get_int, get_str, ConfigError};
 
 /// Consul's default `check_output_max_size`.
 pub const DEFAULT_MAX_SIZE: usize = 4096;
+/// Consul's default `check_update_interval`.
+pub const DEFAULT_UPDATE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The rule for check outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +21,9 @@ pub struct CheckOutputPolicy {
     pub max_size: usize,
     /// Keep no output at all.
     pub discard: bool,
+    /// How long an output change without a status change may wait
+    /// before it is synced (`check_update_interval`).
+    pub update_interval: std::time::Duration,
 }
 
 impl Default for CheckOutputPolicy {
@@ -24,6 +31,7 @@ impl Default for CheckOutputPolicy {
         CheckOutputPolicy {
             max_size: DEFAULT_MAX_SIZE,
             discard: false,
+            update_interval: DEFAULT_UPDATE_INTERVAL,
         }
     }
 }
@@ -60,9 +68,18 @@ pub fn parse(map: &Map<String, Value>) -> Result<CheckOutputPolicy, ConfigError>
         Some(n) if n >= 1 => n as usize,
         Some(_) => return Err(ConfigError("check_output_max_size must be positive".into())),
     };
+    let update_interval = match get_str(map, &["check_update_interval"])? {
+        None => DEFAULT_UPDATE_INTERVAL,
+        Some(text) => legate_types::duration::parse_go_duration(&text).map_err(|e| {
+            ConfigError(format!(
+                "check_update_interval: invalid duration {text:?}: {e}"
+            ))
+        })?,
+    };
     Ok(CheckOutputPolicy {
         max_size,
         discard: get_bool(map, &["discard_check_output"])?.unwrap_or(false),
+        update_interval,
     })
 }
 
@@ -75,6 +92,7 @@ mod tests {
         let policy = CheckOutputPolicy {
             max_size: 4,
             discard: false,
+            ..Default::default()
         };
         assert_eq!(policy.apply("ok"), "ok");
         assert_eq!(policy.apply("abcdefgh"), "abcd ... (captured 4 of 8 bytes)");

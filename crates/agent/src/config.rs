@@ -16,7 +16,7 @@ use legate_types::keys::canonicalize_keys;
 use legate_types::{CheckDefinition, ServiceDefinition};
 use serde_json::{Map, Value};
 
-use crate::config_keys::{IMPLEMENTED_KEYS, KNOWN_KEYS, KNOWN_PORTS};
+use crate::config_keys::{IMPLEMENTED_KEYS, KNOWN_KEYS, KNOWN_PORTS, NO_MEANING_KEYS};
 use crate::tls_config::Listener;
 pub use crate::tls_config::TlsFiles;
 
@@ -131,6 +131,9 @@ pub struct AgentConfig {
     /// `serf_lan_allowed_cidrs`, `serf_wan_allowed_cidrs`,
     /// `encrypt_verify_incoming`, `encrypt_verify_outgoing`.
     pub gossip_admission: crate::gossip_admission::GossipAdmission,
+    /// `reconnect_timeout`, `reconnect_timeout_wan`,
+    /// `advertise_reconnect_timeout`.
+    pub reconnect: crate::reconnect_config::ReconnectTimeouts,
     /// `disable_remote_exec` (default true): `_rexec` events are ignored.
     pub disable_remote_exec: bool,
     /// `enable_central_service_config` (default true): the agent's views of
@@ -356,10 +359,24 @@ pub fn load(sources: &[ConfigSource]) -> Result<AgentConfig, ConfigError> {
                 )));
             }
             if !IMPLEMENTED_KEYS.contains(&key.as_str()) {
-                let warning = format!(
-                    "config key {key:?} ({name}) is accepted but not implemented by Legate yet"
-                );
+                let warning = if NO_MEANING_KEYS.contains(&key.as_str()) {
+                    format!("config key {key:?} ({name}) has no meaning in Legate and is ignored (see docs/compat.md)")
+                } else {
+                    format!(
+                        "config key {key:?} ({name}) is accepted but not implemented by Legate yet"
+                    )
+                };
                 if !warnings.contains(&warning) {
+                    warnings.push(warning);
+                }
+            }
+        }
+        if let Some(Value::Object(cache)) = fragment.get("cache") {
+            for key in ["entry_fetch_rate", "entry_fetch_max_burst"] {
+                let warning = format!(
+                    "config key \"cache.{key}\" ({name}) has no meaning in Legate and is ignored (see docs/compat.md)"
+                );
+                if cache.contains_key(key) && !warnings.contains(&warning) {
                     warnings.push(warning);
                 }
             }
@@ -634,6 +651,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         disable_coordinates: get_bool(&map, &["disable_coordinates"])?.unwrap_or(false),
         family_addresses: crate::tagged_addresses::parse(&map)?,
         gossip_admission: crate::gossip_admission::parse(&map)?,
+        reconnect: crate::reconnect_config::parse(&map)?,
         disable_remote_exec: get_bool(&map, &["disable_remote_exec"])?.unwrap_or(true),
         enable_central_service_config: get_bool(&map, &["enable_central_service_config"])?
             .unwrap_or(true),

@@ -169,6 +169,10 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "disable_keyring_file",
     "enable_central_service_config",
     "disable_remote_exec",
+    "check_update_interval",
+    "reconnect_timeout",
+    "reconnect_timeout_wan",
+    "advertise_reconnect_timeout",
     "serf_lan_allowed_cidrs",
     "serf_wan_allowed_cidrs",
     "encrypt_verify_incoming",
@@ -261,6 +265,30 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "watches",
 ];
 
+/// Keys of [`KNOWN_KEYS`] that configure what Legate does not have
+/// (`docs/compat.md` says why for each): warned about as such.
+pub(crate) const NO_MEANING_KEYS: &[&str] = &[
+    "audit",
+    "license_path",
+    "reporting",
+    "segment",
+    "segments",
+    "read_replica",
+    "cloud",
+    "experiments",
+    "raft_boltdb",
+    "raft_logstore",
+    "raft_protocol",
+    "protocol",
+    "use_streaming_backend",
+    "rpc",
+    "enable_debug",
+    "disable_anonymous_signature",
+    "peering",
+    "rejoin_after_leave",
+];
+
+/// Port names Consul documents under `ports`.
 pub(crate) const KNOWN_PORTS: &[&str] = &[
     "dns",
     "http",
@@ -275,3 +303,19 @@ pub(crate) const KNOWN_PORTS: &[&str] = &[
     "expose_min_port",
     "expose_max_port",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_without_meaning_are_known_and_never_implemented() {
+        for key in NO_MEANING_KEYS {
+            assert!(KNOWN_KEYS.contains(key), "{key}");
+            assert!(!IMPLEMENTED_KEYS.contains(key), "{key}");
+        }
+        for key in IMPLEMENTED_KEYS {
+            assert!(KNOWN_KEYS.contains(key), "{key}");
+        }
+    }
+}

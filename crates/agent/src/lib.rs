@@ -34,6 +34,7 @@ pub mod proxy_acl;
 pub mod proxy_sources;
 pub mod query_cache;
 pub mod raft_config;
+pub mod reconnect_config;
 mod remote_exec;
 pub mod shared_watch;
 mod sync;
@@ -157,6 +158,7 @@ impl Agent {
                 .cache
                 .limits("cached_queries", config.cache.idle_timeout),
         );
+        let check_update_interval = config.check_output.update_interval;
         let agent = Arc::new(Agent {
             acl,
             tokens,
@@ -172,7 +174,10 @@ impl Agent {
             config,
             node_id,
             rpc,
-            local: Mutex::new(LocalState::default()),
+            local: Mutex::new(LocalState {
+                check_update_interval,
+                ..LocalState::default()
+            }),
             sync_now: Notify::new(),
             runners: Mutex::new(HashMap::new()),
             ttl_resets: Mutex::new(HashMap::new()),

@@ -56,6 +56,9 @@ pub struct LocalCheck {
     pub from_config: bool,
     /// When the check last turned critical (for DeregisterCriticalServiceAfter).
     pub critical_since: Option<std::time::Instant>,
+    /// An output change waiting to be synced (`check_update_interval`):
+    /// when it goes out.
+    pub deferred_until: Option<std::time::Instant>,
 }
 
 /// All local registrations.
@@ -71,6 +74,9 @@ pub struct LocalState {
     pub deleted_checks: BTreeSet<String>,
     /// Whether the catalog's node row matches.
     pub node_in_sync: bool,
+    /// `check_update_interval`: output changes without a status change
+    /// reach the catalog within this (zero: at once).
+    pub check_update_interval: std::time::Duration,
 }
 
 /// The result of a registration: which checks start and stop.
@@ -544,6 +550,7 @@ impl LocalState {
                 in_sync: false,
                 from_config,
                 critical_since,
+                deferred_until: None,
             },
         );
         RegistrationDelta {
@@ -594,6 +601,18 @@ impl LocalState {
         if local.check.status == status && local.check.output == output {
             return false;
         }
+        let interval = self.check_update_interval;
+        if !interval.is_zero() && local.check.status == status {
+            // Consul's deferred check update: the new output waits
+            // between half and one and a half intervals.
+            local.check.output = output.to_string();
+            if local.deferred_until.is_none() {
+                let stagger = interval.mul_f64(rand::random::<f64>());
+                local.deferred_until = Some(std::time::Instant::now() + interval / 2 + stagger);
+            }
+            return true;
+        }
+        local.deferred_until = None;
         if status == HealthStatus::Critical {
             if local.check.status != HealthStatus::Critical || local.critical_since.is_none() {
                 local.critical_since = Some(std::time::Instant::now());
@@ -605,6 +624,25 @@ impl LocalState {
         local.check.output = output.to_string();
         local.in_sync = false;
         true
+    }
+
+    /// The earliest deferred output update.
+    pub fn next_deferred(&self) -> Option<std::time::Instant> {
+        self.checks.values().filter_map(|c| c.deferred_until).min()
+    }
+
+    /// Marks the checks whose deferred output is due out of sync; true
+    /// when there were any.
+    pub fn release_deferred(&mut self, now: std::time::Instant) -> bool {
+        let mut released = false;
+        for check in self.checks.values_mut() {
+            if check.deferred_until.is_some_and(|at| at <= now) {
+                check.deferred_until = None;
+                check.in_sync = false;
+                released = true;
+            }
+        }
+        released
     }
 
     /// The worst status among a local service's checks; `None` when the

@@ -43,8 +43,18 @@ pub(crate) fn spawn(agent: Arc<Agent>) {
                     RETRY_INTERVAL
                 }
             };
+            let deferred = agent.lock_local().next_deferred();
+            let deferred = async move {
+                match deferred {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = agent.sync_now.notified() => {}
+                _ = deferred => {
+                    agent.lock_local().release_deferred(std::time::Instant::now());
+                }
                 _ = tokio::time::sleep(wait) => { full_needed = true; }
                 _ = shutdown.wait_for(|v| *v) => return,
             }
@@ -124,7 +134,15 @@ impl Agent {
                     continue;
                 }
                 match local.checks.get_mut(id) {
-                    Some(l) => l.in_sync = comparable(&l.check) == comparable(check),
+                    Some(l) => {
+                        // An output change still deferred does not make
+                        // the check out of sync (Consul's exception).
+                        let mut remote = comparable(check);
+                        if l.deferred_until.is_some() {
+                            remote.output = l.check.output.clone();
+                        }
+                        l.in_sync = comparable(&l.check) == remote
+                    }
                     None => {
                         local.deleted_checks.insert(id.clone());
                     }

@@ -208,7 +208,11 @@ pub use legate_gossip::Pool as PoolKind;
 /// The gossip timing for `settings` (memberlist's knobs): a suspect fails
 /// after `suspicion_mult` probe intervals, failed members are asked back
 /// every three, and whole states are swapped every 30 s (60 s on the WAN).
-fn timing(settings: legate_agent::wan_config::GossipTiming, kind: PoolKind) -> Timing {
+fn timing(
+    settings: legate_agent::wan_config::GossipTiming,
+    kind: PoolKind,
+    reconnect: &legate_agent::reconnect_config::ReconnectTimeouts,
+) -> Timing {
     Timing {
         probe_period: settings.probe_interval,
         probe_rtt: settings.probe_timeout,
@@ -218,6 +222,11 @@ fn timing(settings: legate_agent::wan_config::GossipTiming, kind: PoolKind) -> T
             PoolKind::Lan => 30,
             PoolKind::Wan => 60,
         }),
+        reconnect_timeout: match kind {
+            PoolKind::Lan => reconnect.lan,
+            PoolKind::Wan => reconnect.wan,
+        },
+        tombstone_timeout: Duration::from_secs(24 * 3600),
     }
 }
 
@@ -313,6 +322,13 @@ pub async fn start_gossip(
     if let (PoolKind::Lan, true, Some(wan_port)) = (kind, config.server, config.ports.serf_wan) {
         features.push(format!("{WAN_JOIN_PORT_TAG}={wan_port}"));
     }
+    if let (PoolKind::Lan, Some(own)) = (kind, config.reconnect.advertised) {
+        features.push(format!(
+            "{}={}",
+            legate_gossip::RECONNECT_TIMEOUT_TAG,
+            legate_types::duration::format_go_duration(own)
+        ));
+    }
     let gossip_config = GossipConfig {
         bind,
         advertise: Some(advertise),
@@ -331,7 +347,7 @@ pub async fn start_gossip(
         bump_file,
         keyring_file,
         keyring,
-        timing: timing(settings, kind),
+        timing: timing(settings, kind, &config.reconnect),
         pool: kind,
         allowed_sources: match kind {
             PoolKind::Lan => config.gossip_admission.lan_allowed.clone(),

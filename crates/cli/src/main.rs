@@ -98,6 +98,8 @@ enum Command {
     Lock(commands::lock::LockArgs),
     /// Runs a command on the agents the filters pick (remote execution).
     Exec(commands::exec::ExecArgs),
+    /// Captures the agent's state, metrics and log into an archive.
+    Debug(commands::debug::DebugArgs),
 }
 
 /// Rewrites Go-style single-dash long flags (`-dev`, `-config-file=x`) to
@@ -182,6 +184,7 @@ fn main() -> ExitCode {
             Command::Snapshot(cmd) => commands::snapshot::run(cmd).await,
             Command::Lock(args) => commands::lock::run(args).await,
             Command::Exec(args) => commands::exec::run(args).await,
+            Command::Debug(args) => commands::debug::run(args).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

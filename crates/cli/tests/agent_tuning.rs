@@ -576,3 +576,57 @@ fn serf_lan_allowed_cidrs_keeps_other_sources_out() {
     assert!(addresses.contains(&"127.0.0.76"), "{members}");
     assert!(!addresses.contains(&"127.0.0.77"), "{members}");
 }
+
+/// The check's output as the catalog holds it right now.
+fn catalog_output_now(agent: &TestAgent) -> String {
+    let checks = agent.get("/v1/health/state/any").unwrap();
+    let check = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["CheckID"] == "job")
+        .unwrap()
+        .clone();
+    check["Output"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn check_update_interval_defers_output_only_changes() {
+    let agent = TestAgent::dev(&[&hcl("check_update_interval = \"2s\"")]);
+    register_ttl(&agent);
+    // A status change goes out at once.
+    assert_eq!(agent.put("/v1/agent/check/pass/job?note=first", "").0, 200);
+    assert_eq!(catalog_output(&agent), "first");
+    // The same status with new output: the agent shows it, the catalog
+    // gets it between half and one and a half intervals later.
+    let changed = std::time::Instant::now();
+    assert_eq!(agent.put("/v1/agent/check/pass/job?note=second", "").0, 200);
+    assert_eq!(
+        agent.get("/v1/agent/checks").unwrap()["job"]["Output"],
+        "second"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(catalog_output_now(&agent), "first", "deferred");
+    eventually(Duration::from_secs(10), || {
+        (catalog_output_now(&agent) == "second").then_some(())
+    });
+    let waited = changed.elapsed();
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    // A status change is not deferred, and takes the output with it.
+    assert_eq!(agent.put("/v1/agent/check/warn/job?note=third", "").0, 200);
+    eventually(Duration::from_secs(2), || {
+        let checks = agent.get("/v1/health/state/warning").ok()?;
+        let check = checks.as_array()?.iter().find(|c| c["CheckID"] == "job")?;
+        (check["Output"] == "third").then_some(())
+    });
+
+    // Zero: every output change goes out at once.
+    let eager = TestAgent::dev(&[&hcl("check_update_interval = \"0s\"")]);
+    register_ttl(&eager);
+    assert_eq!(eager.put("/v1/agent/check/pass/job?note=first", "").0, 200);
+    assert_eq!(catalog_output(&eager), "first");
+    assert_eq!(eager.put("/v1/agent/check/pass/job?note=second", "").0, 200);
+    eventually(Duration::from_secs(2), || {
+        (catalog_output_now(&eager) == "second").then_some(())
+    });
+}

@@ -150,7 +150,18 @@ pub struct Timing {
     /// How often the whole membership is exchanged with a random member
     /// (serf's push-pull).
     pub push_pull_interval: Duration,
+    /// How long a failed member is asked to rejoin before it is forgotten
+    /// (serf's reap; Consul's `reconnect_timeout`, 72h). A member's own
+    /// `rc_tm=<duration>` tag wins (`advertise_reconnect_timeout`).
+    pub reconnect_timeout: Duration,
+    /// How long a member that left is remembered (serf's tombstone
+    /// timeout, 24h).
+    pub tombstone_timeout: Duration,
 }
+
+/// The tag (in the features list) a member advertises its own reconnect
+/// timeout with (serf's `rc_tm`).
+pub const RECONNECT_TIMEOUT_TAG: &str = "rc_tm";
 
 impl Timing {
     /// Consul's LAN defaults (1 s probes, 500 ms round trip).
@@ -161,6 +172,8 @@ impl Timing {
             suspect_to_down_after: Duration::from_secs(4),
             reconnect_interval: Duration::from_secs(3),
             push_pull_interval: Duration::from_secs(30),
+            reconnect_timeout: Duration::from_secs(72 * 3600),
+            tombstone_timeout: Duration::from_secs(24 * 3600),
         }
     }
 
@@ -172,6 +185,8 @@ impl Timing {
             suspect_to_down_after: Duration::from_millis(800),
             reconnect_interval: Duration::from_millis(500),
             push_pull_interval: Duration::from_secs(2),
+            reconnect_timeout: Duration::from_secs(72 * 3600),
+            tombstone_timeout: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -676,7 +691,10 @@ async fn run(
         leave_intents: Default::default(),
         prune_intents: Default::default(),
         key_states: Default::default(),
+        gone_since: Default::default(),
     };
+    // Members reaped since the membership was last published.
+    let mut reaped_any = false;
     let mut buf = vec![0u8; 65536];
     let mut leaving: Option<oneshot::Sender<()>> = None;
     // Callers waiting for their change to apply here; changes that could
@@ -804,6 +822,16 @@ async fn run(
                 Ok(())
             }
             _ = reconnect.tick() => {
+                let reaped = table.reap(
+                    Instant::now(),
+                    config.timing.reconnect_timeout,
+                    config.timing.tombstone_timeout,
+                );
+                for name in &reaped {
+                    tracing::info!(member = %name, "gossip: reaped a member gone for longer than its timeout");
+                    coords.forget(name);
+                }
+                reaped_any |= !reaped.is_empty();
                 // One failed member per tick, in turn.
                 let failed: Vec<SocketAddr> = table
                     .by_addr
@@ -893,7 +921,7 @@ async fn run(
         while let Some((after, timer)) = runtime.to_schedule() {
             timers.push(Reverse((now + after, timer)));
         }
-        let mut changed = false;
+        let mut changed = std::mem::take(&mut reaped_any);
         let mut applied: Vec<(ClusterChange, Instant)> =
             std::mem::take(&mut *received.lock().unwrap_or_else(|e| e.into_inner()))
                 .into_iter()

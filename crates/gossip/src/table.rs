@@ -22,6 +22,9 @@ pub(crate) struct Table {
     /// Key fingerprints members announced after their keyring changed
     /// (newer than the ones in their tags).
     pub(crate) key_states: std::collections::HashMap<String, Vec<String>>,
+    /// When each member at an address was last seen going (failed or
+    /// left), for reaping.
+    pub(crate) gone_since: std::collections::HashMap<SocketAddr, Instant>,
 }
 
 /// How long a force-leave waits for the member to fail here.
@@ -33,6 +36,7 @@ impl Table {
         // and is a member again whatever was pruned before.
         self.key_states.remove(&id.name);
         self.prune_intents.remove(&id.name);
+        self.gone_since.remove(&id.addr);
         self.by_addr.insert(
             id.addr,
             Member {
@@ -96,6 +100,7 @@ impl Table {
 
     pub(crate) fn down(&mut self, id: &NodeId) {
         let now = Instant::now();
+        self.gone_since.entry(id.addr).or_insert(now);
         self.leave_intents.retain(|_, until| *until > now);
         self.prune_intents.retain(|_, until| *until > now);
         if self.prune_intents.remove(&id.name).is_some() {
@@ -120,6 +125,38 @@ impl Table {
                 tags: id.tags.clone(),
                 status,
             });
+    }
+
+    /// Forgets failed members gone for longer than their reconnect
+    /// timeout (a member's own `rc_tm` tag wins) and members that left
+    /// longer than `tombstone` ago; the names forgotten.
+    pub(crate) fn reap(
+        &mut self,
+        now: Instant,
+        reconnect: Duration,
+        tombstone: Duration,
+    ) -> Vec<String> {
+        let by_addr = &self.by_addr;
+        self.gone_since.retain(|addr, _| by_addr.contains_key(addr));
+        let mut reaped = Vec::new();
+        let gone_since = &self.gone_since;
+        self.by_addr.retain(|addr, m| {
+            let timeout = match m.status {
+                Status::Failed => own_reconnect_timeout(m).unwrap_or(reconnect),
+                Status::Left => tombstone,
+                _ => return true,
+            };
+            let expired = gone_since
+                .get(addr)
+                .is_some_and(|since| now.saturating_duration_since(*since) >= timeout);
+            if expired {
+                reaped.push(m.name.clone());
+            }
+            !expired
+        });
+        let by_addr = &self.by_addr;
+        self.gone_since.retain(|addr, _| by_addr.contains_key(addr));
+        reaped
     }
 
     pub(crate) fn snapshot(&self) -> Vec<Member> {
@@ -151,6 +188,16 @@ impl Table {
     }
 }
 
+/// The reconnect timeout a member advertises (`rc_tm=<duration>`).
+fn own_reconnect_timeout(member: &Member) -> Option<Duration> {
+    member.tags.features.iter().find_map(|f| {
+        let value = f
+            .strip_prefix(crate::RECONNECT_TIMEOUT_TAG)?
+            .strip_prefix('=')?;
+        legate_types::duration::parse_go_duration(value).ok()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,7 +218,46 @@ mod tests {
             leave_intents: Default::default(),
             prune_intents: Default::default(),
             key_states: Default::default(),
+            gone_since: Default::default(),
         }
+    }
+
+    #[test]
+    fn members_gone_past_their_timeouts_are_reaped() {
+        let mut table = table();
+        let hour = Duration::from_secs(3600);
+        let failed = id("failed", 2);
+        let mut impatient = id("impatient", 3);
+        impatient.tags.features = vec!["rc_tm=1h".into()];
+        let mut leaving = id("leaving", 4);
+        leaving.tags.leaving = true;
+        for member in [&failed, &impatient, &leaving] {
+            table.up(member);
+            table.down(member);
+        }
+        table.up(&id("alive", 5));
+        let start = Instant::now();
+        assert!(table.reap(start, 72 * hour, 24 * hour).is_empty());
+        assert_eq!(
+            table.reap(start + 2 * hour, 72 * hour, 24 * hour),
+            ["impatient"]
+        );
+        assert_eq!(
+            table.reap(start + 25 * hour, 72 * hour, 24 * hour),
+            ["leaving"]
+        );
+        assert_eq!(
+            table.reap(start + 73 * hour, 72 * hour, 24 * hour),
+            ["failed"]
+        );
+        let names: Vec<_> = table.by_addr.values().map(|m| m.name.clone()).collect();
+        assert_eq!(names, ["alive"]);
+        assert!(table.gone_since.is_empty());
+        // A member that comes back before its time is not reaped.
+        table.up(&failed);
+        table.down(&failed);
+        table.up(&failed);
+        assert!(table.reap(start + 1000 * hour, hour, hour).is_empty());
     }
 
     #[test]

@@ -119,6 +119,48 @@ fn status_of(members: &[Member], name: &str) -> Option<Status> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_and_departed_members_are_reaped_after_their_timeouts() {
+    // Short timeouts here (the agent refuses less than 8h, as Consul).
+    let mut config = config_for(Pool::Lan, "keeper", &[], "127.0.0.1:0");
+    config.timing.reconnect_timeout = Duration::from_secs(2);
+    config.timing.tombstone_timeout = Duration::from_secs(1);
+    let keeper = Gossip::start(config).await.unwrap();
+    let seed = keeper.local_addr();
+    let crasher = member("crasher", &[], "127.0.0.1:0").await;
+    let leaver = member("leaver", &[], "127.0.0.1:0").await;
+    // This one asks to be kept for an hour whatever the keeper's setting.
+    let mut patient_config = config_for(Pool::Lan, "patient", &[], "127.0.0.1:0");
+    patient_config.tags.features = vec!["rc_tm=1h".into()];
+    let patient = Gossip::start(patient_config).await.unwrap();
+    for m in [&crasher, &leaver, &patient] {
+        assert_eq!(m.join(&[seed], Duration::from_secs(5)).await, 1);
+    }
+    eventually(&keeper, "all joined", |m| {
+        ["crasher", "leaver", "patient"]
+            .iter()
+            .all(|n| status_of(m, n) == Some(Status::Alive))
+    })
+    .await;
+    leaver.leave().await;
+    crasher.stop();
+    patient.stop();
+    eventually(&keeper, "the crashers failed, the leaver left", |m| {
+        status_of(m, "crasher") == Some(Status::Failed)
+            && status_of(m, "patient") == Some(Status::Failed)
+            && status_of(m, "leaver") == Some(Status::Left)
+    })
+    .await;
+    eventually(&keeper, "the leaver and the crasher were reaped", |m| {
+        status_of(m, "crasher").is_none() && status_of(m, "leaver").is_none()
+    })
+    .await;
+    assert_eq!(
+        status_of(&keeper.members(), "patient"),
+        Some(Status::Failed)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_join_share_tags_leave_fail_and_rejoin() {
     let a = member("a", &[], "127.0.0.1:0").await;
     let b = member("b", &[], "127.0.0.1:0").await;

@@ -5,6 +5,7 @@ pub mod acl_role;
 pub mod catalog;
 pub mod config;
 pub mod connect;
+pub mod debug;
 pub mod event;
 pub mod exec;
 pub mod gateway;
