@@ -131,6 +131,9 @@ pub struct AgentConfig {
     /// `serf_lan_allowed_cidrs`, `serf_wan_allowed_cidrs`,
     /// `encrypt_verify_incoming`, `encrypt_verify_outgoing`.
     pub gossip_admission: crate::gossip_admission::GossipAdmission,
+    /// `server_rejoin_age_max` (a week): a server down longer refuses to
+    /// start on its old data.
+    pub server_rejoin_age_max: std::time::Duration,
     /// `reconnect_timeout`, `reconnect_timeout_wan`,
     /// `advertise_reconnect_timeout`.
     pub reconnect: crate::reconnect_config::ReconnectTimeouts,
@@ -652,6 +655,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         family_addresses: crate::tagged_addresses::parse(&map)?,
         gossip_admission: crate::gossip_admission::parse(&map)?,
         reconnect: crate::reconnect_config::parse(&map)?,
+        server_rejoin_age_max: crate::raft_config::rejoin_age_max(&map, &mut warnings)?,
         disable_remote_exec: get_bool(&map, &["disable_remote_exec"])?.unwrap_or(true),
         enable_central_service_config: get_bool(&map, &["enable_central_service_config"])?
             .unwrap_or(true),

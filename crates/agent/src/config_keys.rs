@@ -103,6 +103,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "read_replica",
     "reconnect_timeout",
     "reconnect_timeout_wan",
+    "server_rejoin_age_max",
     "recursors",
     "rejoin_after_leave",
     "reporting",

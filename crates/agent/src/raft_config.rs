@@ -2,7 +2,9 @@
 //! `raft_trailing_logs`: when a server snapshots its state and how much
 //! log it keeps behind a snapshot (so a follower slightly behind catches
 //! up from the log, not from a whole snapshot). Unset keys keep Legate's
-//! defaults (8,192 entries, a check every 5 s, 256 entries kept).
+//! defaults (8,192 entries, a check every 5 s, 256 entries kept). And
+//! `server_rejoin_age_max`: how long a server may have been down before
+//! it refuses to start on its old state.
 
 use std::time::Duration;
 
@@ -57,4 +59,29 @@ pub fn parse(map: &Map<String, Value>) -> Result<RaftTuning, ConfigError> {
             }
         },
     })
+}
+
+/// Consul's default `server_rejoin_age_max` (a week).
+pub const REJOIN_AGE_MAX_DEFAULT: Duration = Duration::from_secs(168 * 3600);
+/// The least Consul takes (a smaller value is raised to it, with a
+/// warning).
+pub const REJOIN_AGE_MAX_FLOOR: Duration = Duration::from_secs(6 * 3600);
+
+/// Reads `server_rejoin_age_max`.
+pub fn rejoin_age_max(
+    map: &Map<String, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Duration, ConfigError> {
+    let Some(text) = get_str(map, &["server_rejoin_age_max"])? else {
+        return Ok(REJOIN_AGE_MAX_DEFAULT);
+    };
+    let age = legate_types::duration::parse_go_duration(&text)
+        .map_err(|e| ConfigError(format!("server_rejoin_age_max: {e}")))?;
+    if age < REJOIN_AGE_MAX_FLOOR {
+        warnings.push(format!(
+            "server_rejoin_age_max: duration '{text}' cannot be less than: 6h0m0s; using 6h0m0s"
+        ));
+        return Ok(REJOIN_AGE_MAX_FLOOR);
+    }
+    Ok(age)
 }

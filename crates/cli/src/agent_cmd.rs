@@ -801,6 +801,9 @@ async fn run_inner(args: AgentArgs) -> Result<(), String> {
         crate::host::secure_data_dir(dir)?;
     }
     let node_id = crate::node_identity::node_id(&config)?;
+    if let (true, Some(dir)) = (config.server && !config.dev, &config.data_dir) {
+        crate::server_metadata::check_and_keep(dir, config.server_rejoin_age_max)?;
+    }
     print_banner(&config, &node_id);
     for warning in &config.warnings {
         tracing::warn!("{warning}");

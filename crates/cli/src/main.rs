@@ -12,6 +12,7 @@ mod listeners;
 mod log_file;
 mod logging;
 mod node_identity;
+mod server_metadata;
 mod wan;
 mod wanfed;
 mod watch;

@@ -630,3 +630,56 @@ fn check_update_interval_defers_output_only_changes() {
         (catalog_output_now(&eager) == "second").then_some(())
     });
 }
+
+#[test]
+fn a_server_down_longer_than_server_rejoin_age_max_refuses_to_start() {
+    let data = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let stale = format!("{{\"last_seen_unix\": {}}}", now - 200 * 3600);
+    std::fs::write(data.path().join("server_metadata.json"), &stale).unwrap();
+    let server_flags = |extra: &str| -> Vec<String> {
+        vec![
+            "agent".into(),
+            "-server".into(),
+            "-bootstrap-expect=1".into(),
+            format!("-data-dir={}", data.path().display()),
+            "-bind=127.0.0.1".into(),
+            format!("-serf-lan-port={}", common::free_port()),
+            format!("-serf-wan-port={}", common::free_port()),
+            format!("-server-port={}", common::free_port()),
+            format!("-http-port={}", common::free_port()),
+            "-dns-port=-1".into(),
+            "-grpc-port=-1".into(),
+            "-grpc-tls-port=-1".into(),
+            hcl(extra),
+        ]
+    };
+    let out = run_to_exit(&server_flags(""), Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1));
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("refusing to rejoin cluster because server has been offline for more than the configured server_rejoin_age_max (168h0m0s) - consider wiping your data dir"),
+        "{text}"
+    );
+    // A longer allowance lets it start, and it records itself as running.
+    let flags = server_flags("server_rejoin_age_max = \"300h\"");
+    // The test agent picks its own HTTP port and turns DNS and gRPC off.
+    let refs: Vec<&str> = flags[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|f| {
+            !["-http-port", "-dns-port", "-grpc"]
+                .iter()
+                .any(|p| f.starts_with(p))
+        })
+        .collect();
+    let _server = TestAgent::start(&refs);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.path().join("server_metadata.json")).unwrap())
+            .unwrap();
+    assert!(meta["last_seen_unix"].as_i64().unwrap() >= now);
+}
