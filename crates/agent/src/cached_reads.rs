@@ -74,6 +74,7 @@ impl ReadShape {
             filter: self.filter.clone(),
             near: self.near.clone(),
             source_ip: self.source_ip.clone(),
+            max_stale: None,
         }
     }
 }

@@ -104,6 +104,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "reconnect_timeout",
     "reconnect_timeout_wan",
     "server_rejoin_age_max",
+    "discovery_max_stale",
     "recursors",
     "rejoin_after_leave",
     "reporting",

@@ -35,6 +35,10 @@ pub struct HttpConfig {
     /// with unprintable characters are served (keys written that way by
     /// old clients stay reachable).
     pub allow_unprintable_paths: bool,
+    /// `discovery_max_stale` (a top-level key; unset or zero: none): reads
+    /// that name no consistency are stale reads any server answers while
+    /// it lags the leader by at most this.
+    pub discovery_max_stale: Option<Duration>,
 }
 
 impl Default for HttpConfig {
@@ -47,6 +51,7 @@ impl Default for HttpConfig {
             default_query_time: legate_types::DEFAULT_BLOCKING_WAIT,
             max_query_time: legate_types::MAX_BLOCKING_WAIT,
             allow_unprintable_paths: false,
+            discovery_max_stale: None,
         }
     }
 }
@@ -83,7 +88,8 @@ fn query_time(
     }
 }
 
-/// Reads `http_config`, `default_query_time` and `max_query_time`.
+/// Reads `http_config`, `default_query_time`, `max_query_time` and
+/// `discovery_max_stale`.
 pub fn parse(map: &Map<String, Value>) -> Result<HttpConfig, ConfigError> {
     let mut config = HttpConfig {
         default_query_time: query_time(
@@ -94,6 +100,17 @@ pub fn parse(map: &Map<String, Value>) -> Result<HttpConfig, ConfigError> {
         max_query_time: query_time(map, "max_query_time", legate_types::MAX_BLOCKING_WAIT)?,
         allow_unprintable_paths: get_bool(map, &["disable_http_unprintable_char_filter"])?
             .unwrap_or(false),
+        discovery_max_stale: match get_str(map, &["discovery_max_stale"])? {
+            None => None,
+            Some(text) => Some(
+                legate_types::duration::parse_go_duration(&text).map_err(|e| {
+                    ConfigError(format!(
+                        "discovery_max_stale: invalid duration {text:?}: {e}"
+                    ))
+                })?,
+            )
+            .filter(|d| !d.is_zero()),
+        },
         ..HttpConfig::default()
     };
     let Some(block) = get(map, &["http_config"]) else {

@@ -683,3 +683,25 @@ fn a_server_down_longer_than_server_rejoin_age_max_refuses_to_start() {
             .unwrap();
     assert!(meta["last_seen_unix"].as_i64().unwrap() >= now);
 }
+
+#[test]
+fn discovery_max_stale_makes_plain_reads_stale_ones() {
+    let consistency = |agent: &TestAgent, path: &str| {
+        let (status, headers, _) =
+            common::http_request_full(agent.http_port, "GET", path, &[], None);
+        assert_eq!(status, 200, "{path}");
+        header(&headers, "x-consul-effective-consistency")
+            .unwrap_or_default()
+            .to_string()
+    };
+    let agent = TestAgent::dev(&[&hcl("discovery_max_stale = \"5s\"")]);
+    assert_eq!(consistency(&agent, "/v1/catalog/nodes"), "stale");
+    assert_eq!(consistency(&agent, "/v1/health/service/consul"), "stale");
+    assert_eq!(
+        consistency(&agent, "/v1/catalog/nodes?consistent"),
+        "consistent"
+    );
+    assert_eq!(consistency(&agent, "/v1/catalog/nodes?leader"), "leader");
+    let plain = TestAgent::dev(&[]);
+    assert_eq!(consistency(&plain, "/v1/catalog/nodes"), "leader");
+}

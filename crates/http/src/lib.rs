@@ -56,6 +56,8 @@ pub struct Req {
     pub default_token: String,
     /// `default_query_time` and `max_query_time`.
     pub query_times: (std::time::Duration, std::time::Duration),
+    /// `discovery_max_stale`.
+    pub discovery_max_stale: Option<std::time::Duration>,
 }
 
 /// The client address of a request, set by the connection that read it.
@@ -445,6 +447,7 @@ impl axum::extract::FromRequestParts<AppState> for Req {
                 state.agent.config().http_config.default_query_time,
                 state.agent.config().http_config.max_query_time,
             ),
+            discovery_max_stale: state.agent.config().http_config.discovery_max_stale,
         })
     }
 }
@@ -523,6 +526,16 @@ impl Req {
         };
         if opts.near == "_ip" {
             opts.source_ip = self.client_ip();
+        }
+        // `discovery_max_stale`: a read that names no consistency (nor
+        // `?leader`) is a stale read within that bound, as Consul's
+        // `parseConsistency` makes it.
+        let named = ["stale", "consistent", "leader"]
+            .iter()
+            .any(|p| self.params.has(p));
+        if let (false, Some(max_stale)) = (named, self.discovery_max_stale) {
+            opts.consistency = legate_types::Consistency::Stale;
+            opts.max_stale = Some(max_stale);
         }
         Ok(opts)
     }

@@ -309,6 +309,7 @@ pub fn query_options(headers: &HeaderMap, params: &Params) -> Result<QueryOption
         filter: params.get("filter").unwrap_or("").to_string(),
         near: String::new(),
         source_ip: String::new(),
+        max_stale: None,
     })
 }
 

@@ -82,7 +82,7 @@ macro_rules! server_rpc_calls {
         #[async_trait]
         impl ServerRpc for Forwarding {
             $( async fn $name(&self, $( $opts: &$oty, )? $( $arg: $aty ),*) -> Result<$ret, RpcError> {
-                let forward = false $( || forwards($opts) )?;
+                let forward = false $( || forwards($opts) || self.too_stale(max_stale_of($opts)) )?;
                 let read = false $( || idempotent($opts) )?;
                 let cross: Option<&CrossDatacenter> = None $( .or_else(|| self.cross_for(datacenter_of($opts))) )?;
                 if let Some(cross) = cross {
@@ -273,6 +273,27 @@ fn forwards<T: Forwards>(opts: &T) -> bool {
     opts.forwards()
 }
 
+/// The staleness a read accepts (writes: none asked).
+trait StaleLimit {
+    fn max_stale(&self) -> Option<Duration>;
+}
+
+impl StaleLimit for QueryOptions {
+    fn max_stale(&self) -> Option<Duration> {
+        self.max_stale
+    }
+}
+
+impl StaleLimit for WriteOptions {
+    fn max_stale(&self) -> Option<Duration> {
+        None
+    }
+}
+
+fn max_stale_of<T: StaleLimit>(opts: &T) -> Option<Duration> {
+    opts.max_stale()
+}
+
 /// The datacenter a call is for (empty: the local one).
 trait Routed {
     fn datacenter(&self) -> &str;
@@ -366,6 +387,11 @@ pub trait Leadership: Send + Sync + 'static {
     fn is_leader(&self) -> bool;
     /// The leader's server-port address, when one is known.
     fn leader_address(&self) -> Option<String>;
+    /// Time since this server last heard from the leader (zero on the
+    /// leader, or when unknown).
+    fn last_contact(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// Whether a call moves the leadership itself: its answer comes from
@@ -436,6 +462,14 @@ impl Forwarding {
     fn cross_for(&self, datacenter: &str) -> Option<&CrossDatacenter> {
         let cross = self.cross.as_deref()?;
         cross.router.is_remote(datacenter).then_some(cross)
+    }
+
+    /// Whether this server lags the leader by more than a stale read
+    /// accepts (Consul re-runs such reads on the leader).
+    fn too_stale(&self, limit: Option<Duration>) -> bool {
+        limit.is_some_and(|limit| {
+            !self.leadership.is_leader() && self.leadership.last_contact() > limit
+        })
     }
 
     fn target(&self, forward: bool) -> Target {

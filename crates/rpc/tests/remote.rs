@@ -212,8 +212,9 @@ async fn a_restarted_listener_is_redialled_and_a_dead_one_is_unreachable() {
     remote.status_leader().await.unwrap();
 }
 
-/// Leadership as a test sets it.
-struct FakeLeadership(std::sync::Mutex<Option<String>>);
+/// Leadership as a test sets it: the leader's address and how long ago
+/// this follower last heard from it.
+struct FakeLeadership(std::sync::Mutex<Option<String>>, std::sync::Mutex<Duration>);
 
 impl legate_rpc::Leadership for FakeLeadership {
     fn is_leader(&self) -> bool {
@@ -222,6 +223,62 @@ impl legate_rpc::Leadership for FakeLeadership {
     fn leader_address(&self) -> Option<String> {
         self.0.lock().unwrap().clone()
     }
+    fn last_contact(&self) -> Duration {
+        *self.1.lock().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_read_goes_to_the_leader_once_this_server_lags_more_than_it_accepts() {
+    // Two separate one-server clusters: "here" answers locally, "there"
+    // stands for the leader; only the leader holds the key.
+    let here = leader().await;
+    let there = leader().await;
+    there
+        .kv_apply(&WriteOptions::default(), put("k", "v"))
+        .await
+        .unwrap();
+    let (there_address, _task) = listen(there.clone(), "127.0.0.1:0").await;
+    let leadership = Arc::new(FakeLeadership(
+        std::sync::Mutex::new(Some(there_address)),
+        std::sync::Mutex::new(Duration::from_secs(1)),
+    ));
+    let local: Arc<dyn ServerRpc> = here.clone();
+    let forwarding = legate_rpc::Forwarding::new(
+        local,
+        leadership.clone(),
+        Arc::new(Pool::new(Duration::from_secs(2))),
+    );
+    let stale = |max_stale: Option<Duration>| QueryOptions {
+        consistency: legate_types::Consistency::Stale,
+        max_stale,
+        ..Default::default()
+    };
+    let found = |opts: QueryOptions| {
+        let forwarding = &forwarding;
+        async move {
+            forwarding
+                .kv_get(&opts, "k".into())
+                .await
+                .unwrap()
+                .value
+                .is_some()
+        }
+    };
+    assert!(!found(stale(None)).await, "a stale read is answered here");
+    assert!(
+        !found(stale(Some(Duration::from_secs(5)))).await,
+        "within the limit"
+    );
+    *leadership.1.lock().unwrap() = Duration::from_secs(10);
+    assert!(
+        found(stale(Some(Duration::from_secs(5)))).await,
+        "past it: the leader answers"
+    );
+    assert!(
+        !found(stale(None)).await,
+        "without a limit, any lag is accepted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,9 +294,10 @@ async fn calls_in_flight_to_a_leader_that_loses_its_place_end_at_once() {
         }
     });
     let (live_address, _task) = listen(server.clone(), "127.0.0.1:0").await;
-    let leadership = Arc::new(FakeLeadership(std::sync::Mutex::new(Some(
-        silent_address.clone(),
-    ))));
+    let leadership = Arc::new(FakeLeadership(
+        std::sync::Mutex::new(Some(silent_address.clone())),
+        std::sync::Mutex::new(Duration::ZERO),
+    ));
     let local: Arc<dyn ServerRpc> = server.clone();
     let forwarding = Arc::new(legate_rpc::Forwarding::new(
         local,

@@ -48,6 +48,10 @@ impl Leadership for Server {
     fn leader_address(&self) -> Option<String> {
         self.raft.leader_address()
     }
+
+    fn last_contact(&self) -> std::time::Duration {
+        self.raft.last_contact()
+    }
 }
 
 impl Server {

@@ -59,6 +59,12 @@ pub struct QueryOptions {
     /// The requester's address, for `?near=_ip`.
     #[serde(default)]
     pub source_ip: String,
+    /// With a stale read: the most a server may lag behind the leader
+    /// (by the time since it last heard from it) and still answer;
+    /// beyond it the read goes to the leader (`discovery_max_stale`,
+    /// DNS's `max_stale`).
+    #[serde(default)]
+    pub max_stale: Option<Duration>,
 }
 
 impl QueryOptions {
