@@ -124,7 +124,7 @@ async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_ty
     let stagger = rand::rng().random_range(0..=interval.as_millis().min(500) as u64);
     tokio::time::sleep(Duration::from_millis(stagger)).await;
     let client = match check_type {
-        "http" | "grpc" => match http_client(&def, timeout, check_type == "grpc") {
+        "http" | "grpc" => match http_client(&def, timeout, check_type == "grpc", &agent) {
             Ok(c) => Some(c),
             Err(e) => {
                 agent.set_check_status(
@@ -162,7 +162,8 @@ fn http_client(
     def: &CheckDefinition,
     timeout: Duration,
     http2: bool,
-) -> Result<reqwest::Client, reqwest::Error> {
+    agent: &Agent,
+) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .danger_accept_invalid_certs(def.tls_skip_verify)
@@ -170,7 +171,39 @@ fn http_client(
     if http2 && !def.grpc_use_tls {
         builder = builder.http2_prior_knowledge();
     }
-    builder.build()
+    if agent.config().enable_agent_tls_for_checks {
+        builder = with_agent_tls(builder, &agent.config().https_tls)?;
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// `enable_agent_tls_for_checks`: HTTP and gRPC checks trust the agent's
+/// CA and present its certificate (the HTTPS listener's files, which fall
+/// back to `tls.defaults` and the older top-level keys).
+fn with_agent_tls(
+    mut builder: reqwest::ClientBuilder,
+    files: &crate::tls_config::TlsFiles,
+) -> Result<reqwest::ClientBuilder, String> {
+    if let Some(ca) = files.ca_pem()? {
+        for cert in reqwest::Certificate::from_pem_bundle(ca.as_bytes())
+            .map_err(|e| format!("agent CA for checks: {e}"))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    if let (Some(cert), Some(key)) = (&files.cert_file, &files.key_file) {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| format!("agent TLS for checks: {}: {e}", path.display()))
+        };
+        let mut pem = read(cert)?;
+        pem.push(b'\n');
+        pem.extend(read(key)?);
+        let identity = reqwest::Identity::from_pem(&pem)
+            .map_err(|e| format!("agent certificate for checks: {e}"))?;
+        builder = builder.identity(identity);
+    }
+    Ok(builder)
 }
 
 async fn probe_http(

@@ -137,6 +137,9 @@ pub struct AgentConfig {
     /// `reconnect_timeout`, `reconnect_timeout_wan`,
     /// `advertise_reconnect_timeout`.
     pub reconnect: crate::reconnect_config::ReconnectTimeouts,
+    /// `enable_agent_tls_for_checks`: HTTP and gRPC checks use the
+    /// agent's CA and certificate.
+    pub enable_agent_tls_for_checks: bool,
     /// `disable_remote_exec` (default true): `_rexec` events are ignored.
     pub disable_remote_exec: bool,
     /// `enable_central_service_config` (default true): the agent's views of
@@ -656,6 +659,8 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         gossip_admission: crate::gossip_admission::parse(&map)?,
         reconnect: crate::reconnect_config::parse(&map)?,
         server_rejoin_age_max: crate::raft_config::rejoin_age_max(&map, &mut warnings)?,
+        enable_agent_tls_for_checks: get_bool(&map, &["enable_agent_tls_for_checks"])?
+            .unwrap_or(false),
         disable_remote_exec: get_bool(&map, &["disable_remote_exec"])?.unwrap_or(true),
         enable_central_service_config: get_bool(&map, &["enable_central_service_config"])?
             .unwrap_or(true),

@@ -57,6 +57,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "disable_update_check",
     "discard_check_output",
     "discovery_max_stale",
+    "enable_agent_tls_for_checks",
     "dns_config",
     "domain",
     "enable_acl_replication",

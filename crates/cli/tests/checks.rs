@@ -211,3 +211,78 @@ fn ttl_check_critical_invalidates_sessions_using_it() {
         .get("Session")
         .is_none());
 }
+
+/// `openssl s_server` on `port` with the test CA's server certificate,
+/// answering HTTP (`-www`) only to clients that present a certificate
+/// the CA signed (`-Verify 1`).
+fn mutual_tls_server(dir: &std::path::Path, port: u16) -> ChildGuard {
+    let d = dir.display();
+    let child = std::process::Command::new("openssl")
+        .args([
+            "s_server",
+            "-quiet",
+            "-www",
+            "-Verify",
+            "1",
+            "-verify_return_error",
+        ])
+        .arg("-accept")
+        .arg(port.to_string())
+        .arg("-cert")
+        .arg(format!("{d}/dc1-server-consul-0.pem"))
+        .arg("-key")
+        .arg(format!("{d}/dc1-server-consul-0-key.pem"))
+        .arg("-CAfile")
+        .arg(format!("{d}/consul-agent-ca.pem"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(|_| ())
+    });
+    ChildGuard(child)
+}
+
+/// Kills the child when dropped.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn https_check_status(agent: &TestAgent, port: u16, skip_verify: bool) -> String {
+    let body = format!(
+        r#"{{"ID": "mtls-{skip_verify}", "Name": "mtls", "HTTP": "https://localhost:{port}/", "Interval": "1s", "Timeout": "2s", "TLSSkipVerify": {skip_verify}}}"#
+    );
+    let (status, text) = agent.put("/v1/agent/check/register", &body);
+    assert_eq!(status, 200, "{text}");
+    common::eventually(Duration::from_secs(15), || {
+        let checks = agent.get("/v1/agent/checks").ok()?;
+        let check = &checks[format!("mtls-{skip_verify}").as_str()];
+        let status = check["Status"].as_str()?;
+        (status != "critical" || check["Output"].as_str().is_some_and(|o| !o.is_empty()))
+            .then(|| status.to_string())
+    })
+}
+
+#[test]
+fn enable_agent_tls_for_checks_presents_the_agents_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = common::server_tls_config(dir.path(), "vm", "");
+    let port = common::free_port();
+    let _server = mutual_tls_server(dir.path(), port);
+    let with_tls = TestAgent::dev(&[&format!("-hcl={tls}\nenable_agent_tls_for_checks = true")]);
+    assert_eq!(https_check_status(&with_tls, port, false), "passing");
+    // Without it the check neither trusts the CA nor has a certificate:
+    // even when it skips verifying the server, the server refuses it.
+    let without = TestAgent::dev(&[&format!("-hcl={tls}")]);
+    assert_eq!(https_check_status(&without, port, false), "critical");
+    assert_eq!(https_check_status(&without, port, true), "critical");
+}
