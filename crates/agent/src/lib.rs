@@ -42,6 +42,7 @@ pub mod tagged_addresses;
 pub mod tls_config;
 pub mod wan_config;
 pub mod wanfed_config;
+pub mod xds_config;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -117,7 +117,8 @@ pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners
         return Ok(listeners);
     };
     let ads = legate_xds::AdsServer::new(manager.clone())
-        .with_acl(Arc::new(crate::xds_acl::AgentStreamAcl(agent.clone())));
+        .with_acl(Arc::new(crate::xds_acl::AgentStreamAcl(agent.clone())))
+        .with_update_rate(config.xds_update_max_per_second);
     let per_client = config.limits.http_max_conns_per_client;
     if let Some(port) = config.ports.grpc {
         let address = SocketAddr::new(config.client_addr, port);

@@ -13,6 +13,7 @@ pub mod mesh_gateway;
 pub mod prepared_query;
 pub mod resources;
 pub mod server;
+pub mod update_rate;
 
 pub use server::{AdsServer, Metrics, SeeAll, SnapshotSource, SnapshotView, StreamAcl};
 

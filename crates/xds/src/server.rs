@@ -158,6 +158,7 @@ pub struct AdsServer {
     acl: Option<Arc<dyn StreamAcl>>,
     metrics: Arc<Metrics>,
     memo: Arc<Memo>,
+    update_rate: Arc<crate::update_rate::UpdateRate>,
 }
 
 impl AdsServer {
@@ -168,7 +169,15 @@ impl AdsServer {
             acl: None,
             metrics: Arc::new(Metrics::default()),
             memo: Arc::new(Memo::default()),
+            update_rate: Arc::new(crate::update_rate::UpdateRate::default()),
         }
+    }
+
+    /// The same server, sending at most `per_second` new configurations
+    /// a second across its streams (`xds.update_max_per_second`).
+    pub fn with_update_rate(mut self, per_second: f64) -> AdsServer {
+        self.update_rate = Arc::new(crate::update_rate::UpdateRate::new(per_second));
+        self
     }
 
     /// The same server, admitting streams through `acl`.
@@ -398,6 +407,8 @@ struct Gate {
     /// When the token is checked again whatever happens meanwhile (a busy
     /// stream must not put it off).
     next_recheck: tokio::time::Instant,
+    /// The pace new configurations go out at, shared by every stream.
+    update_rate: Arc<crate::update_rate::UpdateRate>,
 }
 
 impl AdsServer {
@@ -408,6 +419,7 @@ impl AdsServer {
             view: Arc::new(SeeAll),
             changes: None,
             next_recheck: tokio::time::Instant::now() + RECHECK_EVERY,
+            update_rate: self.update_rate.clone(),
         }
     }
 }
@@ -506,6 +518,14 @@ where
                 }
             }
             snapshot = next_snapshot(&mut watch) => {
+                if let Some(Some(_)) = &snapshot {
+                    gate.update_rate.acquire().await;
+                }
+                // The newest snapshot once its turn came.
+                let snapshot = match (snapshot, watch.as_mut()) {
+                    (Some(Some(_)), Some(rx)) => Some(rx.borrow_and_update().clone()),
+                    (other, _) => other,
+                };
                 let c = session.common();
                 match snapshot {
                     Some(Some(s)) => {
