@@ -171,39 +171,57 @@ fn http_client(
     if http2 && !def.grpc_use_tls {
         builder = builder.http2_prior_knowledge();
     }
-    if agent.config().enable_agent_tls_for_checks {
-        builder = with_agent_tls(builder, &agent.config().https_tls)?;
+    if let Some(tls) = check_tls(def, agent)? {
+        builder = builder.use_preconfigured_tls(tls);
     }
     builder.build().map_err(|e| e.to_string())
 }
 
-/// `enable_agent_tls_for_checks`: HTTP and gRPC checks trust the agent's
-/// CA and present its certificate (the HTTPS listener's files, which fall
-/// back to `tls.defaults` and the older top-level keys).
-fn with_agent_tls(
-    mut builder: reqwest::ClientBuilder,
-    files: &crate::tls_config::TlsFiles,
-) -> Result<reqwest::ClientBuilder, String> {
-    if let Some(ca) = files.ca_pem()? {
-        for cert in reqwest::Certificate::from_pem_bundle(ca.as_bytes())
-            .map_err(|e| format!("agent CA for checks: {e}"))?
-        {
-            builder = builder.add_root_certificate(cert);
+/// The TLS a check dials with, as Consul's `OutgoingTLSConfigForCheck`:
+/// with `enable_agent_tls_for_checks`, the agent's CA and certificate
+/// (the HTTPS listener's files, which fall back to `tls.defaults` and the
+/// older keys) and the server checked as the check's `TLSServerName`,
+/// else `server_name`, else the node name; without it, the default roots
+/// and the URL's host unless the check names `TLSServerName`. `None`:
+/// the client's defaults (with `TLSSkipVerify` applied by the caller).
+fn check_tls(def: &CheckDefinition, agent: &Agent) -> Result<Option<rustls::ClientConfig>, String> {
+    use legate_net::check_tls::{check_client_config, ServerCheck};
+    let config = agent.config();
+    let name = |fallback: String| {
+        if def.tls_skip_verify {
+            ServerCheck::Skip
+        } else if !def.tls_server_name.is_empty() {
+            ServerCheck::Named(def.tls_server_name.clone())
+        } else {
+            ServerCheck::Named(fallback)
         }
+    };
+    if !config.enable_agent_tls_for_checks {
+        if def.tls_server_name.is_empty() {
+            return Ok(None);
+        }
+        return check_client_config(None, None, name(String::new())).map(Some);
     }
-    if let (Some(cert), Some(key)) = (&files.cert_file, &files.key_file) {
-        let read = |path: &std::path::Path| {
-            std::fs::read(path)
-                .map_err(|e| format!("agent TLS for checks: {}: {e}", path.display()))
-        };
-        let mut pem = read(cert)?;
-        pem.push(b'\n');
-        pem.extend(read(key)?);
-        let identity = reqwest::Identity::from_pem(&pem)
-            .map_err(|e| format!("agent certificate for checks: {e}"))?;
-        builder = builder.identity(identity);
-    }
-    Ok(builder)
+    let files = &config.https_tls;
+    let ca = files.ca_pem()?;
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| format!("agent TLS for checks: {}: {e}", path.display()))
+    };
+    let identity = match (&files.cert_file, &files.key_file) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    let fallback = config
+        .server_name
+        .clone()
+        .unwrap_or_else(|| config.node_name.clone());
+    check_client_config(
+        ca.as_deref(),
+        identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+        name(fallback),
+    )
+    .map(Some)
 }
 
 async fn probe_http(

@@ -137,6 +137,9 @@ pub struct AgentConfig {
     /// `reconnect_timeout`, `reconnect_timeout_wan`,
     /// `advertise_reconnect_timeout`.
     pub reconnect: crate::reconnect_config::ReconnectTimeouts,
+    /// `server_name`: the name this agent's certificate is checked
+    /// against by its own checks (else the node name).
+    pub server_name: Option<String>,
     /// `xds { update_max_per_second }` (250): new proxy configurations
     /// sent per second across all xDS streams.
     pub xds_update_max_per_second: f64,
@@ -663,6 +666,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         reconnect: crate::reconnect_config::parse(&map)?,
         server_rejoin_age_max: crate::raft_config::rejoin_age_max(&map, &mut warnings)?,
         xds_update_max_per_second: crate::xds_config::update_rate(&map)?,
+        server_name: get_str(&map, &["server_name"])?.filter(|s| !s.is_empty()),
         enable_agent_tls_for_checks: get_bool(&map, &["enable_agent_tls_for_checks"])?
             .unwrap_or(false),
         disable_remote_exec: get_bool(&map, &["disable_remote_exec"])?.unwrap_or(true),

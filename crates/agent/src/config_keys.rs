@@ -58,6 +58,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "discard_check_output",
     "discovery_max_stale",
     "enable_agent_tls_for_checks",
+    "server_name",
     "xds",
     "dns_config",
     "domain",

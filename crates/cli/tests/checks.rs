@@ -257,18 +257,20 @@ impl Drop for ChildGuard {
     }
 }
 
-fn https_check_status(agent: &TestAgent, port: u16, skip_verify: bool) -> String {
+/// Registers an HTTPS check of the test server (`extra`: more JSON
+/// fields) under `id` and waits for its first result.
+fn https_check_status(agent: &TestAgent, port: u16, id: &str, extra: &str) -> (String, String) {
     let body = format!(
-        r#"{{"ID": "mtls-{skip_verify}", "Name": "mtls", "HTTP": "https://localhost:{port}/", "Interval": "1s", "Timeout": "2s", "TLSSkipVerify": {skip_verify}}}"#
+        r#"{{"ID": "{id}", "Name": "mtls", "HTTP": "https://localhost:{port}/", "Interval": "1s", "Timeout": "2s"{extra}}}"#
     );
     let (status, text) = agent.put("/v1/agent/check/register", &body);
     assert_eq!(status, 200, "{text}");
     common::eventually(Duration::from_secs(15), || {
         let checks = agent.get("/v1/agent/checks").ok()?;
-        let check = &checks[format!("mtls-{skip_verify}").as_str()];
+        let check = &checks[id];
         let status = check["Status"].as_str()?;
-        (status != "critical" || check["Output"].as_str().is_some_and(|o| !o.is_empty()))
-            .then(|| status.to_string())
+        let output = check["Output"].as_str().unwrap_or("").to_string();
+        (status != "critical" || !output.is_empty()).then(|| (status.to_string(), output))
     })
 }
 
@@ -278,11 +280,29 @@ fn enable_agent_tls_for_checks_presents_the_agents_certificate() {
     let tls = common::server_tls_config(dir.path(), "vm", "");
     let port = common::free_port();
     let _server = mutual_tls_server(dir.path(), port);
-    let with_tls = TestAgent::dev(&[&format!("-hcl={tls}\nenable_agent_tls_for_checks = true")]);
-    assert_eq!(https_check_status(&with_tls, port, false), "passing");
+    // The server's certificate names localhost, not the node: Consul
+    // checks it against server_name, else the node name, unless the check
+    // names TLSServerName.
+    let named = TestAgent::dev(&[
+        "-node=checker",
+        &format!("-hcl={tls}\nenable_agent_tls_for_checks = true\nserver_name = \"localhost\""),
+    ]);
+    assert_eq!(https_check_status(&named, port, "a", "").0, "passing");
+    let by_node = TestAgent::dev(&[
+        "-node=checker",
+        &format!("-hcl={tls}\nenable_agent_tls_for_checks = true"),
+    ]);
+    let (status, output) = https_check_status(&by_node, port, "b", "");
+    assert_eq!(
+        status, "critical",
+        "checked against the node name: {output}"
+    );
+    let extra = r#", "TLSServerName": "localhost""#;
+    assert_eq!(https_check_status(&by_node, port, "c", extra).0, "passing");
     // Without it the check neither trusts the CA nor has a certificate:
     // even when it skips verifying the server, the server refuses it.
     let without = TestAgent::dev(&[&format!("-hcl={tls}")]);
-    assert_eq!(https_check_status(&without, port, false), "critical");
-    assert_eq!(https_check_status(&without, port, true), "critical");
+    assert_eq!(https_check_status(&without, port, "d", "").0, "critical");
+    let skip = r#", "TLSSkipVerify": true"#;
+    assert_eq!(https_check_status(&without, port, "e", skip).0, "critical");
 }

@@ -9,6 +9,7 @@
 //! Depends on nothing of Legate's.
 
 mod accept;
+pub mod check_tls;
 mod throttle;
 pub mod tls;
 

@@ -90,17 +90,26 @@ pub fn client_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots(ca_pem)?);
-    let mut config = match identity {
-        None => builder.with_no_client_auth(),
+    let mut config = with_identity(builder, identity)?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// Finishes a dialer's configuration, presenting `identity` (certificate
+/// and key PEM) when given.
+pub(crate) fn with_identity(
+    builder: rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    identity: Option<(&str, &str)>,
+) -> Result<rustls::ClientConfig, String> {
+    match identity {
+        None => Ok(builder.with_no_client_auth()),
         Some((cert_pem, key_pem)) => builder
             .with_client_auth_cert(
                 certificates(cert_pem, "cert_file")?,
                 private_key(key_pem, "key_file")?,
             )
-            .map_err(|e| format!("cert_file/key_file: {e}"))?,
-    };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
+            .map_err(|e| format!("cert_file/key_file: {e}")),
+    }
 }
 
 #[cfg(test)]
