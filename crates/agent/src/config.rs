@@ -163,6 +163,8 @@ pub struct AgentConfig {
     pub serf_wan_bind: Option<IpAddr>,
     /// `auto_reload_config`: reload when a config or TLS file changes.
     pub auto_reload_config: bool,
+    /// `enable_syslog` and `syslog_facility` (`None`: no syslog).
+    pub syslog: Option<crate::syslog_config::SyslogConfig>,
     /// `log_file` and its rotation (`None`: the console only).
     pub log_file: Option<crate::log_file_config::LogFileConfig>,
     /// Allow script checks from the API.
@@ -674,6 +676,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
             .unwrap_or(true),
         disable_keyring_file: get_bool(&map, &["disable_keyring_file"])?.unwrap_or(false),
         log_file: crate::log_file_config::parse(&map)?,
+        syslog: crate::syslog_config::parse(&map)?,
         auto_reload_config: get_bool(&map, &["auto_reload_config"])?.unwrap_or(false),
         disable_host_node_id: get_bool(&map, &["disable_host_node_id"])?.unwrap_or(true),
         serf_lan_bind: get_ip(&map, &["serf_lan"])?,

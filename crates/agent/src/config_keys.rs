@@ -59,6 +59,8 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "discovery_max_stale",
     "enable_agent_tls_for_checks",
     "server_name",
+    "enable_syslog",
+    "syslog_facility",
     "xds",
     "dns_config",
     "domain",

@@ -38,6 +38,7 @@ pub mod reconnect_config;
 mod remote_exec;
 pub mod shared_watch;
 mod sync;
+pub mod syslog_config;
 pub mod tagged_addresses;
 pub mod tls_config;
 pub mod wan_config;

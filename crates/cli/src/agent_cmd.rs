@@ -793,7 +793,7 @@ fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, Stri
 
 async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let config = load_config(&args)?;
-    crate::logging::init(&config);
+    crate::logging::init(&config)?;
     crate::host::restrict_new_files();
     crate::host::raise_open_file_limit();
     crate::host::spawn_memory_release();

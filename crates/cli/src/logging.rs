@@ -4,8 +4,9 @@ use legate_agent::config::AgentConfig;
 
 /// Installs the agent's log output: the console at `log_level` (JSON with
 /// `log_json`), the `log_file` if any, and `/v1/agent/monitor` followers
-/// at their own levels.
-pub fn init(config: &AgentConfig) {
+/// at their own levels, and syslog with `enable_syslog` (an agent asked
+/// for syslog without a daemon to take it does not start, as Consul).
+pub fn init(config: &AgentConfig) -> Result<(), String> {
     let level = match config.log_level.to_ascii_lowercase().as_str() {
         "err" => "error".to_string(),
         other => other.to_string(),
@@ -49,9 +50,25 @@ pub fn init(config: &AgentConfig) {
         let level = filter.to_string();
         layer.with_filter(tracing_subscriber::EnvFilter::new(level))
     });
+    // `enable_syslog`: the same lines without time or level (the syslog
+    // line carries both), at the same level.
+    let syslog = match config.syslog {
+        None => None,
+        Some(settings) => Some(crate::syslog::Syslog::connect(settings.facility)?),
+    };
+    let syslog = syslog.map(|syslog| {
+        tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .without_time()
+            .with_level(false)
+            .with_writer(syslog)
+            .with_filter(tracing_subscriber::EnvFilter::new(filter.to_string()))
+    });
     let _ = tracing_subscriber::registry()
         .with(console.with_filter(filter))
         .with(file)
+        .with(syslog)
         .with(followers)
         .try_init();
+    Ok(())
 }

@@ -13,6 +13,7 @@ mod log_file;
 mod logging;
 mod node_identity;
 mod server_metadata;
+mod syslog;
 mod wan;
 mod wanfed;
 mod watch;

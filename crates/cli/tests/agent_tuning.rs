@@ -705,3 +705,83 @@ fn discovery_max_stale_makes_plain_reads_stale_ones() {
     let plain = TestAgent::dev(&[]);
     assert_eq!(consistency(&plain, "/v1/catalog/nodes"), "leader");
 }
+
+/// The syslog sockets Go's `log/syslog` (and the agent) try, in order.
+const SYSLOG_SOCKETS: [&str; 3] = ["/dev/log", "/var/run/syslog", "/var/run/log"];
+
+#[test]
+fn enable_syslog_sends_lines_to_the_syslog_daemon() {
+    // A private mount namespace where /run (so /var/run) is a directory of
+    // the test's holding its syslog socket: the agent finds the daemon at
+    // /var/run/syslog (this machine has no /dev/log).
+    assert!(
+        !std::path::Path::new("/dev/log").exists(),
+        "this test stands in for the daemon at /var/run/syslog"
+    );
+    let run = tempfile::tempdir().unwrap();
+    let daemon = std::os::unix::net::UnixDatagram::bind(run.path().join("syslog")).unwrap();
+    daemon
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let http = common::free_port();
+    let mut agent = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" /run && exec \"$1\" agent -dev -node=syslogger -http-port=\"$2\" -dns-port=-1 -grpc-port=-1 -grpc-tls-port=-1 -serf-lan-port=\"$3\" -server-port=\"$4\" '-hcl=enable_syslog = true' '-hcl=syslog_facility = \"LOCAL3\"'")
+        .arg(run.path())
+        .arg(common::binary())
+        .arg(http.to_string())
+        .arg(common::free_port().to_string())
+        .arg(common::free_port().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = vec![0u8; 8192];
+    let mut seen = Vec::new();
+    let found = loop {
+        let Ok(n) = daemon.recv(&mut buf) else {
+            break None;
+        };
+        let line = String::from_utf8_lossy(&buf[..n]).to_string();
+        // LOCAL3 (19) * 8 + notice (5): an info line, tagged as Consul's.
+        if line.starts_with("<157>") && line.contains(" consul[") {
+            break Some(line);
+        }
+        seen.push(line);
+    };
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let line = found.unwrap_or_else(|| panic!("no notice line; got {seen:?}"));
+    assert!(line.contains("]: "), "{line}");
+
+    // An unknown facility, and syslog with no daemon, stop the agent.
+    let out = run_to_exit(
+        &[
+            "agent".into(),
+            "-dev".into(),
+            hcl("syslog_facility = \"LOCAL9\""),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid syslog facility"));
+    if SYSLOG_SOCKETS.iter().all(|p| {
+        std::os::unix::net::UnixDatagram::unbound()
+            .unwrap()
+            .connect(p)
+            .is_err()
+    }) {
+        let out = run_to_exit(
+            &[
+                "agent".into(),
+                "-dev".into(),
+                format!("-http-port={}", common::free_port()),
+                hcl("enable_syslog = true"),
+            ],
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(text.contains("Syslog setup failed"), "{text}");
+    }
+}
