@@ -9,7 +9,7 @@
 //! with one warning each.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use legate_types::keys::canonicalize_keys;
@@ -17,6 +17,7 @@ use legate_types::{CheckDefinition, ServiceDefinition};
 use serde_json::{Map, Value};
 
 use crate::config_keys::{IMPLEMENTED_KEYS, KNOWN_KEYS, KNOWN_PORTS, NO_MEANING_KEYS};
+pub use crate::config_sources::{parse_file, ConfigFormat, ConfigSource};
 use crate::tls_config::Listener;
 pub use crate::tls_config::TlsFiles;
 
@@ -237,65 +238,6 @@ impl AgentConfig {
     }
 }
 
-/// One source of configuration.
-#[derive(Debug, Clone)]
-pub enum ConfigSource {
-    /// A file (format by extension: `.hcl` or `.json`).
-    File(PathBuf),
-    /// A directory: every `.hcl` and `.json` file in it, in lexical order.
-    Dir(PathBuf),
-    /// An inline HCL fragment (`-hcl`).
-    Hcl(String),
-    /// An already-built JSON fragment (flags, dev defaults).
-    Json(String, Value),
-}
-
-/// Reads one file into JSON, by extension.
-pub fn parse_file(path: &Path) -> Result<Value, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError(format!("Error reading {}: {e}", path.display())))?;
-    let name = path.display().to_string();
-    if path.extension().and_then(|e| e.to_str()) == Some("json") {
-        serde_json::from_str(&text).map_err(|e| ConfigError(format!("Error parsing {name}: {e}")))
-    } else {
-        legate_hcl::parse(&text).map_err(|e| ConfigError(format!("Error parsing {name}: {e}")))
-    }
-}
-
-fn expand_sources(sources: &[ConfigSource]) -> Result<Vec<(String, Value)>, ConfigError> {
-    let mut out = Vec::new();
-    for source in sources {
-        match source {
-            ConfigSource::File(path) => out.push((path.display().to_string(), parse_file(path)?)),
-            ConfigSource::Dir(dir) => {
-                let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-                    .map_err(|e| {
-                        ConfigError(format!("Error reading config dir {}: {e}", dir.display()))
-                    })?
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| {
-                        matches!(
-                            p.extension().and_then(|e| e.to_str()),
-                            Some("hcl") | Some("json")
-                        )
-                    })
-                    .collect();
-                files.sort();
-                for path in files {
-                    out.push((path.display().to_string(), parse_file(&path)?));
-                }
-            }
-            ConfigSource::Hcl(text) => {
-                let value = legate_hcl::parse(text)
-                    .map_err(|e| ConfigError(format!("Error parsing -hcl {text:?}: {e}")))?;
-                out.push(("-hcl".to_string(), value));
-            }
-            ConfigSource::Json(name, value) => out.push((name.clone(), value.clone())),
-        }
-    }
-    Ok(out)
-}
-
 /// Folds singular `service`/`check` into the plural lists and makes every
 /// list-typed field a list.
 fn normalize_fragment(name: &str, value: Value) -> Result<Map<String, Value>, ConfigError> {
@@ -361,9 +303,18 @@ pub fn merge(base: &mut Value, later: Value) {
 
 /// Loads and merges sources into a config.
 pub fn load(sources: &[ConfigSource]) -> Result<AgentConfig, ConfigError> {
-    let fragments = expand_sources(sources)?;
-    let mut merged = Value::Object(Map::new());
+    load_as(sources, None)
+}
+
+/// [`load`], with every file read in `format` when one is given
+/// (`-config-format`).
+pub fn load_as(
+    sources: &[ConfigSource],
+    format: Option<ConfigFormat>,
+) -> Result<AgentConfig, ConfigError> {
     let mut warnings = Vec::new();
+    let fragments = crate::config_sources::expand_sources(sources, format, &mut warnings)?;
+    let mut merged = Value::Object(Map::new());
     for (name, value) in fragments {
         let fragment = normalize_fragment(&name, value)?;
         for key in fragment.keys() {

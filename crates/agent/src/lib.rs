@@ -18,6 +18,7 @@ pub mod check_output;
 pub mod checks;
 pub mod config;
 mod config_keys;
+pub mod config_sources;
 pub mod coordinate_sync;
 pub mod dns_config;
 pub mod gateway_validation;

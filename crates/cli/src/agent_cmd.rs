@@ -36,6 +36,10 @@ pub struct AgentArgs {
     /// A directory of config files; repeatable.
     #[arg(long = "config-dir")]
     config_dir: Vec<PathBuf>,
+    /// Read every config file in this format (`hcl` or `json`), whatever
+    /// its extension.
+    #[arg(long = "config-format")]
+    config_format: Option<String>,
     /// An HCL config fragment; repeatable.
     #[arg(long)]
     hcl: Vec<String>,
@@ -309,7 +313,13 @@ fn load_config(args: &AgentArgs) -> Result<AgentConfig, String> {
         "command-line flags".into(),
         flags_fragment(args)?,
     ));
-    let mut config = config::load(&sources).map_err(|e| e.to_string())?;
+    let format = args
+        .config_format
+        .as_deref()
+        .map(config::ConfigFormat::parse)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let mut config = config::load_as(&sources, format).map_err(|e| e.to_string())?;
     config.dev = args.dev;
     if config.dev {
         // -dev keeps everything in memory, whatever the files say.

@@ -327,4 +327,39 @@ fn validate_checks_config_files_as_the_agent_loads_them() {
             "Must specify at least one config file or directory".into()
         )
     );
+    // A file of another extension is skipped with Consul's warning unless
+    // -config-format says how to read it.
+    let conf = dir.path().join("agent.conf");
+    std::fs::write(&conf, "{\"data_dir\": \"/tmp/x\", \"server\": \"yes\"}").unwrap();
+    let conf_path = conf.to_str().unwrap();
+    let (code, out, err) = run(&[good_path, conf_path]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Configuration is valid!");
+    assert!(
+        err.contains(&format!(
+            "skipping file {conf_path}, extension must be .hcl or .json, or config format must be set"
+        )),
+        "{err}"
+    );
+    let (code, _, err) = run(&["-config-format=json", good_path, conf_path]);
+    assert_eq!(code, Some(1), "the .hcl file is read as JSON too: {err}");
+    let (code, _, err) = run(&["-config-format=json", conf_path]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("server"),
+        "read as JSON, its bad value named: {err}"
+    );
+    std::fs::write(&conf, "{\"data_dir\": \"/tmp/x\"}").unwrap();
+    let (code, out, err) = run(&["-config-format=json", conf_path]);
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "Configuration is valid!"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["-config-format=yaml", conf_path]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        "Config validation failed: -config-format must be either 'hcl' or 'json'"
+    );
 }

@@ -352,16 +352,29 @@ pub struct ValidateArgs {
     /// Only the exit code says whether the configuration is valid.
     #[arg(long)]
     quiet: bool,
+    /// Read every file in this format (`hcl` or `json`), whatever its
+    /// extension.
+    #[arg(long = "config-format")]
+    config_format: Option<String>,
 }
 
 /// `legate validate FILE_OR_DIRECTORY...`: loads the files as the agent
 /// would (merged in order, every key checked, the same warnings) and says
 /// whether they make a valid configuration, in Consul's words.
 pub fn validate(args: ValidateArgs) -> u8 {
-    use legate_agent::config::{load, ConfigSource};
+    use legate_agent::config::{load_as, ConfigFormat, ConfigSource};
     if args.paths.is_empty() {
         return fail("Must specify at least one config file or directory");
     }
+    let format = match args
+        .config_format
+        .as_deref()
+        .map(ConfigFormat::parse)
+        .transpose()
+    {
+        Ok(format) => format,
+        Err(e) => return fail(format!("Config validation failed: {e}")),
+    };
     let sources: Vec<ConfigSource> = args
         .paths
         .iter()
@@ -373,7 +386,7 @@ pub fn validate(args: ValidateArgs) -> u8 {
             }
         })
         .collect();
-    let config = match load(&sources) {
+    let config = match load_as(&sources, format) {
         Ok(config) if config.data_dir.is_none() => {
             return fail("Config validation failed: data_dir cannot be empty");
         }
