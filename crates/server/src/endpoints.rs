@@ -4,12 +4,10 @@
 use legate_types::coordinate::{CoordinateEntry, DatacenterCoordinates};
 use legate_types::event::UserEvent;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use legate_state::{Command, CommandResult, Table};
-use legate_types::config_entry::{self, ConfigEntry};
-use legate_types::duration::{format_go_duration, parse_go_duration};
+use legate_types::config_entry::ConfigEntry;
 use legate_types::rpc::{ServerRpc, ServiceQuery, TxnOp, TxnResponse, Watched};
 use legate_types::*;
 
@@ -19,12 +17,12 @@ use legate_types::connect::{CaConfiguration, CaSignRequest, IndexedCaRoots, Issu
 use legate_types::intention::{Intention, IntentionCheck, IntentionLookup, IntentionOp, MatchBy};
 
 /// What reading a session needs: `session:read` on its node.
-fn session_target(session: &Session) -> Vec<(legate_acl::Resource, String)> {
+pub(crate) fn session_target(session: &Session) -> Vec<(legate_acl::Resource, String)> {
     vec![(legate_acl::Resource::Session, session.node.clone())]
 }
 
 /// What reading a health check needs: its node, and its service if any.
-fn check_targets(check: &HealthCheck) -> Vec<(legate_acl::Resource, String)> {
+pub(crate) fn check_targets(check: &HealthCheck) -> Vec<(legate_acl::Resource, String)> {
     let mut targets = vec![(legate_acl::Resource::Node, check.node.clone())];
     if !check.service_name.is_empty() {
         targets.push((legate_acl::Resource::Service, check.service_name.clone()));
@@ -32,7 +30,7 @@ fn check_targets(check: &HealthCheck) -> Vec<(legate_acl::Resource, String)> {
     targets
 }
 
-fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
+pub(crate) fn has_all_tags(tags: &[String], wanted: &[String]) -> bool {
     wanted
         .iter()
         .all(|w| tags.iter().any(|t| t.eq_ignore_ascii_case(w)))
@@ -366,64 +364,14 @@ impl ServerRpc for Server {
     }
 
     async fn catalog_nodes(&self, opts: &QueryOptions) -> Result<Queried<Vec<Node>>, RpcError> {
-        let nodes = self
-            .filtered_list(opts, legate_filter::rows::node(), &[Table::Nodes], |t| {
-                let (index, mut nodes) = t.nodes();
-                crate::coordinates::sort_near(t, opts, &mut nodes, |n| &n.node);
-                (index, nodes)
-            })
-            .await?;
-        self.filter_by_acl(&opts.token, nodes, |n| {
-            vec![(legate_acl::Resource::Node, n.node.clone())]
-        })
+        self.catalog_nodes_endpoint(opts).await
     }
 
     async fn catalog_services(
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<BTreeMap<String, Vec<String>>>, RpcError> {
-        let filter = parse_filter(&opts.filter, legate_filter::rows::service_node())?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::Services]),
-            |t| {
-                let (index, services) = t.services();
-                if filter.is_none() {
-                    return Ok((index, services));
-                }
-                // Filters apply to instances (ServiceNode rows): a name with
-                // at least one matching instance, with the tags of those
-                // instances only (Consul's `servicesTagsByName`).
-                let mut out = BTreeMap::new();
-                for name in services.into_keys() {
-                    let (_, rows) = t.service_nodes(&name, false);
-                    let matching = apply_filter(rows, &filter);
-                    if matching.is_empty() {
-                        continue;
-                    }
-                    let tags: std::collections::BTreeSet<String> = matching
-                        .into_iter()
-                        .flat_map(|row| row.service_tags)
-                        .collect();
-                    out.insert(name, tags.into_iter().collect());
-                }
-                Ok((index, out))
-            },
-        )
-        .await
-        .and_then(|services| {
-            let names = Queried {
-                meta: services.meta,
-                value: services.value.into_iter().collect::<Vec<_>>(),
-            };
-            let kept = self.filter_by_acl(&opts.token, names, |(name, _)| {
-                vec![(legate_acl::Resource::Service, name.clone())]
-            })?;
-            Ok(Queried {
-                meta: kept.meta,
-                value: kept.value.into_iter().collect(),
-            })
-        })
+        self.catalog_services_endpoint(opts).await
     }
 
     async fn catalog_service_nodes(
@@ -431,31 +379,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         query: ServiceQuery,
     ) -> Result<Queried<Vec<ServiceNode>>, RpcError> {
-        let filter = parse_filter(&opts.filter, legate_filter::rows::service_node())?;
-        let rows = self
-            .blocking_query(
-                opts,
-                |w| w.service(&query.service),
-                |t| {
-                    let (index, rows) = t.service_nodes(&query.service, query.connect);
-                    let mut rows: Vec<ServiceNode> = rows
-                        .into_iter()
-                        .filter(|r| has_all_tags(&r.service_tags, &query.tags))
-                        .collect();
-                    crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node);
-                    Ok((index, apply_filter(rows, &filter)))
-                },
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, rows, |r| {
-            connect_targets(
-                &query,
-                vec![
-                    (legate_acl::Resource::Service, r.service_name.clone()),
-                    (legate_acl::Resource::Node, r.node.clone()),
-                ],
-            )
-        })
+        self.catalog_service_nodes_endpoint(opts, query).await
     }
 
     async fn catalog_node_services(
@@ -463,26 +387,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Option<NodeServices>>, RpcError> {
-        let filter = parse_filter(&opts.filter, legate_filter::rows::node_service())?;
-        let found = self
-            .blocking_query(
-                opts,
-                |w| w.tables(&[Table::Nodes, Table::Services]),
-                |t| {
-                    let (index, found) = t.node_services(&node);
-                    let found = found.map(|mut ns| {
-                        if filter.is_some() {
-                            let kept: Vec<NodeService> =
-                                apply_filter(ns.services.values().cloned().collect(), &filter);
-                            ns.services = kept.into_iter().map(|s| (s.id.clone(), s)).collect();
-                        }
-                        ns
-                    });
-                    Ok((index, found))
-                },
-            )
-            .await?;
-        self.filter_node_services(&opts.token, found)
+        self.catalog_node_services_endpoint(opts, node).await
     }
 
     async fn health_node_checks(
@@ -490,15 +395,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        let checks = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::health_check(),
-                &[Table::Checks],
-                |t| t.node_checks(&node),
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, checks, check_targets)
+        self.health_node_checks_endpoint(opts, node).await
     }
 
     async fn health_service_checks(
@@ -506,15 +403,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         service: String,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        let checks = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::health_check(),
-                &[Table::Checks],
-                |t| t.service_checks(&service),
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, checks, check_targets)
+        self.health_service_checks_endpoint(opts, service).await
     }
 
     async fn health_checks_in_state(
@@ -522,15 +411,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         state: Option<HealthStatus>,
     ) -> Result<Queried<Vec<HealthCheck>>, RpcError> {
-        let checks = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::health_check(),
-                &[Table::Checks],
-                |t| t.checks_in_state(state),
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, checks, check_targets)
+        self.health_checks_in_state_endpoint(opts, state).await
     }
 
     async fn health_service_nodes(
@@ -538,35 +419,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         query: ServiceQuery,
     ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
-        let filter = parse_filter(&opts.filter, legate_filter::rows::check_service_node())?;
-        let rows = self
-            .blocking_query(
-                opts,
-                |w| w.service(&query.service),
-                |t| {
-                    let (index, rows) = t.check_service_nodes(&query.service, query.connect);
-                    let mut rows: Vec<CheckServiceNode> = rows
-                        .into_iter()
-                        .filter(|r| has_all_tags(&r.service.tags, &query.tags))
-                        .filter(|r| {
-                            !query.passing_only
-                                || r.checks.iter().all(|c| c.status == HealthStatus::Passing)
-                        })
-                        .collect();
-                    crate::coordinates::sort_near(t, opts, &mut rows, |r| &r.node.node);
-                    Ok((index, apply_filter(rows, &filter)))
-                },
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, rows, |r| {
-            connect_targets(
-                &query,
-                vec![
-                    (legate_acl::Resource::Service, r.service.service.clone()),
-                    (legate_acl::Resource::Node, r.node.node.clone()),
-                ],
-            )
-        })
+        self.health_service_nodes_endpoint(opts, query).await
     }
 
     async fn kv_get(
@@ -653,64 +506,13 @@ impl ServerRpc for Server {
     async fn session_create(
         &self,
         opts: &WriteOptions,
-        mut session: Session,
+        session: Session,
     ) -> Result<String, RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
-        if session.node.is_empty() {
-            return Err(RpcError::BadRequest("Must provide Node".into()));
-        }
-        if !session.ttl.is_empty() {
-            // Consul's texts and status (500), which HA managers match on
-            // to fall back to `SessionTTLMin`; the TTL prints in nanoseconds.
-            let ttl = parse_go_duration(&session.ttl).map_err(|e| {
-                RpcError::Internal(format!("Session TTL '{}' invalid: {e}", session.ttl))
-            })?;
-            let min = self.config.session_ttl_min;
-            if !ttl.is_zero() && (ttl < min || ttl > SESSION_TTL_MAX) {
-                return Err(RpcError::Internal(format!(
-                    "Invalid Session TTL '{}', must be between [{}={}]",
-                    ttl.as_nanos(),
-                    format_go_duration(min),
-                    format_go_duration(SESSION_TTL_MAX)
-                )));
-            }
-            if ttl.is_zero() {
-                session.ttl.clear();
-            }
-        }
-        self.authorize(
-            &opts.token,
-            Resource::Session(session.node.clone()),
-            Access::Write,
-        )?;
-        session.id = uuid::Uuid::new_v4().to_string();
-        let id = session.id.clone();
-        let ttl = session.ttl.clone();
-        self.write(Command::SessionCreate(session)).await?;
-        if !ttl.is_empty() {
-            if let Ok(ttl) = parse_go_duration(&ttl) {
-                self.session_timers.reset(&id, ttl);
-            }
-        }
-        Ok(id)
+        self.session_create_endpoint(opts, session).await
     }
 
     async fn session_destroy(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
-        if id.is_empty() {
-            return Err(RpcError::BadRequest("Missing session".into()));
-        }
-        let node = self
-            .store
-            .read()
-            .session(&id)
-            .1
-            .map(|s| s.node)
-            .unwrap_or_default();
-        self.authorize(&opts.token, Resource::Session(node), Access::Write)?;
-        self.write(Command::SessionDestroy(id.clone())).await?;
-        self.session_timers.clear(&id);
-        Ok(())
+        self.session_destroy_endpoint(opts, id).await
     }
 
     async fn session_renew(
@@ -718,21 +520,7 @@ impl ServerRpc for Server {
         opts: &WriteOptions,
         id: String,
     ) -> Result<Option<Session>, RpcError> {
-        self.check_datacenter(&opts.datacenter)?;
-        let session = self.store.read().session(&id).1;
-        let Some(session) = session else {
-            return Ok(None);
-        };
-        self.authorize(
-            &opts.token,
-            Resource::Session(session.node.clone()),
-            Access::Write,
-        )?;
-        if !session.ttl.is_empty() {
-            let ttl = parse_go_duration(&session.ttl).unwrap_or(Duration::from_secs(10));
-            self.session_timers.reset(&id, ttl);
-        }
-        Ok(Some(session))
+        self.session_renew_endpoint(opts, id).await
     }
 
     async fn session_info(
@@ -740,29 +528,11 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         id: String,
     ) -> Result<Queried<Vec<Session>>, RpcError> {
-        let sessions = self
-            .blocking_query(
-                opts,
-                |w| w.tables(&[Table::Sessions]),
-                |t| {
-                    let (index, session) = t.session(&id);
-                    Ok((index, session.into_iter().collect()))
-                },
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, sessions, session_target)
+        self.session_info_endpoint(opts, id).await
     }
 
     async fn session_list(&self, opts: &QueryOptions) -> Result<Queried<Vec<Session>>, RpcError> {
-        let sessions = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::session(),
-                &[Table::Sessions],
-                |t| t.sessions(),
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, sessions, session_target)
+        self.session_list_endpoint(opts).await
     }
 
     async fn session_node(
@@ -770,45 +540,16 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         node: String,
     ) -> Result<Queried<Vec<Session>>, RpcError> {
-        let sessions = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::session(),
-                &[Table::Sessions],
-                |t| t.node_sessions(&node),
-            )
-            .await?;
-        self.filter_by_acl(&opts.token, sessions, session_target)
+        self.session_node_endpoint(opts, node).await
     }
 
     async fn config_apply(
         &self,
         opts: &WriteOptions,
-        mut entry: ConfigEntry,
+        entry: ConfigEntry,
         cas: Option<u64>,
     ) -> Result<bool, RpcError> {
-        if entry.kind == crate::intentions::INTENTIONS_KIND {
-            self.intentions_writable()?;
-        }
-        if let Some((remote, routed)) = self.global_write(opts)? {
-            return remote.config_apply(&routed, entry, cas).await;
-        }
-        self.check_datacenter(&opts.datacenter)?;
-        legate_chain::normalize_entry(&mut entry);
-        config_entry::validate(&entry).map_err(RpcError::BadRequest)?;
-        legate_chain::validate_entry(&entry).map_err(RpcError::BadRequest)?;
-        self.check_chains_after(&entry.kind, &entry.name, Some(&entry))?;
-        self.authorize_config_write(&opts.token, &entry.kind, &entry.name)?;
-        let command = Command::ConfigEntrySet {
-            entry: Box::new(entry),
-            cas,
-        };
-        match self.write(command).await? {
-            (_, CommandResult::Applied(applied)) => Ok(applied),
-            (_, other) => Err(RpcError::Internal(format!(
-                "unexpected config entry result {other:?}"
-            ))),
-        }
+        self.config_apply_endpoint(opts, entry, cas).await
     }
 
     async fn config_get(
@@ -817,14 +558,7 @@ impl ServerRpc for Server {
         kind: String,
         name: String,
     ) -> Result<Queried<Option<ConfigEntry>>, RpcError> {
-        let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
-        self.authorize_config_read(&opts.token, &kind, &name)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::ConfigEntries]),
-            |t| Ok(t.config_entry(&kind, &name)),
-        )
-        .await
+        self.config_get_endpoint(opts, kind, name).await
     }
 
     async fn config_list(
@@ -832,16 +566,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         kind: String,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
-        let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
-        let entries = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::any(),
-                &[Table::ConfigEntries],
-                |t| t.config_entries_of_kind(&kind),
-            )
-            .await?;
-        self.filter_config_entries(&opts.token, entries)
+        self.config_list_endpoint(opts, kind).await
     }
 
     async fn config_list_all(
@@ -849,25 +574,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
         kinds: Vec<String>,
     ) -> Result<Queried<Vec<ConfigEntry>>, RpcError> {
-        // A caller that names no kinds is an old secondary: only the kinds
-        // every version decodes (Consul's rule).
-        let kinds = if kinds.is_empty() {
-            crate::config_replication::KINDS_WITHOUT_A_LIST
-                .iter()
-                .map(|k| k.to_string())
-                .collect()
-        } else {
-            kinds
-        };
-        let entries = self
-            .filtered_list(
-                opts,
-                legate_filter::rows::any(),
-                &[Table::ConfigEntries],
-                |t| t.config_entries_of_kinds(&kinds),
-            )
-            .await?;
-        self.filter_config_entries(&opts.token, entries)
+        self.config_list_all_endpoint(opts, kinds).await
     }
 
     async fn config_delete(
@@ -877,25 +584,7 @@ impl ServerRpc for Server {
         name: String,
         cas: Option<u64>,
     ) -> Result<bool, RpcError> {
-        let kind = config_entry::normalize_kind(&kind).map_err(RpcError::BadRequest)?;
-        if kind == crate::intentions::INTENTIONS_KIND {
-            self.intentions_writable()?;
-        }
-        if let Some((remote, routed)) = self.global_write(opts)? {
-            return remote.config_delete(&routed, kind, name, cas).await;
-        }
-        self.check_datacenter(&opts.datacenter)?;
-        self.authorize_config_write(&opts.token, &kind, &name)?;
-        self.check_chains_after(&kind, &name, None)?;
-        match self
-            .write(Command::ConfigEntryDelete { kind, name, cas })
-            .await?
-        {
-            (_, CommandResult::Applied(applied)) => Ok(applied),
-            (_, other) => Err(RpcError::Internal(format!(
-                "unexpected config entry result {other:?}"
-            ))),
-        }
+        self.config_delete_endpoint(opts, kind, name, cas).await
     }
 
     async fn discovery_chain(
@@ -905,67 +594,8 @@ impl ServerRpc for Server {
         compile_datacenter: String,
         overrides: legate_types::rpc::ChainOverrides,
     ) -> Result<Queried<serde_json::Value>, RpcError> {
-        if service.is_empty() {
-            return Err(RpcError::BadRequest("Missing service name".into()));
-        }
-        if !matches!(
-            overrides.protocol.to_ascii_lowercase().as_str(),
-            "" | "tcp" | "http" | "http2" | "grpc"
-        ) {
-            return Err(RpcError::BadRequest(format!(
-                "OverrideProtocol {:?} is not one of tcp, http, http2, grpc",
-                overrides.protocol
-            )));
-        }
-        if !matches!(
-            overrides.mesh_gateway_mode.as_str(),
-            "" | "none" | "local" | "remote"
-        ) {
-            return Err(RpcError::BadRequest(format!(
-                "OverrideMeshGateway.Mode {:?} is not one of none, local, remote",
-                overrides.mesh_gateway_mode
-            )));
-        }
-        self.authorize(
-            &opts.token,
-            Resource::Service(service.clone()),
-            Access::Read,
-        )?;
-        let datacenter = if compile_datacenter.is_empty() {
-            self.config.datacenter.clone()
-        } else {
-            compile_datacenter
-        };
-        let kinds: Vec<String> = legate_chain::ROUTING_KINDS
-            .iter()
-            .map(|k| k.to_string())
-            .collect();
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::ConfigEntries]),
-            |t| {
-                let cluster_id = t.system_metadata(crate::CLUSTER_ID_KEY).ok_or_else(|| {
-                    RpcError::Internal(
-                        "the cluster id is not initialized yet; retry shortly".into(),
-                    )
-                })?;
-                let (index, entries) = t.config_entries_of_kinds(&kinds);
-                let request = legate_chain::CompileRequest {
-                    service: service.clone(),
-                    datacenter: datacenter.clone(),
-                    trust_domain: format!("{cluster_id}.consul"),
-                    override_protocol: overrides.protocol.clone(),
-                    override_connect_timeout: overrides.connect_timeout,
-                    override_mesh_gateway: overrides.mesh_gateway_mode.clone(),
-                };
-                let chain =
-                    legate_chain::compile(&entries, &request).map_err(RpcError::Internal)?;
-                let value =
-                    serde_json::to_value(&chain).map_err(|e| RpcError::Internal(e.to_string()))?;
-                Ok((index, value))
-            },
-        )
-        .await
+        self.discovery_chain_endpoint(opts, service, compile_datacenter, overrides)
+            .await
     }
 
     async fn changes_since(
@@ -1296,7 +926,7 @@ impl ServerRpc for Server {
 /// What a row of a service query must be readable on: its own service and
 /// node, and for a Connect query also the service whose proxies are asked
 /// for (Consul answers nothing to a token that may not read it).
-fn connect_targets(
+pub(crate) fn connect_targets(
     query: &ServiceQuery,
     mut targets: Vec<(legate_acl::Resource, String)>,
 ) -> Vec<(legate_acl::Resource, String)> {
