@@ -83,23 +83,10 @@ fn config_dir_json_and_flags_merge() {
 /// Runs `legate agent` that must refuse to start; kills it (and fails) if
 /// it is still running after 10 seconds.
 fn run_agent_expecting_failure(args: &[&str]) -> String {
-    let mut child = Command::new(common::binary())
-        .arg("agent")
-        .args(args)
-        .arg(format!("-http-port={}", common::free_port()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("agent {args:?} started although its configuration is invalid");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let mut full: Vec<String> = vec!["agent".into()];
+    full.extend(args.iter().map(|a| a.to_string()));
+    full.push(format!("-http-port={}", common::free_port()));
+    let out = common::run_to_exit(&full, Duration::from_secs(10));
     assert_eq!(
         out.status.code(),
         Some(1),

@@ -16,26 +16,6 @@ fn hcl(text: &str) -> String {
     format!("-hcl={text}")
 }
 
-/// Runs the binary with `args`, which must exit within `patience` (it is
-/// killed, and the test fails, if it does not); its output.
-fn run_to_exit(args: &[String], patience: Duration) -> std::process::Output {
-    let started = std::time::Instant::now();
-    let mut child = Command::new(common::binary())
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > patience {
-            let _ = child.kill();
-            panic!("{args:?} kept running");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn http_config_adds_headers_blocks_endpoints_and_restricts_writes() {
     let agent = TestAgent::dev(&[&hcl(r#"http_config {
@@ -228,7 +208,7 @@ fn bad_values_stop_the_agent_naming_the_key() {
         ),
         ("default_query_time = \"soon\"", "default_query_time"),
     ] {
-        let out = run_to_exit(
+        let out = common::run_to_exit(
             &[
                 "agent".into(),
                 "-dev".into(),
@@ -247,7 +227,7 @@ fn bad_values_stop_the_agent_naming_the_key() {
 fn retry_max_makes_an_agent_that_cannot_join_exit() {
     let data = tempfile::tempdir().unwrap();
     let nobody = format!("127.0.0.1:{}", common::free_port());
-    let out = run_to_exit(
+    let out = common::run_to_exit(
         &[
             "agent".into(),
             format!("-data-dir={}", data.path().display()),
@@ -521,7 +501,7 @@ fn disable_host_node_id_false_derives_the_node_id_from_the_host() {
 /// 200 ms apart; its exit output.
 fn client_joining(ip: &str, server_lan: &str) -> std::process::Output {
     let data = tempfile::tempdir().unwrap();
-    run_to_exit(
+    common::run_to_exit(
         &[
             "agent".into(),
             format!("-data-dir={}", data.path().display()),
@@ -657,7 +637,7 @@ fn a_server_down_longer_than_server_rejoin_age_max_refuses_to_start() {
             hcl(extra),
         ]
     };
-    let out = run_to_exit(&server_flags(""), Duration::from_secs(30));
+    let out = common::run_to_exit(&server_flags(""), Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(1));
     let text =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
@@ -755,7 +735,7 @@ fn enable_syslog_sends_lines_to_the_syslog_daemon() {
     assert!(line.contains("]: "), "{line}");
 
     // An unknown facility, and syslog with no daemon, stop the agent.
-    let out = run_to_exit(
+    let out = common::run_to_exit(
         &[
             "agent".into(),
             "-dev".into(),
@@ -771,7 +751,7 @@ fn enable_syslog_sends_lines_to_the_syslog_daemon() {
             .connect(p)
             .is_err()
     }) {
-        let out = run_to_exit(
+        let out = common::run_to_exit(
             &[
                 "agent".into(),
                 "-dev".into(),

@@ -596,3 +596,23 @@ impl DatacenterServer {
         TestAgent::spawn_with_env(&refs, !grpc, env)
     }
 }
+
+/// Runs the binary with `args`, which must exit within `patience` (it is
+/// killed, and the test fails, if it does not); its output.
+pub fn run_to_exit(args: &[String], patience: Duration) -> std::process::Output {
+    let started = std::time::Instant::now();
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > patience {
+            let _ = child.kill();
+            panic!("{args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
