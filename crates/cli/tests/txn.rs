@@ -282,6 +282,19 @@ fn bad_transactions_get_consuls_answers() {
             "failed to delete session: unknown Session verb \"renew\"",
         ]
     );
+    // So is a KV verb nobody knows, and nothing else runs.
+    let (status, body) = txn(
+        &agent,
+        json!([
+            {"KV": {"Verb": "set", "Key": "kept-out", "Value": "eA=="}},
+            {"KV": {"Verb": "frobnicate", "Key": "k"}},
+        ]),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["Errors"][0]["OpIndex"], 1);
+    assert_eq!(body["Errors"][0]["What"], "unknown KV verb \"frobnicate\"");
+    assert_eq!(body["Results"], serde_json::Value::Null);
+    assert_eq!(agent.request("GET", "/v1/kv/kept-out", None).0, 404);
     // Writes on what is not there: Consul's state-store texts.
     let (status, body) = txn(
         &agent,

@@ -180,7 +180,51 @@ async fn delete(st: &AppState, key: String, req: &Req) -> ApiResult {
     Ok(json(&req.params, &applied))
 }
 
+/// The KV verbs a transaction may use (`KvVerb`'s names).
+const KV_VERBS: &[&str] = &[
+    "set",
+    "cas",
+    "lock",
+    "unlock",
+    "get",
+    "get-tree",
+    "check-index",
+    "check-session",
+    "check-not-exists",
+    "delete",
+    "delete-tree",
+    "delete-cas",
+    "get-or-empty",
+];
+
+/// KV operations naming a verb nobody knows: Consul's servers reject them
+/// as failed operations (409, `unknown KV verb "x"`), not as a bad body.
+fn unknown_kv_verbs(ops: &[serde_json::Value]) -> Vec<legate_types::txn::TxnError> {
+    ops.iter()
+        .enumerate()
+        .filter_map(|(op_index, op)| {
+            let verb = op.get("KV")?.get("Verb")?.as_str()?;
+            (!KV_VERBS.contains(&verb)).then(|| legate_types::txn::TxnError {
+                op_index,
+                what: format!("unknown KV verb {verb:?}"),
+            })
+        })
+        .collect()
+}
+
 pub async fn txn(State(st): State<AppState>, req: Req, body: Bytes) -> ApiResult {
+    if let Ok(raw) = decode_body::<Vec<serde_json::Value>>(&body) {
+        let unknown = unknown_kv_verbs(&raw);
+        if !unknown.is_empty() {
+            let response = legate_types::txn::TxnResponse {
+                errors: Some(unknown),
+                ..Default::default()
+            };
+            let mut out = json(&req.params, &response);
+            *out.status_mut() = StatusCode::CONFLICT;
+            return Ok(out);
+        }
+    }
     let ops: Vec<TxnOp> = decode_body(&body)?;
     // Consul's handler keeps only the operations it knows and gives a
     // node without a datacenter the agent's.
