@@ -96,6 +96,45 @@ fn dns_query_names_answer_with_the_querys_results_and_ttl() {
 }
 
 #[test]
+fn dns_queries_near_ip_start_from_the_node_at_the_clients_address() {
+    let dns_port = free_port();
+    let dns = format!("-dns-port={dns_port}");
+    let agent = TestAgent::start_with(&["-dev", "-grpc-port=-1", "-node=node1", &dns], false);
+    register(&agent, "ip-a", "127.0.0.2", "dbnear", "passing");
+    register(&agent, "ip-b", "127.0.0.3", "dbnear", "passing");
+    // Nine instances in all: Consul moves the source's instance first only
+    // when it is among the first ten.
+    for n in 0..7 {
+        register(
+            &agent,
+            &format!("other-{n}"),
+            &format!("10.2.0.{n}"),
+            "dbnear",
+            "passing",
+        );
+    }
+    create(
+        &agent,
+        json!({"Name": "db-near", "Service": {"Service": "dbnear", "Near": "_ip"}}),
+    );
+    // `dig -b` asks from another loopback address: the instance on the
+    // node registered there comes first (the rest shuffled).
+    for (from, first) in [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")] {
+        let answer = dig(dns_port, &["-b", from, "db-near.query.consul"]);
+        assert_eq!(answer.status, "NOERROR");
+        // In the order the agent answered (answers_of sorts).
+        let addresses: Vec<&str> = answer
+            .answer
+            .iter()
+            .filter(|r| r.kind == "A")
+            .map(|r| r.data.as_str())
+            .collect();
+        assert_eq!(addresses.len(), 9);
+        assert_eq!(addresses.first().copied(), Some(first), "{addresses:?}");
+    }
+}
+
+#[test]
 fn execute_answers_in_consuls_shape_with_its_errors() {
     let agent = TestAgent::dev(&["-node", "node1"]);
     register(&agent, "n1", "10.1.0.1", "db", "passing");

@@ -110,7 +110,12 @@ impl RequestHandler for DnsHandler {
         };
         match self
             .resolver
-            .resolve(&qname, query.query_type(), transport)
+            .resolve_for(
+                &qname,
+                query.query_type(),
+                transport,
+                Some(request.src().ip()),
+            )
             .await
         {
             Ok(answer) => {

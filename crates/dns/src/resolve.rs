@@ -23,7 +23,9 @@ use legate_types::prepared_query::ExecuteResponse;
 
 /// A prepared query looked up by DNS: (name or ID, datacenter asked for
 /// or empty, the agent's node).
-type QueryKey = (String, String, String);
+/// A prepared query's answer key: query, datacenter, the agent's node
+/// (`Near: "_agent"`) and the client's address (`Near: "_ip"`).
+type QueryKey = (String, String, String, String);
 
 /// How often a prepared query answered from the DNS cache is run again
 /// when `dns_config.cache_max_age` does not say (the same refresh as a
@@ -257,41 +259,45 @@ impl Resolver {
             } else {
                 config.cache_max_age
             };
-            let fetch = polled(refresh, move |(query, dc, agent_node): QueryKey, _first| {
-                let rpc = rpc.clone();
-                let opts = |consistency| QueryOptions {
-                    datacenter: if dc.is_empty() {
-                        local.clone()
-                    } else {
-                        dc.clone()
-                    },
-                    consistency,
-                    token: token(),
-                    ..Default::default()
-                };
-                let (stale, leader) = (opts(Consistency::Stale), opts(Consistency::Default));
-                let request = legate_types::prepared_query::ExecuteRequest {
-                    id_or_name: query,
-                    agent_node,
-                    ..Default::default()
-                };
-                async move {
-                    let mut answer = rpc
-                        .prepared_query_execute(
-                            if allow_stale { &stale } else { &leader },
-                            request.clone(),
-                        )
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if allow_stale && answer.meta.last_contact > max_stale {
-                        answer = rpc
-                            .prepared_query_execute(&leader, request)
+            let fetch = polled(
+                refresh,
+                move |(query, dc, agent_node, source_ip): QueryKey, _first| {
+                    let rpc = rpc.clone();
+                    let opts = |consistency| QueryOptions {
+                        datacenter: if dc.is_empty() {
+                            local.clone()
+                        } else {
+                            dc.clone()
+                        },
+                        consistency,
+                        token: token(),
+                        source_ip: source_ip.clone(),
+                        ..Default::default()
+                    };
+                    let (stale, leader) = (opts(Consistency::Stale), opts(Consistency::Default));
+                    let request = legate_types::prepared_query::ExecuteRequest {
+                        id_or_name: query,
+                        agent_node,
+                        ..Default::default()
+                    };
+                    async move {
+                        let mut answer = rpc
+                            .prepared_query_execute(
+                                if allow_stale { &stale } else { &leader },
+                                request.clone(),
+                            )
                             .await
                             .map_err(|e| e.to_string())?;
+                        if allow_stale && answer.meta.last_contact > max_stale {
+                            answer = rpc
+                                .prepared_query_execute(&leader, request)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                        Ok(Arc::new(answer.value))
                     }
-                    Ok(Arc::new(answer.value))
-                }
-            });
+                },
+            );
             SharedWatch::new(
                 fetch,
                 CacheLimits {
@@ -428,14 +434,33 @@ impl Resolver {
         qtype: RecordType,
         transport: Transport,
     ) -> Result<Answer, NotOurs> {
+        self.resolve_for(qname, qtype, transport, None).await
+    }
+
+    /// Answers one question asked from `client` (prepared queries sorted
+    /// `Near: "_ip"` start from the node registered at its address).
+    pub async fn resolve_for(
+        &self,
+        qname: &Name,
+        qtype: RecordType,
+        transport: Transport,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Answer, NotOurs> {
         let text = qname.to_ascii();
         let domains = self.domains();
         let mut answer = match names::parse(&text, &domains, qtype == RecordType::SRV) {
             Parsed::Outside => return Err(NotOurs),
             Parsed::Reverse(ip) => return self.reverse(qname, ip).await,
             Parsed::Ours { domain, lookup } => {
-                self.ours(qname, qtype, &domain, lookup, self.count_limit(transport))
-                    .await
+                self.ours(
+                    qname,
+                    qtype,
+                    &domain,
+                    lookup,
+                    self.count_limit(transport),
+                    client,
+                )
+                .await
             }
         };
         self.trim(qname, qtype, transport, &mut answer);
@@ -458,6 +483,7 @@ impl Resolver {
         domain: &str,
         lookup: Lookup,
         count_limit: usize,
+        client: Option<std::net::IpAddr>,
     ) -> Answer {
         let result = match (qtype, lookup) {
             // SOA and NS are answered for any name under the domain.
@@ -492,9 +518,9 @@ impl Resolver {
                     qname,
                     qtype,
                     domain,
-                    &query,
-                    datacenter.as_deref(),
+                    (&query, datacenter.as_deref()),
                     count_limit,
+                    client,
                 )
                 .await
             }
@@ -699,14 +725,16 @@ impl Resolver {
         qname: &Name,
         qtype: RecordType,
         domain: &str,
-        query: &str,
-        datacenter: Option<&str>,
+        (query, datacenter): (&str, Option<&str>),
         count_limit: usize,
+        client: Option<std::net::IpAddr>,
     ) -> Result<Answer, RpcError> {
+        let source_ip = client.map(|ip| ip.to_string()).unwrap_or_default();
         let key: QueryKey = (
             query.to_string(),
             datacenter.unwrap_or("").to_string(),
             self.agent_node.clone(),
+            source_ip.clone(),
         );
         let cached = match &self.queries {
             Some(cache) if cache.holds(&key) => cache
@@ -726,8 +754,9 @@ impl Resolver {
                     ..Default::default()
                 };
                 let found = self
-                    .read(datacenter, |opts| {
+                    .read(datacenter, |mut opts| {
                         let (rpc, request) = (rpc.clone(), request.clone());
+                        opts.source_ip = source_ip.clone();
                         async move { rpc.prepared_query_execute(&opts, request).await }
                     })
                     .await;
