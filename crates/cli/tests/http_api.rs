@@ -609,11 +609,13 @@ fn transactions_commit_or_roll_back() {
     let parsed: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(parsed["Errors"][0]["OpIndex"], 1);
     assert_eq!(agent.request("GET", "/v1/kv/t/c", None).0, 404);
+    // An unknown verb fails its operation (Consul's state store:
+    // `unknown KV verb`), it is not a malformed body.
     assert_eq!(
         agent
             .put("/v1/txn", r#"[{"KV":{"Verb":"explode","Key":"x"}}]"#)
             .0,
-        400
+        409
     );
 }
 

@@ -91,15 +91,7 @@ impl Tables {
                     return Err("Must provide node".to_string());
                 }
                 self.node_id_free(&node.id, &node.node)?;
-                let registration = RegisterRequest {
-                    id: node.id.clone(),
-                    node: node.node.clone(),
-                    address: node.address.clone(),
-                    datacenter: node.datacenter.clone(),
-                    tagged_addresses: node.tagged_addresses.clone(),
-                    node_meta: node.meta.clone(),
-                    ..RegisterRequest::default()
-                };
+                let registration = RegisterRequest::for_node(node);
                 self.ensure_node(index, &registration, changes);
                 let written = Node {
                     id: String::new(),

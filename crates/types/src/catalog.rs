@@ -766,6 +766,21 @@ pub struct RegisterRequest {
     pub skip_node_update: bool,
 }
 
+impl RegisterRequest {
+    /// A registration of `node`'s own row alone (no service or check).
+    pub fn for_node(node: &Node) -> RegisterRequest {
+        RegisterRequest {
+            id: node.id.clone(),
+            node: node.node.clone(),
+            address: node.address.clone(),
+            datacenter: node.datacenter.clone(),
+            tagged_addresses: node.tagged_addresses.clone(),
+            node_meta: node.meta.clone(),
+            ..RegisterRequest::default()
+        }
+    }
+}
+
 /// `PUT /v1/catalog/deregister`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
