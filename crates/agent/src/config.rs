@@ -96,6 +96,9 @@ pub struct AgentConfig {
     /// Address the HTTP API binds (`addresses.http`), when it differs from
     /// `client_addr`.
     pub http_addr: Option<IpAddr>,
+    /// The unix socket the HTTP API serves on instead of a TCP port
+    /// (`addresses.http = "unix://<path>"`, `unix_sockets`).
+    pub http_unix: Option<crate::unix_socket_config::UnixSocket>,
     /// Address the DNS server binds (`addresses.dns`), when it differs from
     /// `client_addr`.
     pub dns_addr: Option<IpAddr>,
@@ -599,7 +602,11 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         node_meta,
         data_dir: get_str(&map, &["data_dir"])?.map(PathBuf::from),
         client_addr: get_ip(&map, &["client_addr"])?.unwrap_or(IpAddr::from([127, 0, 0, 1])),
-        http_addr: get_ip(&map, &["addresses", "http"])?,
+        http_addr: match get_str(&map, &["addresses", "http"])? {
+            Some(a) if crate::unix_socket_config::is_unix(&a) => None,
+            _ => get_ip(&map, &["addresses", "http"])?,
+        },
+        http_unix: crate::unix_socket_config::parse_http(&map)?,
         dns_addr: get_ip(&map, &["addresses", "dns"])?,
         bind_addr: get_ip(&map, &["bind_addr"])?.unwrap_or(IpAddr::from([0, 0, 0, 0])),
         advertise_addr: get_ip(&map, &["advertise_addr"])?,

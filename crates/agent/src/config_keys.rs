@@ -59,6 +59,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "discovery_max_stale",
     "enable_agent_tls_for_checks",
     "server_name",
+    "unix_sockets",
     "enable_syslog",
     "syslog_facility",
     "xds",

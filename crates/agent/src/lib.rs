@@ -42,6 +42,7 @@ mod sync;
 pub mod syslog_config;
 pub mod tagged_addresses;
 pub mod tls_config;
+pub mod unix_socket_config;
 pub mod wan_config;
 pub mod wanfed_config;
 pub mod xds_config;

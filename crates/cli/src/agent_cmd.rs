@@ -754,9 +754,11 @@ async fn start_server(
 /// Runs the config's `watches` against this agent's own HTTP API (as
 /// Consul's agent does); none when the HTTP port is off.
 fn spawn_config_watches(config: &AgentConfig) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some(port) = config.ports.http else {
+    let Some(port) = config.ports.http.filter(|_| config.http_unix.is_none()) else {
         if !config.watches.is_empty() {
-            tracing::warn!("watches need the HTTP API; the HTTP port is disabled");
+            tracing::warn!(
+                "watches need the HTTP API on a TCP port; it is disabled or on a unix socket"
+            );
         }
         return Vec::new();
     };

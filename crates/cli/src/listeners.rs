@@ -82,6 +82,39 @@ async fn bind(address: SocketAddr, what: &str) -> Result<tokio::net::TcpListener
         .map_err(|e| format!("Error starting the {what} on {address}: {e}"))
 }
 
+/// Binds the HTTP API's unix socket (a socket file left by an earlier
+/// run is replaced, as Consul replaces it) and gives the file the owner,
+/// group and mode `unix_sockets` asks for.
+fn bind_unix(
+    socket: &legate_agent::unix_socket_config::UnixSocket,
+) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let path = &socket.path;
+    let failed = |e: std::io::Error| {
+        format!(
+            "Error starting the HTTP API on unix socket {}: {e}",
+            path.display()
+        )
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "Error starting the HTTP API: {} exists and is not a socket",
+                path.display()
+            ));
+        }
+        std::fs::remove_file(path).map_err(failed)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(failed)?;
+    if socket.user.is_some() || socket.group.is_some() {
+        std::os::unix::fs::chown(path, socket.user, socket.group).map_err(failed)?;
+    }
+    if let Some(mode) = socket.mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(failed)?;
+    }
+    Ok(listener)
+}
+
 /// Starts every listener the config names.
 pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners, String> {
     let mut listeners = Listeners {
@@ -89,7 +122,16 @@ pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners
         grpc: Vec::new(),
     };
     let http_ip = config.http_addr.unwrap_or(config.client_addr);
-    if let Some(port) = config.ports.http {
+    if let (Some(_), Some(socket)) = (config.ports.http, &config.http_unix) {
+        let listener = bind_unix(socket)?;
+        tracing::info!(path = %socket.path.display(), "HTTP API listening on a unix socket");
+        let state = legate_http::AppState {
+            agent: agent.clone(),
+        };
+        listeners.http.push(spawn(|stop| async move {
+            let _ = legate_http::serve_unix(listener, state, stop).await;
+        }));
+    } else if let Some(port) = config.ports.http {
         let address = SocketAddr::new(http_ip, port);
         let listener = bind(address, "HTTP API").await?;
         tracing::info!(address = %address, "HTTP API listening");

@@ -765,3 +765,95 @@ fn enable_syslog_sends_lines_to_the_syslog_daemon() {
         assert!(text.contains("Syslog setup failed"), "{text}");
     }
 }
+
+/// `curl --unix-socket` (a client we did not write) against the socket.
+fn curl_unix(socket: &std::path::Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-f", "--max-time", "5", "--unix-socket"])
+        .arg(socket)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// A dev agent serving HTTP on `socket` only.
+fn unix_socket_agent(socket: &std::path::Path) -> std::process::Child {
+    Command::new(common::binary())
+        .args([
+            "agent",
+            "-dev",
+            "-dns-port=-1",
+            "-grpc-port=-1",
+            "-grpc-tls-port=-1",
+        ])
+        .arg(format!("-serf-lan-port={}", common::free_port()))
+        .arg(format!("-server-port={}", common::free_port()))
+        .arg(hcl(&format!(
+            "addresses {{ http = \"unix://{}\" }}\nunix_sockets {{ mode = \"0600\" }}",
+            socket.display()
+        )))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn the_http_api_serves_on_a_unix_socket_with_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("api.sock");
+    for round in 0..2 {
+        // The second agent finds the first one's socket file and replaces it.
+        let mut agent = unix_socket_agent(&socket);
+        let leader = eventually(Duration::from_secs(30), || {
+            curl_unix(&socket, &["http://localhost/v1/status/leader"]).filter(|l| l.len() > 2)
+        });
+        assert!(leader.starts_with('"'), "{leader}");
+        let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let written = curl_unix(
+            &socket,
+            &[
+                "-X",
+                "PUT",
+                "--data",
+                "v",
+                &format!("http://localhost/v1/kv/round-{round}"),
+            ],
+        );
+        assert_eq!(written.as_deref(), Some("true"));
+        let read = curl_unix(
+            &socket,
+            &[&format!("http://localhost/v1/kv/round-{round}?raw")],
+        );
+        assert_eq!(read.as_deref(), Some("v"));
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
+    // Something else at the path is not removed: the agent refuses to start.
+    let taken = dir.path().join("taken");
+    std::fs::write(&taken, "not a socket").unwrap();
+    let out = common::run_to_exit(
+        &[
+            "agent".into(),
+            "-dev".into(),
+            "-dns-port=-1".into(),
+            "-grpc-port=-1".into(),
+            "-grpc-tls-port=-1".into(),
+            format!("-serf-lan-port={}", common::free_port()),
+            format!("-server-port={}", common::free_port()),
+            hcl(&format!(
+                "addresses {{ http = \"unix://{}\" }}",
+                taken.display()
+            )),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a socket"));
+    assert_eq!(std::fs::read_to_string(&taken).unwrap(), "not a socket");
+}

@@ -388,6 +388,16 @@ pub async fn serve(
     serve::serve(listener, router(state), &limits, None, shutdown).await
 }
 
+/// [`serve`] on a unix socket (`addresses.http = "unix://<path>"`).
+pub async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = state.agent.config().limits.clone();
+    serve::serve_unix(listener, router(state), &limits, shutdown).await
+}
+
 /// [`serve`] over TLS (the HTTPS port): `config` is the listener's rustls
 /// configuration; HTTP/2 is offered by ALPN beside HTTP/1.1.
 pub async fn serve_tls(

@@ -102,12 +102,12 @@ fn peer_closed(socket: RawFd) -> bool {
 }
 
 /// The socket, noting activity.
-struct Tracked {
-    stream: LimitedStream,
+struct Tracked<S> {
+    stream: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -136,7 +136,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -214,6 +214,52 @@ pub(crate) async fn serve(
     Ok(())
 }
 
+/// Serves the API on a unix socket (`addresses.http = "unix://..."`):
+/// the same deadlines per connection, no per-client cap (a socket's
+/// clients have no address) and no client address for the handlers.
+pub(crate) async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    router: Router,
+    limits: &Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = Connections::new();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = &mut shutdown => break,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let activity = Activity::new();
+                let socket = stream.as_raw_fd();
+                let tracked = Tracked {
+                    stream,
+                    activity: activity.clone(),
+                };
+                connections.spawn(drive(
+                    TokioIo::new(tracked),
+                    router.clone(),
+                    limits.clone(),
+                    stop_rx.clone(),
+                    None,
+                    socket,
+                    activity,
+                ));
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "accepting on the HTTP unix socket failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    connections.drain(SHUTDOWN_GRACE).await;
+    Ok(())
+}
+
 /// Answers a connection over its client's cap with Consul's 429 and
 /// closes it; what the client sent meanwhile is read and dropped first
 /// (for at most a second), so the close does not reset the connection
@@ -251,7 +297,7 @@ async fn connection(
             router,
             limits,
             stop,
-            peer,
+            Some(peer),
             socket,
             activity,
         )
@@ -278,7 +324,7 @@ async fn connection(
         router,
         limits,
         stop,
-        peer,
+        Some(peer),
         socket,
         activity,
     )
@@ -292,7 +338,7 @@ async fn drive<I>(
     router: Router,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
-    peer: std::net::SocketAddr,
+    peer: Option<std::net::SocketAddr>,
     socket: RawFd,
     activity: Arc<Activity>,
 ) where
@@ -304,7 +350,9 @@ async fn drive<I>(
             let in_flight = InFlight::start(&requests);
             let mut router = router.clone();
             let mut request = request.map(axum::body::Body::new);
-            request.extensions_mut().insert(crate::PeerAddr(peer));
+            if let Some(peer) = peer {
+                request.extensions_mut().insert(crate::PeerAddr(peer));
+            }
             async move {
                 let response = router.call(request).await;
                 drop(in_flight);
@@ -321,13 +369,13 @@ async fn drive<I>(
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
-                    tracing::trace!(%peer, error = %e, "HTTP connection ended");
+                    tracing::trace!(?peer, error = %e, "HTTP connection ended");
                 }
                 return;
             }
             _ = tokio::time::sleep(tick) => {
                 if let Some(why) = activity.expired(&limits, socket) {
-                    tracing::debug!(%peer, why, "closing an HTTP connection");
+                    tracing::debug!(?peer, why, "closing an HTTP connection");
                     return;
                 }
             }
