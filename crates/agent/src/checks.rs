@@ -204,14 +204,7 @@ fn check_tls(def: &CheckDefinition, agent: &Agent) -> Result<Option<rustls::Clie
     }
     let files = &config.https_tls;
     let ca = files.ca_pem()?;
-    let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path)
-            .map_err(|e| format!("agent TLS for checks: {}: {e}", path.display()))
-    };
-    let identity = match (&files.cert_file, &files.key_file) {
-        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
-        _ => None,
-    };
+    let identity = files.identity_pem()?;
     let fallback = config
         .server_name
         .clone()

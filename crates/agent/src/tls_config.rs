@@ -66,6 +66,19 @@ impl TlsFiles {
         self.ca_file.is_some() || self.ca_path.is_some()
     }
 
+    /// This side's certificate and key as PEM text, when both files are
+    /// named; an unreadable file is an error naming it.
+    pub fn identity_pem(&self) -> Result<Option<(String, String)>, String> {
+        let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) else {
+            return Ok(None);
+        };
+        let read = |key: &str, path: &std::path::Path| {
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("Error loading TLS: {key} {}: {e}", path.display()))
+        };
+        Ok(Some((read("cert_file", cert)?, read("key_file", key)?)))
+    }
+
     /// The PEM text of the CA certificates to trust: `ca_file`, else every
     /// `*.pem` and `*.crt` file in `ca_path` (as Consul's tlsutil); `None`
     /// when neither is set. An unreadable file is an error naming it.
