@@ -242,6 +242,17 @@ fn upstream_defaults(
     (config, mesh_gateway)
 }
 
+/// Whether the service `name`'s service-defaults has an
+/// `UpstreamConfig.Defaults` block.
+fn has_upstream_defaults(entries: &RoutingEntries, name: &str) -> bool {
+    entries
+        .defaults
+        .get(name)
+        .and_then(|sd| sd.upstream_config.as_ref())
+        .and_then(|u| u.get("Defaults"))
+        .is_some_and(|d| !d.is_null())
+}
+
 /// The names `UpstreamConfig.Overrides` of the service `name` configure.
 fn override_names(entries: &RoutingEntries, name: &str) -> Vec<String> {
     entries
@@ -280,6 +291,9 @@ pub fn merge(
         service.to_string()
     };
     let resolved = resolve(entries, &name);
+    // The instance's own mode, before central config fills it: only a
+    // mode the registration set outranks `UpstreamConfig.Defaults`.
+    let instance_mesh_gateway = proxy.mesh_gateway.mode.clone();
     fill(&mut proxy.config, &resolved.config);
     if proxy.mesh_gateway.mode.is_empty() {
         proxy.mesh_gateway.mode = resolved.mesh_gateway_mode.clone();
@@ -301,7 +315,6 @@ pub fn merge(
     if !sidecar || (proxy.upstreams.is_empty() && !transparent) {
         return true;
     }
-    let instance_mesh_gateway = proxy.mesh_gateway.mode.clone();
     let mut upstreams: Vec<Upstream> = proxy.upstreams.as_ref().clone();
     for upstream in upstreams.iter_mut() {
         if !matches!(upstream.destination_type.as_str(), "" | "service") {
@@ -333,6 +346,16 @@ pub fn merge(
                 &resolved,
                 &instance_mesh_gateway,
             );
+            // Consul adds the wildcard upstream only when something
+            // configures it: `UpstreamConfig.Defaults`, or a protocol or
+            // mesh gateway mode every upstream inherits.
+            if destination == "*"
+                && config.is_empty()
+                && mesh_gateway.is_empty()
+                && !has_upstream_defaults(entries, &name)
+            {
+                continue;
+            }
             let mut upstream = Upstream {
                 destination_name: destination,
                 config,

@@ -121,9 +121,44 @@ fn transparent_proxies_gain_the_centrally_configured_upstreams() {
         .iter()
         .map(|u| u.destination_name.as_str())
         .collect();
-    assert_eq!(names, ["db", "*"]);
+    assert_eq!(names, ["db"], "nothing configures a wildcard upstream");
     assert!(proxy.upstreams.iter().all(|u| u.centrally_configured));
     assert_eq!(proxy.upstreams[0].config["connect_timeout_ms"], 3);
+}
+
+#[test]
+fn upstream_defaults_add_the_wildcard_upstream_to_transparent_proxies() {
+    let entries = entries(&[json!({"Kind": "service-defaults", "Name": "web",
+        "Mode": "transparent",
+        "UpstreamConfig": {"Defaults": {"ConnectTimeoutMs": 7}}})]);
+    let mut proxy = sidecar_of("web", &[]);
+    merge("connect-proxy", "web-sidecar-proxy", &mut proxy, &entries);
+    assert_eq!(proxy.upstreams.len(), 1);
+    assert_eq!(proxy.upstreams[0].destination_name, "*");
+    assert_eq!(proxy.upstreams[0].config["connect_timeout_ms"], 7);
+}
+
+#[test]
+fn upstream_defaults_mode_beats_the_central_mode_but_not_the_instances() {
+    let entries = entries(&[
+        json!({"Kind": "proxy-defaults", "Name": "global", "MeshGateway": {"Mode": "local"}}),
+        json!({"Kind": "service-defaults", "Name": "web",
+               "UpstreamConfig": {"Defaults": {"MeshGateway": {"Mode": "remote"}}}}),
+    ]);
+    let mut proxy = sidecar_of("web", &["db"]);
+    merge("connect-proxy", "web-sidecar-proxy", &mut proxy, &entries);
+    assert_eq!(proxy.mesh_gateway.mode, "local", "the proxy's own mode");
+    assert_eq!(
+        proxy.upstreams[0].mesh_gateway.mode, "remote",
+        "UpstreamConfig.Defaults outranks proxy-defaults"
+    );
+    let mut proxy = sidecar_of("web", &["db"]);
+    proxy.mesh_gateway.mode = "none".into();
+    merge("connect-proxy", "web-sidecar-proxy", &mut proxy, &entries);
+    assert_eq!(
+        proxy.upstreams[0].mesh_gateway.mode, "none",
+        "the registration's own mode outranks the defaults"
+    );
 }
 
 #[test]

@@ -13,6 +13,10 @@ use tokio::time::Instant;
 /// Consul's default rate.
 pub const DEFAULT_PER_SECOND: f64 = 250.0;
 
+/// The longest wait between two updates, however small the rate: a
+/// proxy still gets a change within the hour.
+pub const LONGEST_SPACING: Duration = Duration::from_secs(3600);
+
 /// Paces updates: one every `1 / rate` seconds, shared by every stream.
 #[derive(Debug)]
 pub struct UpdateRate {
@@ -21,10 +25,13 @@ pub struct UpdateRate {
 }
 
 impl UpdateRate {
-    /// At most `per_second` updates a second (a positive rate).
+    /// At most `per_second` updates a second (a positive rate; a rate
+    /// so small its spacing would pass [`LONGEST_SPACING`] is held there,
+    /// and zero, negative or not-a-number rates do not pace at all).
     pub fn new(per_second: f64) -> UpdateRate {
         let spacing = if per_second.is_finite() && per_second > 0.0 {
-            Duration::from_secs_f64(1.0 / per_second)
+            Duration::try_from_secs_f64(1.0 / per_second)
+                .map_or(LONGEST_SPACING, |spacing| spacing.min(LONGEST_SPACING))
         } else {
             Duration::ZERO
         };
@@ -56,6 +63,16 @@ impl Default for UpdateRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiny_rates_are_held_at_the_longest_spacing_instead_of_panicking() {
+        for rate in [1e-300, f64::MIN_POSITIVE, 1e-9] {
+            assert_eq!(UpdateRate::new(rate).spacing, LONGEST_SPACING, "{rate}");
+        }
+        assert_eq!(UpdateRate::new(0.5).spacing, Duration::from_secs(2));
+        assert_eq!(UpdateRate::new(0.0).spacing, Duration::ZERO);
+        assert_eq!(UpdateRate::new(f64::NAN).spacing, Duration::ZERO);
+    }
 
     #[tokio::test]
     async fn updates_are_spaced_at_the_rate_across_callers() {
