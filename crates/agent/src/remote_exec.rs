@@ -194,20 +194,26 @@ async fn run(spec: &ExecSpec, writer: &ExecWriter<'_>) -> i32 {
             }
         }
     };
-    let mut command = match (&script, spec.args.split_first()) {
-        (Some(file), _) => tokio::process::Command::new(&file.0),
-        (None, Some((program, rest))) => {
+    // As Consul: `Args` run as they are; otherwise the command, or the
+    // script's file, runs through the agent's shell, so a script without
+    // a `#!` line is still read by the shell.
+    let mut command = match spec.args.split_first() {
+        Some((program, rest)) => {
             let mut command = tokio::process::Command::new(program);
             command.args(rest);
             command
         }
-        (None, None) => {
+        None => {
             let shell = std::env::var("SHELL")
                 .ok()
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "/bin/sh".into());
             let mut command = tokio::process::Command::new(shell);
-            command.arg("-c").arg(&spec.command);
+            command.arg("-c");
+            match &script {
+                Some(file) => command.arg(&file.0),
+                None => command.arg(&spec.command),
+            };
             command
         }
     };

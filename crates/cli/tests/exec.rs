@@ -108,6 +108,18 @@ fn words_scripts_and_long_output_reach_the_agent_intact() {
         stdout(&out)
     );
     assert_eq!(out.status.code(), Some(0));
+    // A script without a `#!` line runs through the shell, as in Consul.
+    let out = exec(
+        &agent,
+        &["-wait=1s", "-"],
+        Some("x=plain; echo \"$x-script\"\n"),
+    );
+    assert!(
+        stdout(&out).contains(&format!("    {node}: plain-script\n")),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(out.status.code(), Some(0));
     // Output over several 4 KiB chunks comes back whole and in order (as
     // in Consul, each chunk is printed on its own, so a line that spans
     // two chunks prints as two).
