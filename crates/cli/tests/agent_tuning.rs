@@ -682,8 +682,35 @@ fn discovery_max_stale_makes_plain_reads_stale_ones() {
         "consistent"
     );
     assert_eq!(consistency(&agent, "/v1/catalog/nodes?leader"), "leader");
+    // Only catalog and health reads take the bound (Consul's path test in
+    // `parseConsistency`); other reads keep their default.
+    assert_eq!(consistency(&agent, "/v1/session/list"), "leader");
     let plain = TestAgent::dev(&[]);
     assert_eq!(consistency(&plain, "/v1/catalog/nodes"), "leader");
+    // `?max_stale=` names the consistency itself: a positive bound is a
+    // stale read anywhere; zero changes nothing.
+    assert_eq!(
+        consistency(&plain, "/v1/session/list?max_stale=3s"),
+        "stale"
+    );
+    assert_eq!(
+        consistency(&plain, "/v1/catalog/nodes?max_stale=0s"),
+        "leader"
+    );
+    for (path, text) in [
+        (
+            "/v1/catalog/nodes?max_stale=soon",
+            "Invalid max_stale value \"soon\"",
+        ),
+        (
+            "/v1/catalog/nodes?consistent&max_stale=3s",
+            "Cannot specify ?stale with ?consistent, conflicting semantics.",
+        ),
+    ] {
+        let (status, _, body) = common::http_request_full(plain.http_port, "GET", path, &[], None);
+        assert_eq!(status, 400, "{path}");
+        assert_eq!(body, text, "{path}");
+    }
 }
 
 /// The syslog sockets Go's `log/syslog` (and the agent) try, in order.

@@ -457,7 +457,13 @@ impl axum::extract::FromRequestParts<AppState> for Req {
                 state.agent.config().http_config.default_query_time,
                 state.agent.config().http_config.max_query_time,
             ),
-            discovery_max_stale: state.agent.config().http_config.discovery_max_stale,
+            // Consul bounds only the discovery reads: catalog and health.
+            discovery_max_stale: state.agent.config().http_config.discovery_max_stale.filter(
+                |_| {
+                    let path = parts.uri.path();
+                    path.starts_with("/v1/catalog") || path.starts_with("/v1/health")
+                },
+            ),
         })
     }
 }
@@ -540,9 +546,10 @@ impl Req {
         // `discovery_max_stale`: a read that names no consistency (nor
         // `?leader`) is a stale read within that bound, as Consul's
         // `parseConsistency` makes it.
-        let named = ["stale", "consistent", "leader"]
+        let named = ["stale", "consistent", "leader", "cached"]
             .iter()
-            .any(|p| self.params.has(p));
+            .any(|p| self.params.has(p))
+            || opts.max_stale.is_some();
         if let (false, Some(max_stale)) = (named, self.discovery_max_stale) {
             opts.consistency = legate_types::Consistency::Stale;
             opts.max_stale = Some(max_stale);

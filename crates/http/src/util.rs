@@ -266,7 +266,18 @@ pub fn token(headers: &HeaderMap, params: &Params) -> String {
 
 /// Parses the read options every list/read endpoint accepts.
 pub fn query_options(headers: &HeaderMap, params: &Params) -> Result<QueryOptions, ApiError> {
-    let stale = params.has("stale");
+    // `?max_stale=` (Consul's `parseConsistency`): a positive bound makes
+    // the read stale within it; it is parsed before the conflicts are
+    // checked, so `?consistent&max_stale=5s` conflicts as `?stale` does.
+    let max_stale = match params.get("max_stale") {
+        None | Some("") => None,
+        Some(text) => Some(
+            parse_go_duration(text)
+                .map_err(|_| ApiError::bad_request(format!("Invalid max_stale value {text:?}")))?,
+        ),
+    };
+    let bounded = max_stale.is_some_and(|d| !d.is_zero());
+    let stale = params.has("stale") || bounded;
     let consistent = params.has("consistent");
     if stale && consistent {
         return Err(ApiError::bad_request(
@@ -309,7 +320,7 @@ pub fn query_options(headers: &HeaderMap, params: &Params) -> Result<QueryOption
         filter: params.get("filter").unwrap_or("").to_string(),
         near: String::new(),
         source_ip: String::new(),
-        max_stale: None,
+        max_stale: max_stale.filter(|d| !d.is_zero()),
     })
 }
 
