@@ -11,6 +11,7 @@ use legate_types::{CheckDefinition, HealthStatus, QueryOptions};
 use rand::Rng;
 use tokio::net::TcpStream;
 
+use crate::check_sni::SniRoute;
 use crate::Agent;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -158,67 +159,126 @@ async fn run_probe(agent: Arc<Agent>, id: String, def: CheckDefinition, check_ty
     }
 }
 
+/// An HTTP client for one check, and the route that puts the check's
+/// TLS server name in its handshake.
+struct CheckClient {
+    client: reqwest::Client,
+    route: Option<SniRoute>,
+}
+
+impl CheckClient {
+    /// A request to `url` (the check's own URL), rerouted when the check
+    /// names its server.
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        match &self.route {
+            Some(route) => self
+                .client
+                .request(method, route.url().clone())
+                .header(reqwest::header::HOST, route.authority()),
+            None => self.client.request(method, url),
+        }
+    }
+}
+
+/// The URL a gRPC check dials, and the service it asks about.
+fn grpc_target(def: &CheckDefinition) -> (String, &str) {
+    let (target, service) = match def.grpc.split_once('/') {
+        Some((t, s)) => (t, s),
+        None => (def.grpc.as_str(), ""),
+    };
+    let scheme = if def.grpc_use_tls { "https" } else { "http" };
+    (
+        format!("{scheme}://{target}/grpc.health.v1.Health/Check"),
+        service,
+    )
+}
+
 fn http_client(
     def: &CheckDefinition,
     timeout: Duration,
-    http2: bool,
+    grpc: bool,
     agent: &Agent,
-) -> Result<reqwest::Client, String> {
+) -> Result<CheckClient, String> {
     let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .danger_accept_invalid_certs(def.tls_skip_verify)
         .user_agent("Consul Health Check");
-    if http2 && !def.grpc_use_tls {
+    if grpc && !def.grpc_use_tls {
         builder = builder.http2_prior_knowledge();
     }
-    if let Some(tls) = check_tls(def, agent)? {
+    let server_name = tls_server_name(def, agent);
+    if let Some(tls) = check_tls(def, agent, server_name.as_deref())? {
         builder = builder.use_preconfigured_tls(tls);
     }
-    builder.build().map_err(|e| e.to_string())
+    let url = if grpc {
+        grpc_target(def).0
+    } else {
+        def.http.clone()
+    };
+    let route = server_name.and_then(|name| SniRoute::new(&url, &name));
+    if let Some(route) = &route {
+        builder = builder.dns_resolver(std::sync::Arc::new(route.clone()));
+    }
+    Ok(CheckClient {
+        client: builder.build().map_err(|e| e.to_string())?,
+        route,
+    })
+}
+
+/// The name a check's TLS names its server by, as Consul's
+/// `OutgoingTLSConfigForCheck`: the check's `TLSServerName`; else, with
+/// `enable_agent_tls_for_checks`, `server_name`, else the node name.
+fn tls_server_name(def: &CheckDefinition, agent: &Agent) -> Option<String> {
+    if !def.tls_server_name.is_empty() {
+        return Some(def.tls_server_name.clone());
+    }
+    let config = agent.config();
+    config.enable_agent_tls_for_checks.then(|| {
+        config
+            .server_name
+            .clone()
+            .unwrap_or_else(|| config.node_name.clone())
+    })
 }
 
 /// The TLS a check dials with, as Consul's `OutgoingTLSConfigForCheck`:
 /// with `enable_agent_tls_for_checks`, the agent's CA and certificate
 /// (the HTTPS listener's files, which fall back to `tls.defaults` and the
-/// older keys) and the server checked as the check's `TLSServerName`,
-/// else `server_name`, else the node name; without it, the default roots
-/// and the URL's host unless the check names `TLSServerName`. `None`:
-/// the client's defaults (with `TLSSkipVerify` applied by the caller).
-fn check_tls(def: &CheckDefinition, agent: &Agent) -> Result<Option<rustls::ClientConfig>, String> {
+/// older keys); without it, the default roots. The server is checked as
+/// `server_name` (see [`tls_server_name`]), else as the URL's host.
+/// `None`: the client's defaults (with `TLSSkipVerify` applied by the
+/// caller).
+fn check_tls(
+    def: &CheckDefinition,
+    agent: &Agent,
+    server_name: Option<&str>,
+) -> Result<Option<rustls::ClientConfig>, String> {
     use legate_net::check_tls::{check_client_config, ServerCheck};
     let config = agent.config();
-    let name = |fallback: String| {
-        if def.tls_skip_verify {
-            ServerCheck::Skip
-        } else if !def.tls_server_name.is_empty() {
-            ServerCheck::Named(def.tls_server_name.clone())
-        } else {
-            ServerCheck::Named(fallback)
-        }
+    let check = match server_name {
+        _ if def.tls_skip_verify => ServerCheck::Skip,
+        Some(name) => ServerCheck::Named(name.to_string()),
+        None => return Ok(None),
     };
     if !config.enable_agent_tls_for_checks {
         if def.tls_server_name.is_empty() {
             return Ok(None);
         }
-        return check_client_config(None, None, name(String::new())).map(Some);
+        return check_client_config(None, None, check).map(Some);
     }
     let files = &config.https_tls;
     let ca = files.ca_pem()?;
     let identity = files.identity_pem()?;
-    let fallback = config
-        .server_name
-        .clone()
-        .unwrap_or_else(|| config.node_name.clone());
     check_client_config(
         ca.as_deref(),
         identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
-        name(fallback),
+        check,
     )
     .map(Some)
 }
 
 async fn probe_http(
-    client: Option<&reqwest::Client>,
+    client: Option<&CheckClient>,
     def: &CheckDefinition,
     read_limit: usize,
 ) -> (HealthStatus, String) {
@@ -250,7 +310,9 @@ async fn probe_http(
     match request.send().await {
         Err(e) => (
             HealthStatus::Critical,
-            format!("HTTP {method} {}: {e}", def.http),
+            // The URL is said once, as the check names it (not as
+            // rerouted for its server name).
+            format!("HTTP {method} {}: {}", def.http, e.without_url()),
         ),
         Ok(mut response) => {
             let code = response.status();
@@ -340,28 +402,23 @@ fn grpc_health_status(body: &[u8]) -> Option<u64> {
     }
 }
 
-async fn probe_grpc(
-    client: Option<&reqwest::Client>,
-    def: &CheckDefinition,
-) -> (HealthStatus, String) {
+async fn probe_grpc(client: Option<&CheckClient>, def: &CheckDefinition) -> (HealthStatus, String) {
     let Some(client) = client else {
         return (HealthStatus::Critical, "no gRPC client".into());
     };
-    let (target, service) = match def.grpc.split_once('/') {
-        Some((t, s)) => (t, s),
-        None => (def.grpc.as_str(), ""),
-    };
-    let scheme = if def.grpc_use_tls { "https" } else { "http" };
-    let url = format!("{scheme}://{target}/grpc.health.v1.Health/Check");
+    let (url, service) = grpc_target(def);
     let response = client
-        .post(&url)
+        .request(reqwest::Method::POST, &url)
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(grpc_health_request(service))
         .send()
         .await;
     match response {
-        Err(e) => (HealthStatus::Critical, format!("gRPC {}: {e}", def.grpc)),
+        Err(e) => (
+            HealthStatus::Critical,
+            format!("gRPC {}: {}", def.grpc, e.without_url()),
+        ),
         Ok(response) => {
             if let Some(code) = response
                 .headers()

@@ -15,6 +15,7 @@ pub mod cached_reads;
 pub mod central_config;
 mod changes_rpc;
 pub mod check_output;
+pub mod check_sni;
 pub mod checks;
 pub mod config;
 mod config_keys;

@@ -216,6 +216,11 @@ fn ttl_check_critical_invalidates_sessions_using_it() {
 /// answering HTTP (`-www`) only to clients that present a certificate
 /// the CA signed (`-Verify 1`).
 fn mutual_tls_server(dir: &std::path::Path, port: u16) -> ChildGuard {
+    tls_server(dir, port, &[])
+}
+
+/// As [`mutual_tls_server`], with more `openssl s_server` arguments.
+fn tls_server(dir: &std::path::Path, port: u16, more: &[&str]) -> ChildGuard {
     let d = dir.display();
     let child = std::process::Command::new("openssl")
         .args([
@@ -226,6 +231,7 @@ fn mutual_tls_server(dir: &std::path::Path, port: u16) -> ChildGuard {
             "1",
             "-verify_return_error",
         ])
+        .args(more)
         .arg("-accept")
         .arg(port.to_string())
         .arg("-cert")
@@ -260,8 +266,13 @@ impl Drop for ChildGuard {
 /// Registers an HTTPS check of the test server (`extra`: more JSON
 /// fields) under `id` and waits for its first result.
 fn https_check_status(agent: &TestAgent, port: u16, id: &str, extra: &str) -> (String, String) {
+    https_check_of(agent, &format!("https://localhost:{port}/"), id, extra)
+}
+
+/// As [`https_check_status`] for a check of `url`.
+fn https_check_of(agent: &TestAgent, url: &str, id: &str, extra: &str) -> (String, String) {
     let body = format!(
-        r#"{{"ID": "{id}", "Name": "mtls", "HTTP": "https://localhost:{port}/", "Interval": "1s", "Timeout": "2s"{extra}}}"#
+        r#"{{"ID": "{id}", "Name": "mtls", "HTTP": "{url}", "Interval": "1s", "Timeout": "2s"{extra}}}"#
     );
     let (status, text) = agent.put("/v1/agent/check/register", &body);
     assert_eq!(status, 200, "{text}");
@@ -305,4 +316,46 @@ fn enable_agent_tls_for_checks_presents_the_agents_certificate() {
     assert_eq!(https_check_status(&without, port, "d", "").0, "critical");
     let skip = r#", "TLSSkipVerify": true"#;
     assert_eq!(https_check_status(&without, port, "e", skip).0, "critical");
+}
+
+#[test]
+fn the_checks_server_name_is_sent_in_the_handshake() {
+    // A server that refuses any handshake naming another server (as an
+    // SNI-routing proxy would): Consul's check sends its TLSServerName,
+    // not the URL's host, while its request still carries the URL's host.
+    let dir = tempfile::tempdir().unwrap();
+    let tls = common::server_tls_config(dir.path(), "vm", "");
+    let port = common::free_port();
+    let d = dir.path().display();
+    let cert = format!("{d}/dc1-server-consul-0.pem");
+    let key = format!("{d}/dc1-server-consul-0-key.pem");
+    let _server = tls_server(
+        dir.path(),
+        port,
+        &[
+            "-servername",
+            "server.dc1.consul",
+            "-servername_fatal",
+            "-cert2",
+            &cert,
+            "-key2",
+            &key,
+        ],
+    );
+    let agent = TestAgent::dev(&[&format!("-hcl={tls}\nenable_agent_tls_for_checks = true")]);
+    let named = r#", "TLSServerName": "server.dc1.consul""#;
+    let (status, output) = https_check_status(&agent, port, "sni", named);
+    assert_eq!(status, "passing", "{output}");
+    // The agent's server_name goes into the handshake the same way, and
+    // an address in the URL is no obstacle.
+    let by_agent = TestAgent::dev(&[&format!(
+        "-hcl={tls}\nenable_agent_tls_for_checks = true\nserver_name = \"server.dc1.consul\""
+    )]);
+    let url = format!("https://127.0.0.1:{port}/");
+    let (status, output) = https_check_of(&by_agent, &url, "agent-sni", "");
+    assert_eq!(status, "passing", "{output}");
+    // Naming another server is refused by this one.
+    let other = r#", "TLSServerName": "localhost""#;
+    let (status, output) = https_check_status(&agent, port, "other", other);
+    assert_eq!(status, "critical", "{output}");
 }
