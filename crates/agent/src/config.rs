@@ -89,6 +89,8 @@ pub struct AgentConfig {
     pub node_id: String,
     /// Node metadata.
     pub node_meta: std::collections::BTreeMap<String, String>,
+    /// Where the node runs (`locality`); services inherit it.
+    pub locality: Option<legate_types::Locality>,
     /// Data directory.
     pub data_dir: Option<PathBuf>,
     /// Address the HTTP/DNS/gRPC listeners bind.
@@ -600,6 +602,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         node_name,
         node_id: get_str(&map, &["node_id"])?.unwrap_or_default(),
         node_meta,
+        locality: crate::locality_config::parse(&map)?,
         data_dir: get_str(&map, &["data_dir"])?.map(PathBuf::from),
         client_addr: get_ip(&map, &["client_addr"])?.unwrap_or(IpAddr::from([127, 0, 0, 1])),
         http_addr: match get_str(&map, &["addresses", "http"])? {

@@ -161,6 +161,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
 /// Keys Legate reads today; the rest of [`KNOWN_KEYS`] are warned about.
 pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "cache",
+    "locality",
     "check_output_max_size",
     "discard_check_output",
     "http_config",

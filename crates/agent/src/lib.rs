@@ -29,6 +29,7 @@ pub mod intention_cache;
 pub mod leaf;
 pub mod limits;
 pub mod local;
+pub mod locality_config;
 pub mod log_file_config;
 pub mod log_stream;
 pub mod membership;
@@ -426,6 +427,7 @@ impl Agent {
                 self.config.ports.sidecar_min_port,
                 self.config.ports.sidecar_max_port,
             ),
+            locality: self.config.locality.clone(),
         }
     }
 

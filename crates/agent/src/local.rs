@@ -108,6 +108,8 @@ pub struct RegistrationPolicy {
     pub allow_scripts: bool,
     /// Sidecar port range.
     pub sidecar_ports: (u16, u16),
+    /// The agent's locality, for services that name none.
+    pub locality: Option<legate_types::Locality>,
 }
 
 /// Validates a check definition and turns it into a catalog check.
@@ -231,6 +233,7 @@ pub(crate) fn node_service_from(def: &ServiceDefinition) -> Result<NodeService, 
         enable_tag_override: def.enable_tag_override,
         proxy: def.proxy.clone().map(Box::new),
         connect,
+        locality: def.locality.clone(),
         raft: Default::default(),
     };
     if gateway {
@@ -384,7 +387,10 @@ impl LocalState {
         replace_existing_checks: bool,
         policy: &RegistrationPolicy,
     ) -> Result<RegistrationDelta, AgentError> {
-        let service = node_service_from(&definition)?;
+        let mut service = node_service_from(&definition)?;
+        if service.locality.is_none() {
+            service.locality = policy.locality.clone();
+        }
         if self
             .services
             .get(&service.id)
@@ -407,7 +413,10 @@ impl LocalState {
         let checks = self.build_service_checks(&definition, &service, policy)?;
         let sidecar = match &sidecar_def {
             Some(def) => {
-                let node_service = node_service_from(def)?;
+                let mut node_service = node_service_from(def)?;
+                if node_service.locality.is_none() {
+                    node_service.locality = policy.locality.clone();
+                }
                 let checks = self.build_service_checks(def, &node_service, policy)?;
                 Some((def.clone(), node_service, checks))
             }
@@ -807,6 +816,7 @@ mod tests {
             node_name: "n".into(),
             allow_scripts: false,
             sidecar_ports: range,
+            locality: None,
         }
     }
 

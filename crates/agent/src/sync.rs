@@ -84,6 +84,7 @@ impl Agent {
             datacenter: self.config.datacenter.clone(),
             tagged_addresses: tagged,
             node_meta: meta,
+            locality: self.config.locality.clone(),
             ..Default::default()
         }
     }
@@ -105,6 +106,7 @@ impl Agent {
                 ns.node.address == expected_node.address
                     && ns.node.tagged_addresses == expected_node.tagged_addresses
                     && ns.node.meta == expected_node.node_meta
+                    && ns.node.locality == expected_node.locality
                     && ns.node.id == expected_node.id
             });
             let remote: BTreeMap<String, legate_types::NodeService> =

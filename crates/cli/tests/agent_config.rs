@@ -367,3 +367,62 @@ fn a_server_federating_through_gateways_refuses_a_manual_wan_join() {
         )
     );
 }
+
+#[test]
+fn locality_goes_on_the_node_and_on_services_that_name_none() {
+    let agent = TestAgent::dev(&[
+        "-node=placed",
+        "-hcl=locality { region = \"us-east-1\" zone = \"us-east-1a\" }",
+    ]);
+    let own = r#"{"Name": "pinned", "Port": 2, "Locality": {"Region": "eu-west-1"}}"#;
+    for body in [r#"{"Name": "web", "Port": 1}"#, own] {
+        assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
+    }
+    let placed = serde_json::json!({"Region": "us-east-1", "Zone": "us-east-1a"});
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert_eq!(services["web"]["Locality"], placed);
+    assert_eq!(
+        services["pinned"]["Locality"],
+        serde_json::json!({"Region": "eu-west-1"})
+    );
+    // The catalog has the node's and the instances' localities once synced.
+    let web = eventually(Duration::from_secs(10), || {
+        let rows = agent.get("/v1/catalog/service/web").ok()?;
+        rows.as_array()?.first().cloned()
+    });
+    assert_eq!(web["ServiceLocality"], placed);
+    let node = agent.get("/v1/catalog/node/placed").unwrap();
+    assert_eq!(node["Node"]["Locality"], placed);
+    let healthy = agent.get("/v1/health/service/pinned").unwrap();
+    assert_eq!(healthy[0]["Node"]["Locality"], placed);
+    assert_eq!(
+        healthy[0]["Service"]["Locality"],
+        serde_json::json!({"Region": "eu-west-1"})
+    );
+    // Without the block: no Locality on the node or the instance, and
+    // catalog rows carry Consul's `"ServiceLocality": null`.
+    let plain = TestAgent::dev(&["-node=anywhere"]);
+    assert_eq!(
+        plain
+            .put(
+                "/v1/agent/service/register",
+                r#"{"Name": "web", "Port": 1}"#
+            )
+            .0,
+        200
+    );
+    let row = eventually(Duration::from_secs(10), || {
+        let rows = plain.get("/v1/catalog/service/web").ok()?;
+        rows.as_array()?.first().cloned()
+    });
+    assert!(row.as_object().unwrap().contains_key("ServiceLocality"));
+    assert!(row["ServiceLocality"].is_null());
+    let node = plain.get("/v1/catalog/node/anywhere").unwrap();
+    assert!(node["Node"].get("Locality").is_none(), "{node}");
+    assert!(plain.get("/v1/agent/services").unwrap()["web"]
+        .get("Locality")
+        .is_none());
+    // A key the block does not have stops the agent, as Consul's loader.
+    let err = run_agent_expecting_failure(&["-dev", "-hcl=locality { rack = \"7\" }"]);
+    assert!(err.contains("locality.rack"), "{err}");
+}

@@ -158,6 +158,7 @@ impl Tables {
             datacenter: req.datacenter.clone(),
             tagged_addresses: req.tagged_addresses.clone(),
             meta: req.node_meta.clone(),
+            locality: req.locality.clone(),
             raft: RaftIndex::at(index),
         };
         if let Some(existing) = self.nodes.get(&req.node) {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::locality::Locality;
 use crate::RaftIndex;
 
 /// Free-form string metadata (`Meta`, `NodeMeta`): keys are user data.
@@ -93,6 +94,9 @@ pub struct Node {
     /// Node metadata.
     #[serde(default)]
     pub meta: Meta,
+    /// Where the node runs (left out when unset, as Consul does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<Locality>,
     /// Raft bookkeeping.
     #[serde(flatten)]
     pub raft: RaftIndex,
@@ -336,6 +340,9 @@ pub struct NodeService {
     /// Let the catalog's tags win over the agent's in anti-entropy.
     #[serde(default)]
     pub enable_tag_override: bool,
+    /// Where the instance runs (left out when unset, as Consul does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<Locality>,
     /// Proxy settings (proxies only; boxed because most services have none
     /// and the struct is large).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -728,6 +735,9 @@ pub struct ServiceDefinition {
     /// Connect settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect: Option<ServiceConnect>,
+    /// Where the instance runs (unset: the agent's `locality`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<Locality>,
 }
 
 /// `PUT /v1/catalog/register`.
@@ -764,6 +774,9 @@ pub struct RegisterRequest {
     /// Leave the node row as it is.
     #[serde(default)]
     pub skip_node_update: bool,
+    /// Where the node runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<Locality>,
 }
 
 impl RegisterRequest {
@@ -776,6 +789,7 @@ impl RegisterRequest {
             datacenter: node.datacenter.clone(),
             tagged_addresses: node.tagged_addresses.clone(),
             node_meta: node.meta.clone(),
+            locality: node.locality.clone(),
             ..RegisterRequest::default()
         }
     }
@@ -844,6 +858,9 @@ pub struct ServiceNode {
     pub service_proxy: ConnectProxyConfig,
     /// Connect settings.
     pub service_connect: ServiceConnect,
+    /// Where the instance runs (`null` when unset: Consul always sends
+    /// this field).
+    pub service_locality: Option<Locality>,
     /// Raft bookkeeping of the service row.
     #[serde(flatten)]
     pub raft: RaftIndex,
@@ -872,6 +889,7 @@ impl ServiceNode {
             service_enable_tag_override: service.enable_tag_override,
             service_proxy: service.proxy.as_deref().cloned().unwrap_or_default(),
             service_connect: service.connect.clone().unwrap_or_default(),
+            service_locality: service.locality.clone(),
             raft: service.raft,
         }
     }

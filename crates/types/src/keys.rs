@@ -113,6 +113,7 @@ pub const CANONICAL_NAMES: &[&str] = &[
     "LocalServiceAddress",
     "LocalServicePort",
     "LocalServiceSocketPath",
+    "Locality",
     "LockDelay",
     "LockIndex",
     "MaxTrailingLogs",
@@ -167,6 +168,7 @@ pub const CANONICAL_NAMES: &[&str] = &[
     "Redirect",
     "RedundancyZoneTag",
     "Regexp",
+    "Region",
     "RemoveEmptyTags",
     "RequestTimeout",
     "Results",
@@ -193,6 +195,7 @@ pub const CANONICAL_NAMES: &[&str] = &[
     "ServiceID",
     "ServiceInstances",
     "ServiceKind",
+    "ServiceLocality",
     "ServiceMeta",
     "ServiceName",
     "ServicePort",
@@ -253,6 +256,7 @@ pub const CANONICAL_NAMES: &[&str] = &[
     "Weight",
     "Weights",
     "What",
+    "Zone",
 ];
 
 /// Fields whose value, when it is an object, is a map of user data: its

@@ -21,6 +21,7 @@ pub mod gateway_locator;
 pub mod intention;
 pub mod keys;
 pub mod kv;
+pub mod locality;
 pub mod memory;
 pub mod meta;
 pub mod metrics;
