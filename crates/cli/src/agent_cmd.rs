@@ -754,26 +754,32 @@ async fn start_server(
 /// Runs the config's `watches` against this agent's own HTTP API (as
 /// Consul's agent does); none when the HTTP port is off.
 fn spawn_config_watches(config: &AgentConfig) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some(port) = config.ports.http.filter(|_| config.http_unix.is_none()) else {
-        if !config.watches.is_empty() {
-            tracing::warn!(
-                "watches need the HTTP API on a TCP port; it is disabled or on a unix socket"
-            );
+    // The HTTP API's own address: its unix socket, else its TCP port on
+    // the HTTP address (loopback for a wildcard one).
+    let address = match (&config.http_unix, config.ports.http) {
+        (Some(socket), _) => format!("unix://{}", socket.path.display()),
+        (None, Some(port)) => {
+            let ip = config.http_addr.unwrap_or(config.client_addr);
+            let ip = if ip.is_unspecified() {
+                std::net::IpAddr::from([127, 0, 0, 1])
+            } else {
+                ip
+            };
+            SocketAddr::new(ip, port).to_string()
         }
-        return Vec::new();
-    };
-    let ip = config.http_addr.unwrap_or(config.client_addr);
-    let ip = if ip.is_unspecified() {
-        std::net::IpAddr::from([127, 0, 0, 1])
-    } else {
-        ip
+        (None, None) => {
+            if !config.watches.is_empty() {
+                tracing::warn!("watches need the HTTP API; it is disabled");
+            }
+            return Vec::new();
+        }
     };
     config
         .watches
         .iter()
         .filter_map(|entry| crate::watch::parse(entry).ok())
         .map(|mut watch| {
-            watch.http.http_addr = Some(SocketAddr::new(ip, port).to_string());
+            watch.http.http_addr = Some(address.clone());
             tokio::spawn(async move {
                 if let Err(e) = crate::watch::run(watch).await {
                     tracing::error!(error = %e, "a watch stopped");

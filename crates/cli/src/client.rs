@@ -59,8 +59,11 @@ fn read_or_exit(what: &str, path: &str) -> Vec<u8> {
 /// a client certificate is presented when given (`-client-cert`,
 /// `-client-key`, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY), and
 /// CONSUL_HTTP_SSL_VERIFY=false skips the check.
-fn http_client(flags: &HttpFlags) -> reqwest::Client {
+fn http_client(flags: &HttpFlags, unix_socket: Option<&str>) -> reqwest::Client {
     let mut builder = reqwest::Client::builder();
+    if let Some(path) = unix_socket {
+        builder = builder.unix_socket(path);
+    }
     let mut cas = Vec::new();
     if let Some(file) = flag_or_env(&flags.ca_file, "CONSUL_CACERT") {
         cas.push(read_or_exit("CA File", &file));
@@ -188,7 +191,13 @@ impl Client {
             .unwrap_or_else(|| "127.0.0.1:8500".to_string());
         // CONSUL_HTTP_SSL=true turns a bare address into an HTTPS one.
         let ssl = std::env::var("CONSUL_HTTP_SSL").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-        let base = if address.starts_with("http://") || address.starts_with("https://") {
+        // `unix:///path` (Consul's form): every request goes over that
+        // socket, addressed to `localhost`.
+        let unix_socket = address.strip_prefix("unix://").map(str::to_string);
+        let base = if unix_socket.is_some() {
+            let scheme = if ssl { "https" } else { "http" };
+            format!("{scheme}://localhost")
+        } else if address.starts_with("http://") || address.starts_with("https://") {
             address.trim_end_matches('/').to_string()
         } else if ssl {
             format!("https://{}", address.trim_end_matches('/'))
@@ -201,7 +210,7 @@ impl Client {
             token,
             datacenter: flags.datacenter.clone(),
             stale: flags.stale,
-            http: http_client(flags),
+            http: http_client(flags, unix_socket.as_deref()),
         }
     }
 

@@ -808,6 +808,11 @@ fn curl_unix(socket: &std::path::Path, args: &[&str]) -> Option<String> {
 
 /// A dev agent serving HTTP on `socket` only.
 fn unix_socket_agent(socket: &std::path::Path) -> std::process::Child {
+    unix_socket_agent_with(socket, "")
+}
+
+/// As [`unix_socket_agent`], with more HCL.
+fn unix_socket_agent_with(socket: &std::path::Path, more: &str) -> std::process::Child {
     Command::new(common::binary())
         .args([
             "agent",
@@ -819,7 +824,7 @@ fn unix_socket_agent(socket: &std::path::Path) -> std::process::Child {
         .arg(format!("-serf-lan-port={}", common::free_port()))
         .arg(format!("-server-port={}", common::free_port()))
         .arg(hcl(&format!(
-            "addresses {{ http = \"unix://{}\" }}\nunix_sockets {{ mode = \"0600\" }}",
+            "addresses {{ http = \"unix://{}\" }}\nunix_sockets {{ mode = \"0600\" }}\n{more}",
             socket.display()
         )))
         .stdout(std::process::Stdio::null())
@@ -883,4 +888,44 @@ fn the_http_api_serves_on_a_unix_socket_with_its_mode() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a socket"));
     assert_eq!(std::fs::read_to_string(&taken).unwrap(), "not a socket");
+}
+
+#[test]
+fn the_cli_and_config_watches_reach_an_agent_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("api.sock");
+    let changes = dir.path().join("changes");
+    let watch = format!(
+        "watches = [{{ type = \"key\", key = \"sock/flag\", args = [\"sh\", \"-c\", \"cat >> {}\"] }}]",
+        changes.display()
+    );
+    let mut agent = unix_socket_agent_with(&socket, &watch);
+    let address = format!("unix://{}", socket.display());
+    let cli = |args: &[&str]| {
+        Command::new(common::binary())
+            .args(args)
+            .arg(format!("-http-addr={address}"))
+            .output()
+            .unwrap()
+    };
+    // The CLI dials the socket (Consul's `unix://` address form).
+    eventually(Duration::from_secs(30), || {
+        let out = cli(&["kv", "put", "sock/flag", "on"]);
+        out.status.success().then_some(())
+    });
+    let out = cli(&["kv", "get", "sock/flag"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "on\n");
+    // The agent's own watch follows the key through the socket too.
+    let seen = eventually(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&changes).ok()?;
+        text.contains("\"Key\":\"sock/flag\"").then_some(text)
+    });
+    assert!(seen.contains("\"Value\":\"b24=\""), "{seen}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+    // Nothing at the socket: the CLI says it cannot reach the agent.
+    let out = cli(&["kv", "get", "sock/flag"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Error"), "{err}");
 }
