@@ -175,6 +175,18 @@ fn execute_answers_in_consuls_shape_with_its_errors() {
         assert_eq!(near["Nodes"].as_array().unwrap().len(), 3, "{near}");
         assert_eq!(near["Nodes"][0]["Node"]["Node"], "node1", "{near}");
     }
+    // A name with slashes executes and explains by name: Consul's handler
+    // takes everything before `/execute` as the ID or name.
+    let slashed = create(
+        &agent,
+        json!({"Name": "team/db", "Service": {"Service": "db"}}),
+    );
+    let run = agent.get("/v1/query/team/db/execute").unwrap();
+    assert_eq!(run["Service"], "db", "{run}");
+    let explained = agent.get("/v1/query/team/db/explain").unwrap();
+    assert_eq!(explained["Query"]["ID"], slashed.as_str(), "{explained}");
+    let (status, _, _) = agent.request("DELETE", &format!("/v1/query/{slashed}"), None);
+    assert_eq!(status, 200);
     // GET by ID is a list of one; an unknown ID is a 404 with Consul's text.
     let got = agent.get(&format!("/v1/query/{id}")).unwrap();
     assert_eq!(got.as_array().unwrap().len(), 1);
@@ -182,6 +194,8 @@ fn execute_answers_in_consuls_shape_with_its_errors() {
         "/v1/query/9c6c9a3d-0000-4000-8000-000000000000",
         "/v1/query/nope/execute",
         "/v1/query/nope/explain",
+        "/v1/query/team/db/execute",
+        "/v1/query/no/such/thing",
     ] {
         let (status, _, text) = agent.request("GET", path, None);
         assert_eq!((status, text.as_str()), (404, "Query not found"), "{path}");

@@ -293,6 +293,16 @@ pub fn route_list() -> Vec<(&'static str, &'static str)> {
 
 /// Builds the `/v1` router.
 pub fn router(state: AppState) -> Router {
+    // Rewrites that must come before routing wrap the routed service.
+    let routed = routed(state);
+    Router::new().fallback_service(tower::ServiceExt::<axum::extract::Request>::map_request(
+        routed,
+        prepared_query::encode_slashed_query_names,
+    ))
+}
+
+/// The routes with their middleware and state.
+fn routed(state: AppState) -> Router {
     routes()
         .router
         .fallback(fallback)

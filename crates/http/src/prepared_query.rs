@@ -202,3 +202,70 @@ pub async fn explain(
     let body = with_meta_fields(&result.value, &result.meta);
     Ok(json_meta(&req.params, &result.meta, &body))
 }
+
+/// Consul's handler takes everything after `/v1/query/` (less an
+/// `/execute` or `/explain` suffix) as the query's ID or name, so a query
+/// named `team/web` executes at `/v1/query/team/web/execute`. The router's
+/// `{id}` is one segment, so such a path is rewritten before routing with
+/// the name's slashes percent-encoded; the `Path` extractor decodes them
+/// back. Any other path is left as it is.
+pub fn encode_slashed_query_names(mut request: axum::extract::Request) -> axum::extract::Request {
+    let Some(rewritten) = slashed_query_path(request.uri().path()) else {
+        return request;
+    };
+    let path_and_query = match request.uri().query() {
+        Some(query) => format!("{rewritten}?{query}"),
+        None => rewritten,
+    };
+    let mut parts = request.uri().clone().into_parts();
+    if let Ok(value) = path_and_query.parse() {
+        parts.path_and_query = Some(value);
+        if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
+}
+
+/// The path with the query name's slashes encoded, when it has any.
+fn slashed_query_path(path: &str) -> Option<String> {
+    let inner = path.strip_prefix("/v1/query/")?;
+    let (name, suffix) = ["/execute", "/explain"]
+        .iter()
+        .find_map(|suffix| inner.strip_suffix(suffix).map(|name| (name, *suffix)))
+        .unwrap_or((inner, ""));
+    if name.is_empty() || !name.contains('/') {
+        return None;
+    }
+    Some(format!("/v1/query/{}{suffix}", name.replace('/', "%2F")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slashes_in_a_query_name_are_encoded_and_nothing_else_changes() {
+        assert_eq!(
+            slashed_query_path("/v1/query/team/web/execute").as_deref(),
+            Some("/v1/query/team%2Fweb/execute")
+        );
+        assert_eq!(
+            slashed_query_path("/v1/query/a/b/c/explain").as_deref(),
+            Some("/v1/query/a%2Fb%2Fc/explain")
+        );
+        assert_eq!(
+            slashed_query_path("/v1/query/a/b").as_deref(),
+            Some("/v1/query/a%2Fb")
+        );
+        for unchanged in [
+            "/v1/query/web/execute",
+            "/v1/query/web",
+            "/v1/query",
+            "/v1/query//execute",
+            "/v1/kv/a/b",
+        ] {
+            assert_eq!(slashed_query_path(unchanged), None, "{unchanged}");
+        }
+    }
+}
