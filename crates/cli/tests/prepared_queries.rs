@@ -323,6 +323,62 @@ fn a_query_fails_over_to_the_next_datacenter_with_instances() {
 }
 
 #[test]
+fn nearest_n_tries_that_many_datacenters_nearest_first() {
+    // Three datacenters on one machine: round trips between them are all
+    // loopback-short, so which of dc2 and dc3 is nearer is the WAN
+    // coordinates' call (the ranking itself is unit-tested with fixed
+    // coordinates in `WanView::by_distance`). What must hold whatever the
+    // order: NearestN = N asks exactly N other datacenters, nearest first;
+    // a datacenter listed too is asked once.
+    let (dc1, _d1, wan1, _) = server("127.0.0.91", "dc1", None);
+    let join = format!("127.0.0.91:{wan1}");
+    let (dc2, _d2, _, _) = server("127.0.0.92", "dc2", Some(&join));
+    let (dc3, _d3, _, _) = server("127.0.0.93", "dc3", Some(&join));
+    eventually(Duration::from_secs(30), || {
+        let dcs = dc1.get("/v1/catalog/datacenters").ok()?;
+        (dcs.as_array()?.len() == 3).then_some(())
+    });
+    register(&dc1, "a1", "10.1.0.1", "db", "critical");
+    register(&dc2, "b1", "10.2.0.1", "db", "critical");
+    register(&dc3, "c1", "10.3.0.1", "db", "passing");
+    create(
+        &dc1,
+        json!({"Name": "one", "Service": {"Service": "db", "Failover": {"NearestN": 1}}}),
+    );
+    create(
+        &dc1,
+        json!({"Name": "two", "Service": {"Service": "db", "Failover": {"NearestN": 2}}}),
+    );
+    create(
+        &dc1,
+        json!({"Name": "one-and-dc3", "Service": {"Service": "db",
+               "Failover": {"NearestN": 1, "Datacenters": ["dc3", "dc3"]}}}),
+    );
+    // The remote datacenters answer once their servers are known.
+    let two = eventually(Duration::from_secs(30), || {
+        let answer = dc1.get("/v1/query/two/execute").ok()?;
+        (answer["Nodes"].as_array()?.len() == 1).then_some(answer)
+    });
+    assert_eq!(two["Datacenter"], "dc3", "{two}");
+    let asked_for_two = two["Failovers"].as_u64().unwrap();
+    assert!((1..=2).contains(&asked_for_two), "{two}");
+    // Only the nearest is asked: it answers with dc3's instance exactly
+    // when dc3 is the nearer one.
+    let one = dc1.get("/v1/query/one/execute").unwrap();
+    assert_eq!(one["Failovers"], 1, "{one}");
+    let found = !one["Nodes"].as_array().unwrap().is_empty();
+    assert_eq!(found, one["Datacenter"] == "dc3", "{one}");
+    if !found {
+        assert_eq!(one["Datacenter"], "dc2", "{one}");
+    }
+    // dc3 listed after the nearest one: reached, and asked only once.
+    let listed = dc1.get("/v1/query/one-and-dc3/execute").unwrap();
+    assert_eq!(listed["Datacenter"], "dc3", "{listed}");
+    assert!(listed["Failovers"].as_u64().unwrap() <= 2, "{listed}");
+    assert_eq!(listed["Nodes"][0]["Node"]["Node"], "c1");
+}
+
+#[test]
 fn query_rules_guard_writes_and_reads_and_tokens_are_redacted() {
     let acl = Acl::start();
     let writer = acl.token_with_rules(
