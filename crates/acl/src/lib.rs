@@ -11,6 +11,7 @@ pub mod doors;
 pub mod down;
 pub mod identities;
 pub mod rules;
+pub mod templated;
 
 pub use authorizer::{denial, Access, Authorizer, Decision, DefaultPolicy, PolicyAuthorizer};
 pub use down::{DownAnswer, DownPolicy};

@@ -231,11 +231,13 @@ impl Server {
         let mut policy_ids: Vec<&str> = token.policies.iter().map(|l| l.id.as_str()).collect();
         let mut services = token.service_identities.clone();
         let mut nodes = token.node_identities.clone();
+        let mut templated = token.templated_policies.clone();
         for link in &token.roles {
             if let Some(role) = tables.acl_role(&link.id).1 {
                 policy_ids.extend(role.policies.iter().map(|l| l.id.as_str()));
                 services.extend(role.service_identities.iter().cloned());
                 nodes.extend(role.node_identities.iter().cloned());
+                templated.extend(role.templated_policies.iter().cloned());
             }
         }
         for id in policy_ids {
@@ -259,6 +261,9 @@ impl Server {
             if identity.datacenter == dc {
                 out.push((None, node_identity_rules(&identity.node_name)));
             }
+        }
+        for rules in crate::acl_templated::rules_in(&templated, dc) {
+            out.push((None, rules));
         }
         out
     }
@@ -592,6 +597,9 @@ pub(crate) fn token_hash(token: &AclToken) -> String {
     }
     for n in &token.node_identities {
         text.push_str(&format!("{}@{}\n", n.node_name, n.datacenter));
+    }
+    for t in &token.templated_policies {
+        text.push_str(&crate::acl_templated::hash_line(t));
     }
     digest(&text)
 }

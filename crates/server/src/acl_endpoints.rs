@@ -227,6 +227,9 @@ impl Server {
             token.local,
         )?;
         dedupe_identities(&mut token.service_identities, &mut token.node_identities);
+        token.templated_policies =
+            crate::acl_templated::normalize_for_token(&token.templated_policies)?;
+        self.templated_policies_writable(&token.templated_policies)?;
         if let Some(old) = existing {
             token.create_time = old.create_time;
         }
@@ -430,7 +433,11 @@ impl Server {
                                 || tok
                                     .service_identities
                                     .iter()
-                                    .any(|s| s.service_name == filter.service_name))
+                                    .any(|s| s.service_name == filter.service_name)
+                                || crate::acl_templated::names_service(
+                                    &tok.templated_policies,
+                                    &filter.service_name,
+                                ))
                     })
                     .map(|tok| shown(t, tok, show_secret))
                     .collect();
@@ -517,6 +524,7 @@ impl Server {
             roles: source.roles.clone(),
             service_identities: source.service_identities.clone(),
             node_identities: source.node_identities.clone(),
+            templated_policies: source.templated_policies.clone(),
             local: source.local,
             expiration_time: source.expiration_time.clone(),
             ..Default::default()
@@ -683,12 +691,16 @@ impl Server {
             false,
         )?;
         dedupe_identities(&mut role.service_identities, &mut role.node_identities);
+        role.templated_policies =
+            crate::acl_templated::normalize_for_role(&role.templated_policies)?;
+        self.templated_policies_writable(&role.templated_policies)?;
         role.hash = {
             let mut as_token = AclToken {
                 description: format!("{}\n{}", role.name, role.description),
                 policies: role.policies.clone(),
                 service_identities: role.service_identities.clone(),
                 node_identities: role.node_identities.clone(),
+                templated_policies: role.templated_policies.clone(),
                 ..Default::default()
             };
             as_token.hash = token_hash(&as_token);

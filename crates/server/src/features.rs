@@ -41,6 +41,10 @@ pub const CATALOG_TXN: &str = "txc";
 /// (`ft_apc`).
 pub const AUTOPILOT_CONFIG: &str = "apc";
 
+/// Templated policies on ACL tokens and roles (`ft_tp`): an older server
+/// would drop them from what it stores.
+pub const TEMPLATED_POLICIES: &str = "tp";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -56,6 +60,7 @@ pub const SUPPORTED: &[&str] = &[
     PREPARED_QUERIES,
     CATALOG_TXN,
     AUTOPILOT_CONFIG,
+    TEMPLATED_POLICIES,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -111,6 +116,7 @@ mod tests {
                 ("ft_pq".to_string(), "1".to_string()),
                 ("ft_rp".to_string(), "1".to_string()),
                 ("ft_si".to_string(), "1".to_string()),
+                ("ft_tp".to_string(), "1".to_string()),
                 ("ft_txc".to_string(), "1".to_string())
             ]
         );

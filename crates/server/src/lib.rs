@@ -8,6 +8,7 @@
 mod acl;
 mod acl_endpoints;
 mod acl_remote;
+mod acl_templated;
 mod authorizer;
 pub mod autopilot;
 mod blocking;

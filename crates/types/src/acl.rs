@@ -54,6 +54,38 @@ pub struct NodeIdentity {
     pub datacenter: String,
 }
 
+/// The variables a templated policy is filled with. Consul answers with
+/// a lower-case `name` (its struct's JSON tag) and reads either case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TemplateVariables {
+    /// The name the template's `{{.Name}}` becomes.
+    #[serde(rename = "name", alias = "Name", default)]
+    pub name: String,
+}
+
+/// A link to one of Consul's built-in rule templates, filled with its
+/// variables (`builtin/service` for `web`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct TemplatedPolicy {
+    /// Consul's fixed ID of the template (set by the server).
+    #[serde(
+        rename = "TemplateID",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub template_id: String,
+    /// The template (`builtin/service`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub template_name: String,
+    /// Its variables (none for templates that take none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_variables: Option<TemplateVariables>,
+    /// Where it applies (every datacenter when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<String>,
+}
+
 /// An ACL token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
@@ -79,6 +111,9 @@ pub struct AclToken {
     /// Node identities.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_identities: Vec<NodeIdentity>,
+    /// Templated policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templated_policies: Vec<TemplatedPolicy>,
     /// Valid only in the datacenter that made it.
     #[serde(default)]
     pub local: bool,
@@ -157,6 +192,9 @@ pub struct AclRole {
     /// Node identities.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_identities: Vec<NodeIdentity>,
+    /// Templated policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templated_policies: Vec<TemplatedPolicy>,
     /// A digest of its contents (base64).
     #[serde(default)]
     pub hash: String,
