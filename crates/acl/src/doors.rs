@@ -558,6 +558,13 @@ pub const HTTP: &[Door] = &[
     row("DELETE /v1/acl/role/{id}", ACL_WRITE),
     row("GET /v1/acl/role/name/{*name}", ACL_READ),
     row("GET /v1/acl/roles", ACL_READ),
+    row("GET /v1/acl/templated-policies", ACL_READ),
+    row("GET /v1/acl/templated-policy/name/{*name}", ACL_READ),
+    noted(
+        "POST /v1/acl/templated-policy/preview/{*name}",
+        ACL_READ,
+        "answered by the agent, as Consul's",
+    ),
     noted(
         "POST /v1/internal/acl/authorize",
         Needs::Nothing,

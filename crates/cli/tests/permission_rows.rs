@@ -560,6 +560,11 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
             body(json!({"Name": fx.role.1, "Description": "d"})),
         ),
         "GET /v1/acl/role/name/{*name}" => (fill(rest, &fx.role.1), None),
+        "GET /v1/acl/templated-policy/name/{*name}" => (fill(rest, "builtin/dns"), None),
+        "POST /v1/acl/templated-policy/preview/{*name}" => (
+            fill(rest, "builtin/service"),
+            body(json!({"Name": SERVICE})),
+        ),
         "POST /v1/internal/acl/authorize" => (
             rest.to_string(),
             body(json!([{"Resource": "service", "Segment": SERVICE, "Access": "read"}])),

@@ -19,6 +19,13 @@ use crate::{AppState, Req};
 const LINK: &[&str] = &["ID", "Name"];
 const SERVICE_IDENTITY: &[&str] = &["ServiceName", "Datacenters"];
 const NODE_IDENTITY: &[&str] = &["NodeName", "Datacenter"];
+const TEMPLATED_POLICY: &[&str] = &[
+    "TemplateID",
+    "TemplateName",
+    "TemplateVariables",
+    "Datacenters",
+];
+const TEMPLATE_VARIABLES: &[&str] = &["Name"];
 const TOKEN: &[&str] = &[
     "AccessorID",
     "SecretID",
@@ -73,6 +80,8 @@ fn nested(field: &str) -> Option<&'static [&'static str]> {
         "Policies" | "Roles" => Some(LINK),
         "ServiceIdentities" => Some(SERVICE_IDENTITY),
         "NodeIdentities" => Some(NODE_IDENTITY),
+        "TemplatedPolicies" => Some(TEMPLATED_POLICY),
+        "TemplateVariables" => Some(TEMPLATE_VARIABLES),
         _ => None,
     }
 }
@@ -98,6 +107,7 @@ fn canonical(object: Map<String, Value>, allowed: &[&str], what: &str) -> Result
                     })
                     .collect::<Result<_, _>>()?,
             ),
+            (Some(fields), Value::Object(inner)) => canonical(inner, fields, what)?,
             (_, value) => value,
         };
         out.insert(name.to_string(), value);
@@ -135,7 +145,7 @@ fn decode<T: DeserializeOwned + Default>(
 }
 
 /// ACLs must be on at this agent.
-fn enabled(st: &AppState) -> Result<(), ApiError> {
+pub(crate) fn enabled(st: &AppState) -> Result<(), ApiError> {
     if st.agent.config().acl.enabled {
         Ok(())
     } else {

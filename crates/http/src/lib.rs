@@ -4,6 +4,7 @@
 //! through [`util::ApiError`]. They never touch a state store.
 
 mod acl;
+mod acl_templated;
 mod agent;
 mod agent_acl;
 mod agent_self;
@@ -270,6 +271,12 @@ fn routes() -> Routes {
         .delete("/v1/acl/role/{id}", acl::role_delete)
         .get("/v1/acl/role/name/{*name}", acl::role_read_by_name)
         .get("/v1/acl/roles", acl::role_list)
+        .get("/v1/acl/templated-policies", acl_templated::list)
+        .get("/v1/acl/templated-policy/name/{*name}", acl_templated::read)
+        .post(
+            "/v1/acl/templated-policy/preview/{*name}",
+            acl_templated::preview,
+        )
         .post("/v1/internal/acl/authorize", acl::authorize)
         .put("/v1/agent/token/{kind}", acl::set_agent_token)
         .any("/v1/acl/create", || async { acl::legacy("create") })
