@@ -210,3 +210,126 @@ fn tokens_and_roles_linking_templates_get_their_rules() {
     let after: Value = acl.json("GET", "/v1/acl/tokens", ROOT, None);
     assert_eq!(before, after);
 }
+
+#[test]
+fn the_cli_lists_reads_previews_and_links_templates() {
+    let acl = Acl::start();
+    let (code, out, err) = acl.cli_as_root(&["acl", "templated-policy", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "builtin/api-gateway\nbuiltin/dns\nbuiltin/node\nbuiltin/nomad-client\nbuiltin/nomad-server\nbuiltin/service\n"
+    );
+    let (_, out, _) = acl.cli_as_root(&["acl", "templated-policy", "read", "-name", "builtin/dns"]);
+    assert_eq!(
+        out,
+        "Name:            builtin/dns\nDescription:     Gives the token or role permissions for the Consul DNS to query services in the network.\nInput variables: None\nExample usage:\n\tlegate acl token create -templated-policy builtin/dns\n"
+    );
+    let (code, out, err) = acl.cli_as_root(&[
+        "acl",
+        "templated-policy",
+        "preview",
+        "-name",
+        "builtin/node",
+        "-var",
+        "name:n1",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("ID:           0a6e6f6465"), "{out}");
+    assert!(
+        out.contains("Rules:\n\nnode \"n1\" {\n\tpolicy = \"write\"\n}"),
+        "{out}"
+    );
+
+    // A token from the flags, shown with Consul's "Templated Policies:" lines.
+    let (code, out, err) = acl.cli_as_root(&[
+        "acl",
+        "token",
+        "create",
+        "-templated-policy",
+        "builtin/service",
+        "-var",
+        "name:web",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.ends_with(
+            "Templated Policies:\n   builtin/service\n      Name: web\n      Datacenters: all\n"
+        ),
+        "{out}"
+    );
+    let accessor = out
+        .lines()
+        .find_map(|l| l.strip_prefix("AccessorID:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    // Appending keeps what the token had; replacing does not.
+    let (code, out, err) = acl.cli_as_root(&[
+        "acl",
+        "token",
+        "update",
+        "-id",
+        &accessor,
+        "-append-templated-policy",
+        "builtin/dns",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("   builtin/service\n") && out.contains("   builtin/dns\n"),
+        "{out}"
+    );
+    let (_, out, _) = acl.cli_as_root(&[
+        "acl",
+        "token",
+        "update",
+        "-id",
+        &accessor,
+        "-replace-templated-policy",
+        "builtin/nomad-client",
+    ]);
+    assert!(
+        out.contains("   builtin/nomad-client\n") && !out.contains("builtin/service"),
+        "{out}"
+    );
+
+    // Bad flags: Consul's texts, nothing created.
+    for (args, text) in [
+        (
+            vec!["acl", "token", "create", "-templated-policy", "builtin/service"],
+            "validation error for templated policy \"builtin/service\"",
+        ),
+        (
+            vec!["acl", "token", "create", "-templated-policy", "builtin/service", "-var", "name"],
+            "malformed -var argument: \"name\", expecting VariableName:Value",
+        ),
+        (
+            vec!["acl", "role", "create", "-name", "r"],
+            "Cannot create a role without specifying -policy-name, -policy-id, -service-identity, -node-identity, -templated-policy-file or -templated-policy at least once",
+        ),
+        (
+            vec!["acl", "templated-policy", "preview"],
+            "Cannot preview a templated policy without specifying -name or -file",
+        ),
+    ] {
+        let (code, _, err) = acl.cli_as_root(&args);
+        assert_eq!(code, Some(1), "{args:?}");
+        assert!(err.contains(text), "{args:?}: {err}");
+    }
+    let (code, out, err) = acl.cli_as_root(&[
+        "acl",
+        "role",
+        "create",
+        "-name",
+        "gw",
+        "-templated-policy",
+        "builtin/api-gateway",
+        "-var",
+        "name:edge",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("Templated Policies:\n   builtin/api-gateway\n      Name: edge\n"),
+        "{out}"
+    );
+}

@@ -23,6 +23,9 @@ pub enum AclCommand {
     /// Role commands.
     #[command(subcommand)]
     Role(super::acl_role::RoleCommand),
+    /// Templated policy commands.
+    #[command(subcommand)]
+    TemplatedPolicy(super::acl_templated::TemplatedPolicyCommand),
     /// Sets one of the agent's tokens: `set-agent-token <type> <token>`.
     SetAgentToken(SetAgentTokenArgs),
 }
@@ -80,6 +83,8 @@ pub struct TokenUpdateArgs {
     /// A role by ID (repeatable).
     #[arg(long = "role-id")]
     role_ids: Vec<String>,
+    #[command(flatten)]
+    templated: super::acl_templated::TemplatedFlags,
     /// `pretty` or `json`.
     #[arg(long, default_value = "pretty")]
     format: String,
@@ -152,6 +157,8 @@ pub struct TokenCreateArgs {
     /// A role by ID (repeatable).
     #[arg(long = "role-id")]
     role_ids: Vec<String>,
+    #[command(flatten)]
+    templated: super::acl_templated::TemplatedFlags,
     /// A lifetime such as `1h`.
     #[arg(long = "expires-ttl")]
     expires_ttl: Option<String>,
@@ -261,6 +268,7 @@ pub fn pretty_token(t: &AclToken) -> String {
         &t.service_identities,
         &t.node_identities,
     ));
+    out.push_str(&super::acl_templated::pretty("", &t.templated_policies));
     out
 }
 
@@ -398,6 +406,7 @@ pub async fn run(cmd: AclCommand) -> u8 {
         AclCommand::Token(cmd) => token(cmd).await,
         AclCommand::Policy(cmd) => policy(cmd).await,
         AclCommand::Role(cmd) => super::acl_role::run(cmd).await,
+        AclCommand::TemplatedPolicy(cmd) => super::acl_templated::run(cmd).await,
         AclCommand::SetAgentToken(args) => {
             let [kind, secret] = args.args.as_slice() else {
                 return fail("Missing TYPE and TOKEN arguments");
@@ -432,9 +441,14 @@ async fn token(cmd: TokenCommand) -> u8 {
                 && args.role_ids.is_empty()
                 && args.grants.service_identities.is_empty()
                 && args.grants.node_identities.is_empty()
+                && !args.templated.names_any()
             {
-                return fail("Cannot create a token without specifying -policy-name, -policy-id, -role-name, -role-id, -service-identity, or -node-identity at least once");
+                return fail("Cannot create a token without specifying -policy-name, -policy-id, -role-name, -role-id, -service-identity, -node-identity, -templated-policy, or -templated-policy-file at least once");
             }
+            let templated = match args.templated.for_create("token") {
+                Ok(templated) => templated,
+                Err(e) => return fail(e),
+            };
             let (services, nodes) = match identities_body(
                 &args.grants.service_identities,
                 &args.grants.node_identities,
@@ -448,6 +462,7 @@ async fn token(cmd: TokenCommand) -> u8 {
                 "Roles": links_body(&args.role_ids, &args.role_names),
                 "ServiceIdentities": services,
                 "NodeIdentities": nodes,
+                "TemplatedPolicies": templated,
                 "Local": args.local,
             });
             if let Some(ttl) = &args.expires_ttl {
@@ -688,6 +703,14 @@ async fn update_token(args: TokenUpdateArgs) -> u8 {
         "ServiceIdentities": token.get("ServiceIdentities").cloned().unwrap_or(json!([])),
         "NodeIdentities": token.get("NodeIdentities").cloned().unwrap_or(json!([])),
     });
+    let existing = token["TemplatedPolicies"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match args.templated.for_update(existing, true) {
+        Ok(templated) => body["TemplatedPolicies"] = json!(templated),
+        Err(e) => return fail(e),
+    }
     if !args.grants.policy_ids.is_empty() || !args.grants.policy_names.is_empty() {
         body["Policies"] = json!(links_body(
             &args.grants.policy_ids,

@@ -44,6 +44,8 @@ pub struct RoleWriteArgs {
     description: Option<String>,
     #[command(flatten)]
     grants: GrantFlags,
+    #[command(flatten)]
+    templated: super::acl_templated::TemplatedFlags,
     /// `pretty` or `json`.
     #[arg(long, default_value = "pretty")]
     format: String,
@@ -62,6 +64,7 @@ pub fn pretty_role(r: &AclRole, indent: &str) -> String {
         &r.service_identities,
         &r.node_identities,
     ));
+    out.push_str(&super::acl_templated::pretty(indent, &r.templated_policies));
     out
 }
 
@@ -156,9 +159,14 @@ async fn create(args: RoleWriteArgs) -> u8 {
         && args.grants.policy_ids.is_empty()
         && args.grants.service_identities.is_empty()
         && args.grants.node_identities.is_empty()
+        && !args.templated.names_any()
     {
-        return fail("Cannot create a role without specifying -policy-name, -policy-id, -service-identity, or -node-identity at least once");
+        return fail("Cannot create a role without specifying -policy-name, -policy-id, -service-identity, -node-identity, -templated-policy-file or -templated-policy at least once");
     }
+    let templated = match args.templated.for_create("role") {
+        Ok(templated) => templated,
+        Err(e) => return fail(e),
+    };
     let (services, nodes) = match identities_body(
         &args.grants.service_identities,
         &args.grants.node_identities,
@@ -172,6 +180,7 @@ async fn create(args: RoleWriteArgs) -> u8 {
         "Policies": links_body(&args.grants.policy_ids, &args.grants.policy_names),
         "ServiceIdentities": services,
         "NodeIdentities": nodes,
+        "TemplatedPolicies": templated,
     });
     let client = Client::new(&args.http);
     match put::<AclRole>(&client, "/v1/acl/role", body).await {
@@ -218,6 +227,14 @@ async fn update(args: RoleWriteArgs) -> u8 {
     if let Some(list) = service_identities.as_array_mut() {
         list.extend(services);
     }
+    let existing = serde_json::to_value(&role.templated_policies)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default();
+    let templated = match args.templated.for_update(existing, false) {
+        Ok(templated) => templated,
+        Err(e) => return fail(e),
+    };
     let mut node_identities = serde_json::to_value(&role.node_identities).unwrap_or_default();
     if let Some(list) = node_identities.as_array_mut() {
         list.extend(nodes);
@@ -229,6 +246,7 @@ async fn update(args: RoleWriteArgs) -> u8 {
         "Policies": policies,
         "ServiceIdentities": service_identities,
         "NodeIdentities": node_identities,
+        "TemplatedPolicies": templated,
     });
     match put::<AclRole>(&client, &format!("/v1/acl/role/{}", role.id), body).await {
         Ok(role) => {

@@ -2,6 +2,7 @@
 
 pub mod acl;
 pub mod acl_role;
+pub mod acl_templated;
 pub mod catalog;
 pub mod config;
 pub mod connect;
