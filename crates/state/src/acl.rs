@@ -211,7 +211,10 @@ impl Tables {
 
     /// Whether any ACL row is stored (the feature then stays on).
     pub fn has_acl_rows(&self) -> bool {
-        !self.acl_tokens.is_empty() || !self.acl_policies.is_empty() || !self.acl_roles.is_empty()
+        !self.acl_tokens.is_empty()
+            || !self.acl_policies.is_empty()
+            || !self.acl_roles.is_empty()
+            || !self.acl_auth_methods.is_empty()
     }
 
     /// Rebuilds the secret index after a snapshot is loaded.

@@ -44,6 +44,10 @@ fn acl_commands_keep_their_numbers() {
             },
             24,
         ),
+        (Command::AclAuthMethodSet(Box::default()), 29),
+        (Command::AclAuthMethodDelete("m".into()), 30),
+        (Command::AclBindingRuleSet(Box::default()), 31),
+        (Command::AclBindingRuleDelete("r".into()), 32),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -171,4 +175,51 @@ fn acl_rows_and_the_bootstrap_index_survive_snapshots_and_restores() {
     assert_eq!(read.acl_role("r1").1.unwrap().name, "ops");
     assert_eq!(read.acl_bootstrap_index(), 2);
     assert!(read.has_acl_rows());
+}
+
+#[test]
+fn deleting_an_auth_method_takes_its_rules_and_tokens_and_all_survive_snapshots() {
+    use legate_types::acl_auth::{AclAuthMethod, AclBindingRule};
+    let store = StateStore::new();
+    let method = |name: &str| AclAuthMethod {
+        name: name.into(),
+        r#type: "jwt".into(),
+        ..Default::default()
+    };
+    let rule = |id: &str, method: &str| AclBindingRule {
+        id: id.into(),
+        auth_method: method.into(),
+        bind_type: "service".into(),
+        bind_name: "web".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        store.apply(1, &Command::AclBindingRuleSet(Box::new(rule("r0", "nope")))),
+        CommandResult::Failed("cannot find auth method with name \"nope\"".into())
+    );
+    store.apply(2, &Command::AclAuthMethodSet(Box::new(method("m1"))));
+    store.apply(3, &Command::AclAuthMethodSet(Box::new(method("m2"))));
+    store.apply(4, &Command::AclBindingRuleSet(Box::new(rule("r1", "m1"))));
+    store.apply(5, &Command::AclBindingRuleSet(Box::new(rule("r2", "m2"))));
+    let mut login = token("t1", "s1");
+    login.auth_method = "m1".into();
+    store.apply(6, &Command::AclTokenSet(Box::new(login)));
+    store.apply(7, &Command::AclTokenSet(Box::new(token("t2", "s2"))));
+    let bytes = store.snapshot().unwrap();
+    let copy = StateStore::new();
+    copy.restore(&bytes).unwrap();
+    assert_eq!(copy.read().acl_binding_rules().1.count(), 2);
+    assert_eq!(copy.read().acl_auth_method("m1").1.unwrap().create_index, 2);
+
+    store.apply(8, &Command::AclAuthMethodDelete("m1".into()));
+    let read = store.read();
+    assert!(read.acl_auth_method("m1").1.is_none());
+    assert!(read.acl_binding_rule("r1").1.is_none());
+    assert!(
+        read.acl_binding_rule("r2").1.is_some(),
+        "another method's rule stays"
+    );
+    assert!(read.acl_token("t1").1.is_none(), "its login token goes");
+    assert!(read.acl_token("t2").1.is_some());
+    assert_eq!(read.table_index(Table::AclTokens), 8);
 }

@@ -169,6 +169,20 @@ pub enum Command {
         /// Check-and-set index.
         cas: Option<u64>,
     },
+    /// Create or replace an auth method (written only once every server
+    /// advertises `am`).
+    #[serde(rename = "29")]
+    AclAuthMethodSet(Box<legate_types::acl_auth::AclAuthMethod>),
+    /// Delete an auth method with its binding rules and the tokens it
+    /// made.
+    #[serde(rename = "30")]
+    AclAuthMethodDelete(String),
+    /// Create or replace a binding rule.
+    #[serde(rename = "31")]
+    AclBindingRuleSet(Box<legate_types::acl_auth::AclBindingRule>),
+    /// Delete a binding rule.
+    #[serde(rename = "32")]
+    AclBindingRuleDelete(String),
 }
 
 impl Command {
@@ -204,6 +218,10 @@ impl Command {
             Command::PreparedQueryDelete(_) => 26,
             Command::TxnWithCatalog(_) => 27,
             Command::AutopilotConfigSet { .. } => 28,
+            Command::AclAuthMethodSet(_) => 29,
+            Command::AclAuthMethodDelete(_) => 30,
+            Command::AclBindingRuleSet(_) => 31,
+            Command::AclBindingRuleDelete(_) => 32,
         }
     }
 }
@@ -351,6 +369,20 @@ pub(crate) fn apply(
         }
         Command::PreparedQueryDelete(id) => {
             tables.prepared_query_delete(index, id, changes);
+            CommandResult::Done
+        }
+        Command::AclAuthMethodSet(method) => {
+            done_or_failed(tables.acl_auth_method_set(index, method, changes))
+        }
+        Command::AclAuthMethodDelete(name) => {
+            tables.acl_auth_method_delete(index, name, changes);
+            CommandResult::Done
+        }
+        Command::AclBindingRuleSet(rule) => {
+            done_or_failed(tables.acl_binding_rule_set(index, rule, changes))
+        }
+        Command::AclBindingRuleDelete(id) => {
+            tables.acl_binding_rule_delete(index, id, changes);
             CommandResult::Done
         }
         Command::ReapTombstones(upto) => {

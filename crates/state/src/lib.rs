@@ -11,6 +11,7 @@
 //! Depends only on `legate-types` and `legate-filter`; never on Raft, RPC or HTTP.
 
 mod acl;
+mod acl_auth;
 pub mod archive;
 mod autopilot;
 mod catalog;
@@ -89,6 +90,10 @@ pub struct Tables {
     pub(crate) acl_roles: BTreeMap<String, legate_types::acl::AclRole>,
     /// Prepared queries, by ID.
     pub(crate) prepared_queries: BTreeMap<String, legate_types::prepared_query::PreparedQuery>,
+    /// ACL auth methods, by name.
+    pub(crate) acl_auth_methods: BTreeMap<String, legate_types::acl_auth::AclAuthMethod>,
+    /// ACL binding rules, by ID.
+    pub(crate) acl_binding_rules: BTreeMap<String, legate_types::acl_auth::AclBindingRule>,
     /// What the transaction being applied changed, for its rollback
     /// (`None` outside transactions).
     pub(crate) journal: Option<Box<txn::Journal>>,
@@ -127,6 +132,10 @@ pub struct SnapshotData {
     acl_roles: Vec<legate_types::acl::AclRole>,
     #[serde(default)]
     prepared_queries: Vec<legate_types::prepared_query::PreparedQuery>,
+    #[serde(default)]
+    acl_auth_methods: Vec<legate_types::acl_auth::AclAuthMethod>,
+    #[serde(default)]
+    acl_binding_rules: Vec<legate_types::acl_auth::AclBindingRule>,
     /// A restore being uploaded in pieces (Raft snapshots only: the
     /// stream writes it as pieces; JSON forms and archives never hold it).
     #[serde(skip)]
@@ -173,7 +182,9 @@ impl Tables {
             + self.acl_tokens.len()
             + self.acl_policies.len()
             + self.acl_roles.len()
-            + self.prepared_queries.len();
+            + self.prepared_queries.len()
+            + self.acl_auth_methods.len()
+            + self.acl_binding_rules.len();
         kv + rows as u64 * ROW + self.restore_upload_bytes()
     }
 
@@ -270,6 +281,8 @@ impl Tables {
             acl_policies: self.acl_policies.values().cloned().collect(),
             acl_roles: self.acl_roles.values().cloned().collect(),
             prepared_queries: self.prepared_queries.values().cloned().collect(),
+            acl_auth_methods: self.acl_auth_methods.values().cloned().collect(),
+            acl_binding_rules: self.acl_binding_rules.values().cloned().collect(),
             restore_upload: self.restore_upload.clone(),
         }
     }
@@ -331,6 +344,16 @@ impl Tables {
             .prepared_queries
             .into_iter()
             .map(|q| (q.id.clone(), q))
+            .collect();
+        tables.acl_auth_methods = data
+            .acl_auth_methods
+            .into_iter()
+            .map(|m| (m.name.clone(), m))
+            .collect();
+        tables.acl_binding_rules = data
+            .acl_binding_rules
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
             .collect();
         tables.index_acl_secrets();
         tables

@@ -70,6 +70,8 @@ mod kind {
     pub const ACL_POLICY: u8 = 18;
     pub const ACL_ROLE: u8 = 19;
     pub const PREPARED_QUERY: u8 = 20;
+    pub const ACL_AUTH_METHOD: u8 = 21;
+    pub const ACL_BINDING_RULE: u8 = 22;
 }
 
 /// Bytes that serialize as a byte string (raw in the binary encoding).
@@ -163,6 +165,10 @@ impl SnapshotData {
         w.all(kind::ACL_ROLE, &self.acl_roles)?;
         // Likewise: queries exist once every server advertises `pq`.
         w.all(kind::PREPARED_QUERY, &self.prepared_queries)?;
+        // Likewise: auth methods and rules exist once every server
+        // advertises `am`.
+        w.all(kind::ACL_AUTH_METHOD, &self.acl_auth_methods)?;
+        w.all(kind::ACL_BINDING_RULE, &self.acl_binding_rules)?;
         if let Some(upload) = self.restore_upload.as_ref().filter(|_| with_upload) {
             // In pieces, as it was logged: one record stays small.
             let mut offset = 0u64;
@@ -288,6 +294,8 @@ fn add_record(
         kind::ACL_POLICY => data.acl_policies.push(row(body, position)?),
         kind::ACL_ROLE => data.acl_roles.push(row(body, position)?),
         kind::PREPARED_QUERY => data.prepared_queries.push(row(body, position)?),
+        kind::ACL_AUTH_METHOD => data.acl_auth_methods.push(row(body, position)?),
+        kind::ACL_BINDING_RULE => data.acl_binding_rules.push(row(body, position)?),
         kind::RESTORE_UPLOAD => {
             let (id, offset, piece): (String, u64, legate_types::rpc::SnapshotArchive) =
                 row(body, position)?;

@@ -43,11 +43,15 @@ pub enum Table {
     AclRoles,
     /// Prepared queries.
     PreparedQueries,
+    /// ACL auth methods.
+    AclAuthMethods,
+    /// ACL binding rules.
+    AclBindingRules,
 }
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 14] = [
+    pub const ALL: [Table; 16] = [
         Table::Nodes,
         Table::Services,
         Table::Checks,
@@ -62,6 +66,8 @@ impl Table {
         Table::AclPolicies,
         Table::AclRoles,
         Table::PreparedQueries,
+        Table::AclAuthMethods,
+        Table::AclBindingRules,
     ];
 
     /// The name used in index bookkeeping.
@@ -81,6 +87,8 @@ impl Table {
             Table::AclPolicies => "acl-policies",
             Table::AclRoles => "acl-roles",
             Table::PreparedQueries => "prepared-queries",
+            Table::AclAuthMethods => "acl-auth-methods",
+            Table::AclBindingRules => "acl-binding-rules",
         }
     }
 }

@@ -6,6 +6,7 @@
 //! This crate is a leaf: it must never depend on another Legate crate.
 
 pub mod acl;
+pub mod acl_auth;
 pub mod binary;
 pub mod catalog;
 pub mod cidr;
