@@ -28,6 +28,7 @@ mod intentions;
 mod leader;
 mod leadership;
 mod prepared_queries;
+mod raft_endpoints;
 mod replication;
 mod session_endpoints;
 mod sessions;
