@@ -53,7 +53,9 @@ impl From<RpcError> for ApiError {
         let status = match &e {
             RpcError::BadRequest(_) => StatusCode::BAD_REQUEST,
             RpcError::NotFound(_) => StatusCode::NOT_FOUND,
-            RpcError::PermissionDenied(_) | RpcError::AclNotFound => StatusCode::FORBIDDEN,
+            RpcError::PermissionDenied(_) | RpcError::AclNotFound | RpcError::Forbidden(_) => {
+                StatusCode::FORBIDDEN
+            }
             RpcError::AclDisabled => StatusCode::UNAUTHORIZED,
             RpcError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RpcError::RateLimited => StatusCode::TOO_MANY_REQUESTS,

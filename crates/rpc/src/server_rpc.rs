@@ -741,6 +741,16 @@ server_rpc_calls! {
     acl_role_get(opts: &QueryOptions; id_or_name: String, by_name: bool) -> Queried<Option<legate_types::acl::AclRole>>;
     acl_role_list(opts: &QueryOptions; policy: String) -> Queried<Vec<legate_types::acl::AclRole>>;
     acl_role_delete(opts: &WriteOptions; id: String) -> ();
+    acl_auth_method_set(opts: &WriteOptions; method: legate_types::acl_auth::AclAuthMethod) -> legate_types::acl_auth::AclAuthMethod;
+    acl_auth_method_get(opts: &QueryOptions; name: String) -> Queried<Option<legate_types::acl_auth::AclAuthMethod>>;
+    acl_auth_method_list(opts: &QueryOptions;) -> Queried<Vec<legate_types::acl_auth::AclAuthMethod>>;
+    acl_auth_method_delete(opts: &WriteOptions; name: String) -> ();
+    acl_binding_rule_set(opts: &WriteOptions; rule: legate_types::acl_auth::AclBindingRule) -> legate_types::acl_auth::AclBindingRule;
+    acl_binding_rule_get(opts: &QueryOptions; id: String) -> Queried<Option<legate_types::acl_auth::AclBindingRule>>;
+    acl_binding_rule_list(opts: &QueryOptions; auth_method: String) -> Queried<Vec<legate_types::acl_auth::AclBindingRule>>;
+    acl_binding_rule_delete(opts: &WriteOptions; id: String) -> ();
+    acl_login(opts: &WriteOptions; request: legate_types::acl_auth::LoginRequest) -> legate_types::acl::AclToken;
+    acl_logout(opts: &WriteOptions;) -> ();
     acl_resolve(opts: &QueryOptions;) -> legate_types::acl::AclIdentity;
     acl_resolve_for(opts: &QueryOptions; datacenter: String) -> legate_types::acl::AclIdentity;
     catalog_service_dump(opts: &QueryOptions; kind: String) -> Queried<Vec<CheckServiceNode>>;

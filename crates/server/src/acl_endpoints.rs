@@ -22,11 +22,11 @@ const MAX_EXPIRATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// The reset file an operator writes to bootstrap again.
 const BOOTSTRAP_RESET_FILE: &str = "acl-bootstrap-reset";
 
-fn failed(message: impl Into<String>) -> RpcError {
+pub(crate) fn failed(message: impl Into<String>) -> RpcError {
     RpcError::Internal(message.into())
 }
 
-fn new_uuid() -> String {
+pub(crate) fn new_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
@@ -82,21 +82,24 @@ fn format_duration(d: Duration) -> String {
     legate_types::duration::format_go_duration(d)
 }
 
-fn rfc3339(at: SystemTime) -> String {
+pub(crate) fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
 impl Server {
     /// A Raft write whose refusal (a taken name or secret) is a
     /// server-side error, as Consul reports it.
-    async fn acl_write(&self, command: Command) -> Result<(u64, CommandResult), RpcError> {
+    pub(crate) async fn acl_write(
+        &self,
+        command: Command,
+    ) -> Result<(u64, CommandResult), RpcError> {
         self.write(command).await.map_err(|e| match e {
             RpcError::BadRequest(m) => failed(m),
             other => other,
         })
     }
 
-    fn acl_on(&self) -> Result<(), RpcError> {
+    pub(crate) fn acl_on(&self) -> Result<(), RpcError> {
         if self.config.acl.enabled {
             Ok(())
         } else {
@@ -105,7 +108,7 @@ impl Server {
     }
 
     /// ACL writes need the ACL tables on every server.
-    fn acl_writable(&self) -> Result<(), RpcError> {
+    pub(crate) fn acl_writable(&self) -> Result<(), RpcError> {
         self.acl_on()?;
         if self.acl_tables_enabled() {
             Ok(())
@@ -966,7 +969,10 @@ fn validate_identities(
 }
 
 /// Merges duplicate identities (a service's datacenters joined).
-fn dedupe_identities(services: &mut Vec<ServiceIdentity>, nodes: &mut Vec<NodeIdentity>) {
+pub(crate) fn dedupe_identities(
+    services: &mut Vec<ServiceIdentity>,
+    nodes: &mut Vec<NodeIdentity>,
+) {
     let mut merged: Vec<ServiceIdentity> = Vec::new();
     for s in services.drain(..) {
         match merged.iter_mut().find(|m| m.service_name == s.service_name) {

@@ -777,6 +777,91 @@ impl ServerRpc for Server {
         self.acl_role_remove(opts, id).await
     }
 
+    async fn acl_auth_method_set(
+        &self,
+        opts: &WriteOptions,
+        method: acl_auth::AclAuthMethod,
+    ) -> Result<acl_auth::AclAuthMethod, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_auth_method_write(opts, method).await
+    }
+
+    async fn acl_auth_method_get(
+        &self,
+        opts: &QueryOptions,
+        name: String,
+    ) -> Result<Queried<Option<acl_auth::AclAuthMethod>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_auth_method_read(opts, name).await
+    }
+
+    async fn acl_auth_method_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<acl_auth::AclAuthMethod>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_auth_method_all(opts).await
+    }
+
+    async fn acl_auth_method_delete(
+        &self,
+        opts: &WriteOptions,
+        name: String,
+    ) -> Result<(), RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_auth_method_remove(opts, name).await
+    }
+
+    async fn acl_binding_rule_set(
+        &self,
+        opts: &WriteOptions,
+        rule: acl_auth::AclBindingRule,
+    ) -> Result<acl_auth::AclBindingRule, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_binding_rule_write(opts, rule).await
+    }
+
+    async fn acl_binding_rule_get(
+        &self,
+        opts: &QueryOptions,
+        id: String,
+    ) -> Result<Queried<Option<acl_auth::AclBindingRule>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_binding_rule_read(opts, id).await
+    }
+
+    async fn acl_binding_rule_list(
+        &self,
+        opts: &QueryOptions,
+        auth_method: String,
+    ) -> Result<Queried<Vec<acl_auth::AclBindingRule>>, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_binding_rule_all(opts, auth_method).await
+    }
+
+    async fn acl_binding_rule_delete(
+        &self,
+        opts: &WriteOptions,
+        id: String,
+    ) -> Result<(), RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_binding_rule_remove(opts, id).await
+    }
+
+    async fn acl_login(
+        &self,
+        opts: &WriteOptions,
+        request: acl_auth::LoginRequest,
+    ) -> Result<acl::AclToken, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_login_write(opts, request).await
+    }
+
+    async fn acl_logout(&self, opts: &WriteOptions) -> Result<(), RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_logout_write(opts).await
+    }
+
     async fn acl_resolve(&self, opts: &QueryOptions) -> Result<acl::AclIdentity, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.acl_identity(opts)

@@ -45,6 +45,10 @@ pub const AUTOPILOT_CONFIG: &str = "apc";
 /// would drop them from what it stores.
 pub const TEMPLATED_POLICIES: &str = "tp";
 
+/// Auth methods and binding rules: FSM commands 29-32 and snapshot
+/// records 21/22 (`ft_am`).
+pub const AUTH_METHODS: &str = "am";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -61,6 +65,7 @@ pub const SUPPORTED: &[&str] = &[
     CATALOG_TXN,
     AUTOPILOT_CONFIG,
     TEMPLATED_POLICIES,
+    AUTH_METHODS,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -108,6 +113,7 @@ mod tests {
             tags(&all),
             vec![
                 ("ft_acl".to_string(), "1".to_string()),
+                ("ft_am".to_string(), "1".to_string()),
                 ("ft_apc".to_string(), "1".to_string()),
                 ("ft_co".to_string(), "1".to_string()),
                 ("ft_fs".to_string(), "1".to_string()),

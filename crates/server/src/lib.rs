@@ -6,7 +6,9 @@
 //! The binary wires an agent to a server.
 
 mod acl;
+mod acl_auth_methods;
 mod acl_endpoints;
+mod acl_login;
 mod acl_remote;
 mod acl_templated;
 mod authorizer;
@@ -198,6 +200,8 @@ pub struct Server {
     shutdown: tokio_util_shutdown::Shutdown,
     /// LAN coordinates waiting for the leader's next batch.
     coordinate_updates: coordinates::PendingUpdates,
+    /// Keys fetched for auth methods (JWKS, OIDC discovery).
+    auth_keys: acl_login::KeyCache,
 }
 
 mod tokio_util_shutdown {
@@ -244,6 +248,7 @@ impl Server {
             autopilot: Default::default(),
             shutdown: tokio_util_shutdown::Shutdown::new(),
             coordinate_updates: Default::default(),
+            auth_keys: Default::default(),
         });
         leader::spawn_leader_loop(server.clone());
         Ok(server)

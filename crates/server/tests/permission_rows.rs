@@ -22,6 +22,9 @@ use legate_types::{Queried, QueryOptions, RpcError, WriteOptions};
 use serde_json::json;
 
 const ROOT: &str = "5b1f0c2e-8a4d-4e6f-9b3a-1c2d3e4f5a6b";
+/// The fixtures' auth method and the public key it trusts.
+const AUTH_METHOD: &str = "fx-jwt";
+const AUTH_METHOD_KEY: &str = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEOMGP3wcBiyrO+8apDOKyd/pCLa6E\ntGwMHqzRAMygIduoqqGfiwqf8+qjlOB5Dz7MtWeOqQKob9Gt8DS/+lMoGQ==\n-----END PUBLIC KEY-----\n";
 
 /// The rules that grant `need` on its fixture name.
 fn rule(need: &Need) -> String {
@@ -230,6 +233,13 @@ impl Harness {
             .session_create(&root, from(json!({"Node": NODE})))
             .await
             .unwrap();
+        rpc.acl_auth_method_set(
+            &root,
+            from(json!({"Name": AUTH_METHOD, "Type": "jwt",
+                        "Config": {"JWTValidationPubKeys": [AUTH_METHOD_KEY]}})),
+        )
+        .await
+        .unwrap();
         for entry in [
             json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}),
             json!({"Kind": "service-defaults", "Name": SERVICE, "Protocol": "http"}),
@@ -536,6 +546,43 @@ impl Harness {
             "acl_role_get" => queried(rpc.acl_role_get(&q, fx.role.clone(), false).await),
             "acl_role_list" => queried(rpc.acl_role_list(&q, String::new()).await),
             "acl_role_delete" => plain(rpc.acl_role_delete(&w, fx.role.clone()).await),
+            "acl_auth_method_set" => plain(
+                rpc.acl_auth_method_set(
+                    &w,
+                    from(json!({"Name": self.unique_name("made"), "Type": "jwt",
+                                "Config": {"JWTValidationPubKeys": [AUTH_METHOD_KEY]}})),
+                )
+                .await,
+            ),
+            "acl_auth_method_get" => queried(rpc.acl_auth_method_get(&q, AUTH_METHOD.into()).await),
+            "acl_auth_method_list" => queried(rpc.acl_auth_method_list(&q).await),
+            "acl_auth_method_delete" => {
+                plain(rpc.acl_auth_method_delete(&w, AUTH_METHOD.into()).await)
+            }
+            "acl_binding_rule_set" => plain(
+                rpc.acl_binding_rule_set(
+                    &w,
+                    from(json!({"AuthMethod": AUTH_METHOD, "BindType": "service", "BindName": SERVICE})),
+                )
+                .await,
+            ),
+            "acl_binding_rule_get" => queried(
+                rpc.acl_binding_rule_get(&q, "6c1ee7d2-0000-4000-8000-000000000000".into())
+                    .await,
+            ),
+            "acl_binding_rule_list" => queried(rpc.acl_binding_rule_list(&q, String::new()).await),
+            "acl_binding_rule_delete" => plain(
+                rpc.acl_binding_rule_delete(&w, "6c1ee7d2-0000-4000-8000-000000000000".into())
+                    .await,
+            ),
+            "acl_login" => plain(
+                rpc.acl_login(
+                    &w,
+                    from(json!({"AuthMethod": AUTH_METHOD, "BearerToken": "not.a.jwt"})),
+                )
+                .await,
+            ),
+            "acl_logout" => plain(rpc.acl_logout(&w).await),
             "acl_resolve" => plain(rpc.acl_resolve(&q).await),
             "acl_resolve_for" => plain(rpc.acl_resolve_for(&q, "dc1".into()).await),
             "catalog_service_dump" => {

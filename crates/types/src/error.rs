@@ -48,4 +48,8 @@ pub enum RpcError {
     /// Anything else (HTTP 500).
     #[error("{0}")]
     Internal(String),
+    /// Refused with Consul's own 403 text (`ACL not found: auth method
+    /// "x" not found`, a bare `Permission denied`).
+    #[error("{0}")]
+    Forbidden(String),
 }

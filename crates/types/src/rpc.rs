@@ -705,6 +705,61 @@ pub trait ServerRpc: Send + Sync + 'static {
     ) -> Result<Queried<Vec<crate::acl::AclRole>>, RpcError>;
     /// Deletes a role.
     async fn acl_role_delete(&self, opts: &WriteOptions, id: String) -> Result<(), RpcError>;
+    /// Creates or updates an auth method (`ACL.AuthMethodSet`).
+    async fn acl_auth_method_set(
+        &self,
+        opts: &WriteOptions,
+        method: crate::acl_auth::AclAuthMethod,
+    ) -> Result<crate::acl_auth::AclAuthMethod, RpcError>;
+    /// An auth method by name (blocking).
+    async fn acl_auth_method_get(
+        &self,
+        opts: &QueryOptions,
+        name: String,
+    ) -> Result<Queried<Option<crate::acl_auth::AclAuthMethod>>, RpcError>;
+    /// Every auth method (blocking).
+    async fn acl_auth_method_list(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<crate::acl_auth::AclAuthMethod>>, RpcError>;
+    /// Deletes an auth method with its binding rules and tokens.
+    async fn acl_auth_method_delete(
+        &self,
+        opts: &WriteOptions,
+        name: String,
+    ) -> Result<(), RpcError>;
+    /// Creates or updates a binding rule (`ACL.BindingRuleSet`).
+    async fn acl_binding_rule_set(
+        &self,
+        opts: &WriteOptions,
+        rule: crate::acl_auth::AclBindingRule,
+    ) -> Result<crate::acl_auth::AclBindingRule, RpcError>;
+    /// A binding rule by ID (blocking).
+    async fn acl_binding_rule_get(
+        &self,
+        opts: &QueryOptions,
+        id: String,
+    ) -> Result<Queried<Option<crate::acl_auth::AclBindingRule>>, RpcError>;
+    /// Every binding rule, or an auth method's (blocking).
+    async fn acl_binding_rule_list(
+        &self,
+        opts: &QueryOptions,
+        auth_method: String,
+    ) -> Result<Queried<Vec<crate::acl_auth::AclBindingRule>>, RpcError>;
+    /// Deletes a binding rule.
+    async fn acl_binding_rule_delete(
+        &self,
+        opts: &WriteOptions,
+        id: String,
+    ) -> Result<(), RpcError>;
+    /// Exchanges a bearer token for an ACL token (`ACL.Login`).
+    async fn acl_login(
+        &self,
+        opts: &WriteOptions,
+        request: crate::acl_auth::LoginRequest,
+    ) -> Result<crate::acl::AclToken, RpcError>;
+    /// Deletes the request's token, which login made (`ACL.Logout`).
+    async fn acl_logout(&self, opts: &WriteOptions) -> Result<(), RpcError>;
     /// The request's token resolved for an agent: its AccessorID and the
     /// rules of every policy it carries here (identities' included).
     async fn acl_resolve(&self, opts: &QueryOptions) -> Result<crate::acl::AclIdentity, RpcError>;
