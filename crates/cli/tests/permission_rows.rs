@@ -24,6 +24,8 @@ use serde_json::{json, Value};
 
 const CHECK: &str = "fx-web-check";
 const UNKNOWN: &str = "00000000-1111-2222-3333-444444444444";
+/// The fixtures' auth method.
+const AUTH_METHOD: &str = "fx-jwt";
 
 /// The key prefix a row's key rules are written for: recursive deletes
 /// need a prefix rule (an exact rule governs no prefix), the root rows
@@ -120,6 +122,8 @@ struct Fixtures {
     snapshot: Vec<u8>,
     /// A name no earlier row used.
     unique: String,
+    /// A token made by logging in with the fixtures' auth method.
+    login_token: String,
 }
 
 struct Harness {
@@ -319,7 +323,37 @@ impl Harness {
             let created = self.root("POST", "/v1/query", Some(&body.to_string()));
             created["ID"].as_str().unwrap().to_string()
         });
+        // An auth method trusting the fixture key, a rule giving its
+        // logins the service's identity, and a token made by login.
+        let signer = common::jwt::Signer::fixture();
+        self.root(
+            "PUT",
+            &format!("/v1/acl/auth-method/{AUTH_METHOD}"),
+            Some(
+                &json!({"Type": "jwt", "Config": {"JWTValidationPubKeys": [signer.public_pem()]}})
+                    .to_string(),
+            ),
+        );
+        let rules = self.root("GET", "/v1/acl/binding-rules", None);
+        if rules.as_array().unwrap().is_empty() {
+            self.root(
+                "PUT",
+                "/v1/acl/binding-rule",
+                Some(
+                    &json!({"AuthMethod": AUTH_METHOD, "BindType": "service", "BindName": SERVICE})
+                        .to_string(),
+                ),
+            );
+        }
+        let now = common::jwt::now();
+        let jwt = signer.sign(&json!({"sub": "fx", "iat": now, "exp": now + 600}), None);
+        let login = self.root(
+            "POST",
+            "/v1/acl/login",
+            Some(&json!({"AuthMethod": AUTH_METHOD, "BearerToken": jwt}).to_string()),
+        );
         Fixtures {
+            login_token: login["SecretID"].as_str().unwrap().to_string(),
             query,
             session: session["ID"].as_str().unwrap().to_string(),
             intention: intention["ID"].as_str().unwrap().to_string(),
@@ -561,6 +595,34 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         ),
         "GET /v1/acl/role/name/{*name}" => (fill(rest, &fx.role.1), None),
         "GET /v1/acl/templated-policy/name/{*name}" => (fill(rest, "builtin/dns"), None),
+        "PUT /v1/acl/auth-method" => (
+            rest.to_string(),
+            body(json!({"Name": fx.unique, "Type": "jwt",
+                "Config": {"JWTValidationPubKeys": [common::jwt::Signer::fixture().public_pem()]}})),
+        ),
+        "GET /v1/acl/auth-method/{name}" | "DELETE /v1/acl/auth-method/{name}" => {
+            (fill(rest, AUTH_METHOD), None)
+        }
+        "PUT /v1/acl/auth-method/{name}" => (
+            fill(rest, AUTH_METHOD),
+            body(json!({"Type": "jwt", "Description": "d",
+                "Config": {"JWTValidationPubKeys": [common::jwt::Signer::fixture().public_pem()]}})),
+        ),
+        "PUT /v1/acl/binding-rule" => (
+            rest.to_string(),
+            body(json!({"AuthMethod": AUTH_METHOD, "BindType": "node", "BindName": NODE})),
+        ),
+        "GET /v1/acl/binding-rule/{id}" | "DELETE /v1/acl/binding-rule/{id}" => {
+            (fill(rest, "6c1ee7d2-0000-4000-8000-000000000000"), None)
+        }
+        "PUT /v1/acl/binding-rule/{id}" => (
+            fill(rest, "6c1ee7d2-0000-4000-8000-000000000000"),
+            body(json!({"AuthMethod": AUTH_METHOD, "BindType": "node", "BindName": NODE})),
+        ),
+        "POST /v1/acl/login" => (
+            rest.to_string(),
+            body(json!({"AuthMethod": AUTH_METHOD, "BearerToken": "not.a.jwt"})),
+        ),
         "POST /v1/acl/templated-policy/preview/{*name}" => (
             fill(rest, "builtin/service"),
             body(json!({"Name": SERVICE})),
@@ -657,7 +719,12 @@ fn every_http_row_allows_what_it_names_and_refuses_the_rest() {
         match needs {
             Needs::Nothing => check("anonymous", h.call(door, "", &fx), &not_refused),
             Needs::KnownToken => {
-                let known = h.token("");
+                // Logging out needs a token login made.
+                let known = if door == "POST /v1/acl/logout" {
+                    fx.login_token.clone()
+                } else {
+                    h.token("")
+                };
                 check("a known token", h.call(door, &known, &fx), &not_refused);
                 check(
                     "an unknown token",

@@ -81,7 +81,7 @@ fn nested(field: &str) -> Option<&'static [&'static str]> {
         "ServiceIdentities" => Some(SERVICE_IDENTITY),
         "NodeIdentities" => Some(NODE_IDENTITY),
         "TemplatedPolicies" => Some(TEMPLATED_POLICY),
-        "TemplateVariables" => Some(TEMPLATE_VARIABLES),
+        "TemplateVariables" | "BindVars" => Some(TEMPLATE_VARIABLES),
         _ => None,
     }
 }
@@ -89,12 +89,23 @@ fn nested(field: &str) -> Option<&'static [&'static str]> {
 /// Renames `object`'s keys to the allowed spelling (ignoring case and
 /// underscores); an unknown one is Consul's decoding error.
 fn canonical(object: Map<String, Value>, allowed: &[&str], what: &str) -> Result<Value, ApiError> {
+    canonical_as(object, allowed, &format!("{what} decoding failed"))
+}
+
+/// [`canonical`] with the whole error prefix (`Failed to decode request
+/// body`).
+fn canonical_as(
+    object: Map<String, Value>,
+    allowed: &[&str],
+    prefix: &str,
+) -> Result<Value, ApiError> {
+    let what = prefix;
     let fold = |s: &str| s.replace('_', "").to_ascii_lowercase();
     let mut out = Map::new();
     for (key, value) in object {
         let Some(name) = allowed.iter().find(|a| fold(a) == fold(&key)) else {
             return Err(ApiError::bad_request(format!(
-                "{what} decoding failed: json: unknown field {key:?}"
+                "{what}: json: unknown field {key:?}"
             )));
         };
         let value = match (nested(name), value) {
@@ -102,12 +113,12 @@ fn canonical(object: Map<String, Value>, allowed: &[&str], what: &str) -> Result
                 items
                     .into_iter()
                     .map(|item| match item {
-                        Value::Object(inner) => canonical(inner, fields, what),
+                        Value::Object(inner) => canonical_as(inner, fields, what),
                         other => Ok(other),
                     })
                     .collect::<Result<_, _>>()?,
             ),
-            (Some(fields), Value::Object(inner)) => canonical(inner, fields, what)?,
+            (Some(fields), Value::Object(inner)) => canonical_as(inner, fields, what)?,
             (_, value) => value,
         };
         out.insert(name.to_string(), value);
@@ -116,32 +127,41 @@ fn canonical(object: Map<String, Value>, allowed: &[&str], what: &str) -> Result
 }
 
 /// Decodes a body of `what` (`Token`, `Policy`, `Role`) with `allowed` fields.
-fn decode<T: DeserializeOwned + Default>(
+pub(crate) fn decode<T: DeserializeOwned + Default>(
     body: &[u8],
     allowed: &[&str],
     what: &str,
+) -> Result<T, ApiError> {
+    decode_as(body, allowed, &format!("{what} decoding failed"))
+}
+
+/// [`decode`] with the whole error prefix (`Failed to decode request
+/// body`, as Consul's login handler words it).
+pub(crate) fn decode_as<T: DeserializeOwned + Default>(
+    body: &[u8],
+    allowed: &[&str],
+    prefix: &str,
 ) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
     let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("{what} decoding failed: {e}")))?;
+        .map_err(|e| ApiError::bad_request(format!("{prefix}: {e}")))?;
     let Value::Object(object) = value else {
         return Err(ApiError::bad_request(format!(
-            "{what} decoding failed: json: cannot unmarshal into an object"
+            "{prefix}: json: cannot unmarshal into an object"
         )));
     };
-    let object = canonical(object, allowed, what)?;
+    let object = canonical_as(object, allowed, prefix)?;
     if object
         .get("Namespace")
         .is_some_and(|v| v != "" && v != "default")
     {
         return Err(ApiError::bad_request(format!(
-            "{what} decoding failed: \"Namespace\" field is not supported. Namespaces are a Consul Enterprise feature."
+            "{prefix}: \"Namespace\" field is not supported. Namespaces are a Consul Enterprise feature."
         )));
     }
-    serde_json::from_value(object)
-        .map_err(|e| ApiError::bad_request(format!("{what} decoding failed: {e}")))
+    serde_json::from_value(object).map_err(|e| ApiError::bad_request(format!("{prefix}: {e}")))
 }
 
 /// ACLs must be on at this agent.
@@ -157,7 +177,7 @@ pub(crate) fn enabled(st: &AppState) -> Result<(), ApiError> {
 }
 
 /// A read's value, or Consul's answer when there is none.
-fn found<T: serde::Serialize>(
+pub(crate) fn found<T: serde::Serialize>(
     req: &Req,
     result: legate_types::Queried<Option<T>>,
     missing: ApiError,

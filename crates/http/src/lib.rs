@@ -4,6 +4,7 @@
 //! through [`util::ApiError`]. They never touch a state store.
 
 mod acl;
+mod acl_auth;
 mod acl_templated;
 mod agent;
 mod agent_acl;
@@ -271,6 +272,18 @@ fn routes() -> Routes {
         .delete("/v1/acl/role/{id}", acl::role_delete)
         .get("/v1/acl/role/name/{*name}", acl::role_read_by_name)
         .get("/v1/acl/roles", acl::role_list)
+        .put("/v1/acl/auth-method", acl_auth::method_create)
+        .get("/v1/acl/auth-method/{name}", acl_auth::method_read)
+        .put("/v1/acl/auth-method/{name}", acl_auth::method_update)
+        .delete("/v1/acl/auth-method/{name}", acl_auth::method_delete)
+        .get("/v1/acl/auth-methods", acl_auth::method_list)
+        .put("/v1/acl/binding-rule", acl_auth::rule_create)
+        .get("/v1/acl/binding-rule/{id}", acl_auth::rule_read)
+        .put("/v1/acl/binding-rule/{id}", acl_auth::rule_update)
+        .delete("/v1/acl/binding-rule/{id}", acl_auth::rule_delete)
+        .get("/v1/acl/binding-rules", acl_auth::rule_list)
+        .post("/v1/acl/login", acl_auth::login)
+        .post("/v1/acl/logout", acl_auth::logout)
         .get("/v1/acl/templated-policies", acl_templated::list)
         .get("/v1/acl/templated-policy/name/{*name}", acl_templated::read)
         .post(

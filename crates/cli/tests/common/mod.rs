@@ -7,6 +7,7 @@ pub mod acl;
 pub mod certs;
 pub mod datacenters;
 pub mod dig;
+pub mod jwt;
 pub mod mesh;
 pub mod wanfed;
 
