@@ -1,0 +1,378 @@
+//! JWT auth methods through the binary: a method trusting a key the test
+//! made (static PEM, a JWKS served over HTTPS with the test's own CA, and
+//! OIDC discovery), binding rules on the mapped claims, login and logout
+//! in Consul's shapes, and every bad JWT refused with Consul's text and
+//! nothing created.
+
+mod common;
+
+use std::time::Duration;
+
+use common::acl::{Acl, ROOT};
+use common::jwt::{now, Signer};
+use serde_json::{json, Value};
+
+const ISSUER: &str = "https://issuer.test";
+
+fn claims(service: &str, groups: &[&str]) -> Value {
+    let now = now();
+    json!({"iss": ISSUER, "aud": "consul", "sub": service, "iat": now, "exp": now + 300,
+           "service": service, "groups": groups})
+}
+
+fn login(acl: &Acl, method: &str, jwt: &str) -> (u16, String) {
+    let body = json!({"AuthMethod": method, "BearerToken": jwt, "Meta": {"pod": "p-1"}});
+    let (status, _, text) = acl.call("POST", "/v1/acl/login", None, Some(&body.to_string()));
+    (status, text)
+}
+
+fn token_count(acl: &Acl) -> usize {
+    acl.json("GET", "/v1/acl/tokens", ROOT, None)
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+/// A method over `keys` mapping `service` and `groups`, with a rule
+/// binding the service identity of members of `ops`.
+fn method_with_rules(acl: &Acl, name: &str, key_config: Value) {
+    let mut config = json!({"BoundIssuer": ISSUER, "BoundAudiences": ["consul"],
+        "ClaimMappings": {"service": "svc"}, "ListClaimMappings": {"groups": "groups"}});
+    for (k, v) in key_config.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    let method = acl.json(
+        "PUT",
+        "/v1/acl/auth-method",
+        ROOT,
+        Some(
+            &json!({"Name": name, "Type": "jwt", "MaxTokenTTL": "10m", "Config": config})
+                .to_string(),
+        ),
+    );
+    assert_eq!(method["MaxTokenTTL"], "10m0s");
+    acl.json(
+        "PUT",
+        "/v1/acl/binding-rule",
+        ROOT,
+        Some(
+            &json!({"AuthMethod": name, "Selector": "\"ops\" in list.groups",
+                     "BindType": "service", "BindName": "${value.svc}"})
+            .to_string(),
+        ),
+    );
+}
+
+#[test]
+fn a_jwt_logs_in_as_its_service_and_logs_out() {
+    let acl = Acl::start();
+    let signer = Signer::generate();
+    method_with_rules(
+        &acl,
+        "static",
+        json!({"JWTValidationPubKeys": [signer.public_pem()]}),
+    );
+    acl.json(
+        "PUT",
+        "/v1/acl/role",
+        ROOT,
+        Some(r#"{"Name": "readers", "Policies": []}"#),
+    );
+    acl.json(
+        "PUT",
+        "/v1/acl/binding-rule",
+        ROOT,
+        Some(r#"{"AuthMethod": "static", "BindType": "role", "BindName": "readers"}"#),
+    );
+    // A rule naming a role that does not exist is skipped, as in Consul.
+    acl.json(
+        "PUT",
+        "/v1/acl/binding-rule",
+        ROOT,
+        Some(r#"{"AuthMethod": "static", "BindType": "role", "BindName": "ghosts"}"#),
+    );
+
+    let (status, text) = login(&acl, "static", &signer.sign(&claims("Web", &["ops"]), None));
+    assert_eq!(status, 200, "{text}");
+    let token: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        token["ServiceIdentities"],
+        json!([{"ServiceName": "web"}]),
+        "values lower-cased"
+    );
+    assert_eq!(token["Roles"][0]["Name"], "readers");
+    assert_eq!(token["Roles"].as_array().unwrap().len(), 1);
+    assert_eq!(token["AuthMethod"], "static");
+    assert_eq!(token["Local"], true);
+    assert_eq!(
+        token["Description"],
+        r#"token created via login: {"pod":"p-1"}"#
+    );
+    let created = humantime::parse_rfc3339(token["CreateTime"].as_str().unwrap()).unwrap();
+    let expires = humantime::parse_rfc3339(token["ExpirationTime"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        expires.duration_since(created).unwrap(),
+        Duration::from_secs(600)
+    );
+    let secret = token["SecretID"].as_str().unwrap();
+    // The token is the service's identity.
+    let register = |name: &str| {
+        acl.call(
+            "PUT",
+            "/v1/agent/service/register",
+            Some(secret),
+            Some(&format!(r#"{{"Name": "{name}", "Port": 80}}"#)),
+        )
+        .0
+    };
+    assert_eq!(register("web"), 200);
+    assert_eq!(register("db"), 403);
+    let listed = acl.json("GET", "/v1/acl/tokens?authmethod=static", ROOT, None);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+
+    // Logout deletes it; it is unknown afterwards.
+    let (status, _, body) = acl.call("POST", "/v1/acl/logout", Some(secret), None);
+    assert_eq!((status, body.as_str()), (200, "true"));
+    let (status, _, body) = acl.call("POST", "/v1/acl/logout", Some(secret), None);
+    assert_eq!((status, body.as_str()), (403, "ACL not found"));
+    let (status, _, body) = acl.call("POST", "/v1/acl/logout", None, None);
+    assert_eq!(
+        (status, body.as_str()),
+        (401, "Supplied token does not exist")
+    );
+    let (status, _, body) = acl.call("POST", "/v1/acl/logout", Some(ROOT), None);
+    assert_eq!(
+        (status, body.as_str()),
+        (403, "Permission denied: token wasn't created via login")
+    );
+
+    // Deleting the method takes its rules and its tokens.
+    let (status, _) = login(&acl, "static", &signer.sign(&claims("web", &["ops"]), None));
+    assert_eq!(status, 200);
+    let before = token_count(&acl);
+    let (status, _, _) = acl.call("DELETE", "/v1/acl/auth-method/static", Some(ROOT), None);
+    assert_eq!(status, 200);
+    assert_eq!(token_count(&acl), before - 1);
+    let rules = acl.json("GET", "/v1/acl/binding-rules", ROOT, None);
+    assert_eq!(rules, json!([]));
+}
+
+#[test]
+fn bad_jwts_are_refused_with_consuls_texts_and_create_nothing() {
+    let acl = Acl::start();
+    let signer = Signer::generate();
+    method_with_rules(
+        &acl,
+        "m",
+        json!({"JWTValidationPubKeys": [signer.public_pem()]}),
+    );
+    let before = token_count(&acl);
+    let now = now();
+    let jose = "error validating claims: go-jose/go-jose/jwt: validation failed, ";
+    let with = |changes: Value| {
+        let mut c = claims("web", &["ops"]);
+        for (k, v) in changes.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        signer.sign(&c, None)
+    };
+    let cases = [
+        (
+            Signer::generate().sign(&claims("web", &["ops"]), None),
+            500,
+            "no known key successfully validated the token signature".to_string(),
+        ),
+        (
+            with(json!({"iss": "https://evil"})),
+            500,
+            format!("{jose}invalid issuer claim (iss)"),
+        ),
+        (
+            with(json!({"aud": "other"})),
+            500,
+            "error validating claims: aud claim does not match any bound audience".into(),
+        ),
+        (
+            with(json!({"exp": now - 120})),
+            500,
+            format!("{jose}token is expired (exp)"),
+        ),
+        (
+            with(json!({"nbf": now + 600})),
+            500,
+            format!("{jose}token not valid yet (nbf)"),
+        ),
+        // Claims no rule selects.
+        (
+            with(json!({"groups": ["dev"]})),
+            403,
+            "Permission denied".into(),
+        ),
+        (
+            "garbage".to_string(),
+            500,
+            "error parsing token: go-jose/go-jose: compact JWS format must have three parts".into(),
+        ),
+    ];
+    for (jwt, status, text) in cases {
+        assert_eq!(login(&acl, "m", &jwt), (status, text));
+    }
+    assert_eq!(
+        login(&acl, "nope", &with(json!({}))),
+        (403, "ACL not found: auth method \"nope\" not found".into())
+    );
+    assert_eq!(token_count(&acl), before, "nothing created");
+
+    // Methods and rules that do not check out.
+    let refused = |path: &str, body: Value| {
+        let (status, _, text) = acl.call("PUT", path, Some(ROOT), Some(&body.to_string()));
+        (status, text)
+    };
+    assert_eq!(
+        refused("/v1/acl/binding-rule", json!({"AuthMethod": "m", "Selector": "value.svc ==", "BindType": "service", "BindName": "x"})).0,
+        500
+    );
+    assert!(refused("/v1/acl/binding-rule", json!({"AuthMethod": "m", "Selector": "value.svc ==", "BindType": "service", "BindName": "x"}))
+        .1
+        .starts_with("invalid Binding Rule: Selector is invalid: "));
+    assert_eq!(
+        refused("/v1/acl/binding-rule", json!({"AuthMethod": "m", "BindType": "service", "BindName": "${value.nope}"})),
+        (500, "Invalid Binding Rule: invalid BindName or BindVars: error interpreting template: unknown variable accessed: value.nope".into())
+    );
+    assert_eq!(
+        refused(
+            "/v1/acl/binding-rule",
+            json!({"AuthMethod": "m", "BindType": "everything", "BindName": "x"})
+        ),
+        (
+            500,
+            "Invalid Binding Rule: unknown BindType \"everything\"".into()
+        )
+    );
+    assert_eq!(
+        refused(
+            "/v1/acl/auth-method",
+            json!({"Name": "k8s", "Type": "kubernetes"})
+        ),
+        (
+            500,
+            "Invalid Auth Method: Type should be one of: [jwt]".into()
+        )
+    );
+    assert_eq!(
+        refused(
+            "/v1/acl/auth-method",
+            json!({"Name": "t", "Type": "jwt", "MaxTokenTTL": "48h", "Config": {"JWKSURL": "https://x"}})
+        ),
+        (
+            500,
+            "MaxTokenTTL 48h0m0s cannot be more than 24h0m0s".into()
+        )
+    );
+    assert_eq!(
+        refused("/v1/acl/auth-method", json!({"Name": "t", "Type": "jwt", "Config": {}})),
+        (500, "Invalid Auth Method: exactly one of 'JWTValidationPubKeys', 'JWKSURL', or 'OIDCDiscoveryURL' must be set for type \"jwt\"".into())
+    );
+    // An unreadable JWKS URL: refused at write.
+    let closed = common::free_port();
+    let (status, text) = refused(
+        "/v1/acl/auth-method",
+        json!({"Name": "t", "Type": "jwt", "Config": {"JWKSURL": format!("https://127.0.0.1:{closed}/keys")}}),
+    );
+    assert_eq!(status, 500);
+    assert!(
+        text.starts_with(
+            "Invalid Auth Method: error checking JWKSURL: fetching keys oidc: get keys failed: "
+        ),
+        "{text}"
+    );
+    let (status, _, text) = acl.call("GET", "/v1/acl/auth-method/t", Some(ROOT), None);
+    assert_eq!(
+        (status, text.as_str()),
+        (404, "Requested auth method does not exist: ACL not found")
+    );
+}
+
+/// `openssl s_server -WWW` serving the files of `dir` over HTTPS with the
+/// test CA's server certificate (names `localhost`).
+fn https_files(dir: &std::path::Path, certs: &std::path::Path, port: u16) -> std::process::Child {
+    let d = certs.display();
+    let child = std::process::Command::new("openssl")
+        .args(["s_server", "-quiet", "-WWW", "-accept"])
+        .arg(port.to_string())
+        .arg("-cert")
+        .arg(format!("{d}/dc1-server-consul-0.pem"))
+        .arg("-key")
+        .arg(format!("{d}/dc1-server-consul-0-key.pem"))
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(|_| ())
+    });
+    child
+}
+
+#[test]
+fn keys_from_a_jwks_and_from_oidc_discovery_over_https() {
+    let certs = tempfile::tempdir().unwrap();
+    common::server_tls_config(certs.path(), "vm", "");
+    let ca = std::fs::read_to_string(certs.path().join("consul-agent-ca.pem")).unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let signer = Signer::generate();
+    let other = Signer::generate();
+    std::fs::write(
+        files.path().join("jwks.json"),
+        json!({"keys": [other.jwk("k0"), signer.jwk("k1")]}).to_string(),
+    )
+    .unwrap();
+    let port = common::free_port();
+    let base = format!("https://localhost:{port}");
+    std::fs::create_dir(files.path().join(".well-known")).unwrap();
+    std::fs::write(
+        files.path().join(".well-known/openid-configuration"),
+        json!({"issuer": base, "jwks_uri": format!("{base}/jwks.json")}).to_string(),
+    )
+    .unwrap();
+    let mut server = https_files(files.path(), certs.path(), port);
+    let acl = Acl::start();
+    method_with_rules(
+        &acl,
+        "jwks",
+        json!({"JWKSURL": format!("{base}/jwks.json"), "JWKSCACert": ca}),
+    );
+    let (status, text) = login(
+        &acl,
+        "jwks",
+        &signer.sign(&claims("api", &["ops"]), Some("k1")),
+    );
+    assert_eq!(status, 200, "{text}");
+    // Without the CA the URL is not trusted.
+    let (status, _, text) = acl.call(
+        "PUT",
+        "/v1/acl/auth-method",
+        Some(ROOT),
+        Some(&json!({"Name": "untrusted", "Type": "jwt", "Config": {"JWKSURL": format!("{base}/jwks.json")}}).to_string()),
+    );
+    assert_eq!(status, 500);
+    assert!(text.contains("error checking JWKSURL"), "{text}");
+    // OIDC discovery: the issuer's document names the JWKS.
+    method_with_rules(
+        &acl,
+        "oidc",
+        json!({"OIDCDiscoveryURL": base, "OIDCDiscoveryCACert": ca, "BoundIssuer": ISSUER}),
+    );
+    let (status, text) = login(
+        &acl,
+        "oidc",
+        &signer.sign(&claims("api", &["ops"]), Some("k1")),
+    );
+    assert_eq!(status, 200, "{text}");
+    let _ = server.kill();
+    let _ = server.wait();
+}
