@@ -293,31 +293,6 @@ fn bad_jwts_are_refused_with_consuls_texts_and_create_nothing() {
     );
 }
 
-/// `openssl s_server -WWW` serving the files of `dir` over HTTPS with the
-/// test CA's server certificate (names `localhost`).
-fn https_files(dir: &std::path::Path, certs: &std::path::Path, port: u16) -> std::process::Child {
-    let d = certs.display();
-    let child = std::process::Command::new("openssl")
-        .args(["s_server", "-quiet", "-WWW", "-accept"])
-        .arg(port.to_string())
-        .arg("-cert")
-        .arg(format!("{d}/dc1-server-consul-0.pem"))
-        .arg("-key")
-        .arg(format!("{d}/dc1-server-consul-0-key.pem"))
-        .current_dir(dir)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::eventually(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .map(|_| ())
-    });
-    child
-}
-
 #[test]
 fn keys_from_a_jwks_and_from_oidc_discovery_over_https() {
     let certs = tempfile::tempdir().unwrap();
@@ -339,7 +314,8 @@ fn keys_from_a_jwks_and_from_oidc_discovery_over_https() {
         json!({"issuer": base, "jwks_uri": format!("{base}/jwks.json")}).to_string(),
     )
     .unwrap();
-    let mut server = https_files(files.path(), certs.path(), port);
+    // `openssl s_server -WWW` serves the directory's files over HTTPS.
+    let mut server = common::openssl_server(certs.path(), port, &["-WWW"], files.path());
     let acl = Acl::start();
     method_with_rules(
         &acl,

@@ -221,36 +221,17 @@ fn mutual_tls_server(dir: &std::path::Path, port: u16) -> ChildGuard {
 
 /// As [`mutual_tls_server`], with more `openssl s_server` arguments.
 fn tls_server(dir: &std::path::Path, port: u16, more: &[&str]) -> ChildGuard {
-    let d = dir.display();
-    let child = std::process::Command::new("openssl")
-        .args([
-            "s_server",
-            "-quiet",
-            "-www",
-            "-Verify",
-            "1",
-            "-verify_return_error",
-        ])
-        .args(more)
-        .arg("-accept")
-        .arg(port.to_string())
-        .arg("-cert")
-        .arg(format!("{d}/dc1-server-consul-0.pem"))
-        .arg("-key")
-        .arg(format!("{d}/dc1-server-consul-0-key.pem"))
-        .arg("-CAfile")
-        .arg(format!("{d}/consul-agent-ca.pem"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::eventually(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .map(|_| ())
-    });
-    ChildGuard(child)
+    let ca = format!("{}/consul-agent-ca.pem", dir.display());
+    let mut args = vec![
+        "-www",
+        "-Verify",
+        "1",
+        "-verify_return_error",
+        "-CAfile",
+        &ca,
+    ];
+    args.extend_from_slice(more);
+    ChildGuard(common::openssl_server(dir, port, &args, dir))
 }
 
 /// Kills the child when dropped.

@@ -476,6 +476,34 @@ pub fn server_tls_config(dir: &Path, node: &str, extra: &str) -> String {
     )
 }
 
+/// `openssl s_server -quiet` on `port` with the certificate
+/// [`server_tls_config`] wrote in `certs`, `args` added, run in `cwd`;
+/// returns once the port accepts connections.
+pub fn openssl_server(certs: &Path, port: u16, args: &[&str], cwd: &Path) -> std::process::Child {
+    let d = certs.display();
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet"])
+        .args(args)
+        .arg("-accept")
+        .arg(port.to_string())
+        .arg("-cert")
+        .arg(format!("{d}/dc1-server-consul-0.pem"))
+        .arg("-key")
+        .arg(format!("{d}/dc1-server-consul-0-key.pem"))
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(std::time::Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(|_| ())
+    });
+    child
+}
+
 /// Writes a file under `dir`.
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
