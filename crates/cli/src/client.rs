@@ -214,6 +214,13 @@ impl Client {
         }
     }
 
+    /// The same client sending no ACL token (whatever the flags and the
+    /// environment said).
+    pub fn without_token(mut self) -> Client {
+        self.token = None;
+        self
+    }
+
     /// Sends a request; returns the status and body of any answer.
     pub async fn call(
         &self,

@@ -96,6 +96,10 @@ enum Command {
     /// Saves, restores and inspects snapshots of the cluster's state.
     #[command(subcommand)]
     Snapshot(commands::snapshot::SnapshotCommand),
+    /// Exchanges a bearer token for an ACL token through an auth method.
+    Login(commands::login::LoginArgs),
+    /// Gives back a token made by login.
+    Logout(commands::login::LogoutArgs),
     /// Runs a command while holding a lock in the KV store.
     Lock(commands::lock::LockArgs),
     /// Runs a command on the agents the filters pick (remote execution).
@@ -185,6 +189,8 @@ fn main() -> ExitCode {
             Command::Keyring(args) => commands::operator::keyring(args).await,
             Command::Snapshot(cmd) => commands::snapshot::run(cmd).await,
             Command::Lock(args) => commands::lock::run(args).await,
+            Command::Login(args) => commands::login::login(args).await,
+            Command::Logout(args) => commands::login::logout(args).await,
             Command::Exec(args) => commands::exec::run(args).await,
             Command::Debug(args) => commands::debug::run(args).await,
         }

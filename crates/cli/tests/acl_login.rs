@@ -352,3 +352,121 @@ fn keys_from_a_jwks_and_from_oidc_discovery_over_https() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+#[test]
+fn the_cli_makes_methods_and_rules_and_logs_in_and_out() {
+    let acl = Acl::start();
+    let dir = tempfile::tempdir().unwrap();
+    let signer = Signer::generate();
+    let config = json!({"JWTValidationPubKeys": [signer.public_pem()], "BoundIssuer": ISSUER,
+        "BoundAudiences": ["consul"], "ClaimMappings": {"service": "svc"}});
+    let config_file = common::write(dir.path(), "config.json", &config.to_string());
+    let (code, out, err) = acl.cli_as_root(&[
+        "acl",
+        "auth-method",
+        "create",
+        "-type",
+        "jwt",
+        "-name",
+        "cli-jwt",
+        "-max-token-ttl",
+        "5m",
+        "-description",
+        "from the CLI",
+        "-config",
+        &format!("@{}", config_file.display()),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("Name:          cli-jwt\nType:          jwt\nDescription:   from the CLI\nMaxTokenTTL:   5m0s\nConfig:\n{"),
+        "{out}"
+    );
+    let (code, out, err) = acl.cli_as_root(&[
+        "acl",
+        "binding-rule",
+        "create",
+        "-method",
+        "cli-jwt",
+        "-bind-type",
+        "service",
+        "-bind-name",
+        "${value.svc}",
+        "-selector",
+        "value.svc != \"\"",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("AuthMethod:   cli-jwt\n") && out.contains("BindName:     ${value.svc}\n"),
+        "{out}"
+    );
+    let id = out
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("ID:")
+        .trim()
+        .to_string();
+    // A prefix of the ID names the rule.
+    let (code, out, _) = acl.cli_as_root(&["acl", "binding-rule", "read", "-id", &id[..8]]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains(&id));
+    let (_, out, _) = acl.cli_as_root(&["acl", "auth-method", "list"]);
+    assert_eq!(
+        out,
+        "cli-jwt:\n   Type:         jwt\n   Description:  from the CLI\n"
+    );
+
+    // Login writes the SecretID alone to the sink, mode 0600.
+    let jwt = common::write(dir.path(), "jwt", &signer.sign(&claims("api", &[]), None));
+    let sink = dir.path().join("token");
+    let out = acl.agent.cli(&[
+        "login",
+        "-method",
+        "cli-jwt",
+        "-bearer-token-file",
+        jwt.to_str().unwrap(),
+        "-token-sink-file",
+        sink.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let secret = std::fs::read_to_string(&sink).unwrap();
+    let me = acl.json("GET", "/v1/acl/token/self", &secret, None);
+    assert_eq!(me["ServiceIdentities"], json!([{"ServiceName": "api"}]));
+    let out = acl.agent.cli(&["logout", "-token", &secret]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, _, _) = acl.call("GET", "/v1/acl/token/self", Some(&secret), None);
+    assert_ne!(status, 200, "logged out");
+    // Bad runs: Consul's texts.
+    let empty = common::write(dir.path(), "empty", "  \n");
+    for (args, text) in [
+        (vec!["login", "-method", "cli-jwt", "-token-sink-file", "/tmp/x"], "Missing required '-bearer-token-file' flag".to_string()),
+        (
+            vec!["login", "-method", "cli-jwt", "-bearer-token-file", empty.to_str().unwrap(), "-token-sink-file", "/tmp/x"],
+            format!("No bearer token found in {}", empty.display()),
+        ),
+        (
+            vec!["login", "-method", "nope", "-bearer-token-file", jwt.to_str().unwrap(), "-token-sink-file", "/tmp/x"],
+            "Error logging in: Unexpected response code: 403 (ACL not found: auth method \"nope\" not found)".to_string(),
+        ),
+        (vec!["acl", "auth-method", "read"], "Must specify the -name parameter".to_string()),
+    ] {
+        let out = acl.agent.cli(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&text), "{args:?}: {err}");
+    }
+    let (code, out, _) = acl.cli_as_root(&["acl", "auth-method", "delete", "-name", "cli-jwt"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "Auth method \"cli-jwt\" deleted successfully\n")
+    );
+}

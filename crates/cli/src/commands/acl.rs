@@ -26,6 +26,12 @@ pub enum AclCommand {
     /// Templated policy commands.
     #[command(subcommand)]
     TemplatedPolicy(super::acl_templated::TemplatedPolicyCommand),
+    /// Auth method commands.
+    #[command(subcommand)]
+    AuthMethod(super::acl_auth::AuthMethodCommand),
+    /// Binding rule commands.
+    #[command(subcommand)]
+    BindingRule(super::acl_auth::BindingRuleCommand),
     /// Sets one of the agent's tokens: `set-agent-token <type> <token>`.
     SetAgentToken(SetAgentTokenArgs),
 }
@@ -407,6 +413,8 @@ pub async fn run(cmd: AclCommand) -> u8 {
         AclCommand::Policy(cmd) => policy(cmd).await,
         AclCommand::Role(cmd) => super::acl_role::run(cmd).await,
         AclCommand::TemplatedPolicy(cmd) => super::acl_templated::run(cmd).await,
+        AclCommand::AuthMethod(cmd) => super::acl_auth::run_methods(cmd).await,
+        AclCommand::BindingRule(cmd) => super::acl_auth::run_rules(cmd).await,
         AclCommand::SetAgentToken(args) => {
             let [kind, secret] = args.args.as_slice() else {
                 return fail("Missing TYPE and TOKEN arguments");

@@ -1,6 +1,7 @@
 //! The HTTP-client commands.
 
 pub mod acl;
+pub mod acl_auth;
 pub mod acl_role;
 pub mod acl_templated;
 pub mod catalog;
@@ -14,6 +15,7 @@ pub mod grpc_certs;
 pub mod intention;
 pub mod kv;
 pub mod lock;
+pub mod login;
 pub mod misc;
 pub mod operator;
 pub mod rtt;
