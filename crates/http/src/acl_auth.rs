@@ -14,7 +14,10 @@ use crate::acl::{decode, decode_as, enabled, found};
 use crate::util::{json, ApiError, ApiResult};
 use crate::{AppState, Req};
 
+/// `TokenNameFormat` (newer Consul) is taken and not kept: Legate's
+/// tokens have no names.
 const AUTH_METHOD: &[&str] = &[
+    "TokenNameFormat",
     "MaxTokenTTL",
     "Name",
     "Type",
