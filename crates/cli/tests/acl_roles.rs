@@ -28,7 +28,7 @@ fn roles_and_token_clone_and_update_through_the_cli() {
     assert!(err.contains("Missing required '-name' flag"), "{err}");
     let (code, _, err) = cli(&["acl", "role", "create", "-name", "empty"]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("Cannot create a role without specifying -policy-name, -policy-id, -service-identity, or -node-identity at least once"), "{err}");
+    assert!(err.contains("Cannot create a role without specifying -policy-name, -policy-id, -service-identity, -node-identity, -templated-policy-file or -templated-policy at least once"), "{err}");
     let (code, _, err) = cli(&[
         "acl",
         "role",
