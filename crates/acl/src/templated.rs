@@ -113,6 +113,19 @@ impl Template {
                         quoted(name)
                     ))
                 }
+                // Stricter than Consul, whose template pastes any name
+                // into the rules: a name that could end the rule's
+                // string (and add rules of its own) is refused.
+                "builtin/api-gateway"
+                    if name
+                        .chars()
+                        .any(|c| c == '"' || c == '\\' || c == '$' || c.is_control()) =>
+                {
+                    return Err(format!(
+                        "api gateway name {} has characters a rule name cannot hold",
+                        quoted(name)
+                    ))
+                }
                 _ => {}
             }
         }
@@ -200,6 +213,19 @@ mod tests {
             "1 error occurred:\n\t* name is required\n\n"
         );
         assert_eq!(gateway.validate(Some("Any Name")), Ok(()));
+        for injected in [
+            "x\" {policy=\"write\"}\nacl = \"write\"\nservice \"y",
+            "a\\b",
+            "${x}",
+        ] {
+            assert!(
+                gateway
+                    .validate(Some(injected))
+                    .unwrap_err()
+                    .contains("cannot hold"),
+                "{injected}"
+            );
+        }
         let dns = template("builtin/dns").unwrap();
         assert_eq!(dns.validate(None), Ok(()));
         assert!(template("builtin/workload-identity").is_none());

@@ -80,13 +80,12 @@ pub fn verify_signature(
         KeySource::Static => format!("error parsing token: {e}"),
         KeySource::Jwks => format!("error verifying token: oidc: malformed jwt: {e}"),
     })?;
-    // A JWKS key named by the header's `kid` is tried alone, as go-oidc
-    // does; otherwise every key is.
+    // With a JWKS, a token naming a `kid` is checked with that key alone,
+    // as go-oidc does (none when the set has no such key); otherwise, and
+    // with static keys, every key is tried.
     let kid = compact.header.get("kid").and_then(Value::as_str);
     let candidates: Vec<&PublicKey> = match kid {
-        Some(kid) if source == KeySource::Jwks && keys.iter().any(|k| k.kid == kid) => {
-            keys.iter().filter(|k| k.kid == kid).collect()
-        }
+        Some(kid) if source == KeySource::Jwks => keys.iter().filter(|k| k.kid == kid).collect(),
         _ => keys.iter().collect(),
     };
     if candidates.iter().any(|k| compact.verified_by(k)) {
@@ -96,6 +95,72 @@ pub fn verify_signature(
         KeySource::Static => "no known key successfully validated the token signature".into(),
         KeySource::Jwks => "error verifying token: failed to verify id token signature".into(),
     })
+}
+
+/// The algorithm a token's header names (`None` when it does not parse).
+pub fn algorithm(token: &str) -> Option<String> {
+    split(token).ok().and_then(|c| {
+        c.header
+            .get("alg")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    })
+}
+
+/// Checks a token verified with an OpenID Connect provider's keys as
+/// go-oidc's verifier does for Consul: signed with one of
+/// `JWTSupportedAlgs` (RS256 when none), issued by the provider itself
+/// (the discovery URL), with an `exp` that has not passed, and — when
+/// audiences are bound — for one of them (a token naming audiences is
+/// fine without bound ones here). The leeways and `BoundIssuer` are not
+/// used on this path, as in Consul.
+pub fn validate_oidc_claims(
+    alg: &str,
+    claims: &Map<String, Value>,
+    config: &JwtConfig,
+    now: f64,
+) -> Result<(), String> {
+    let allowed: Vec<&str> = if config.jwt_supported_algs.is_empty() {
+        vec!["RS256"]
+    } else {
+        config
+            .jwt_supported_algs
+            .iter()
+            .map(String::as_str)
+            .collect()
+    };
+    if !allowed.contains(&alg) {
+        return Err(format!(
+            "error validating signature: oidc: id token signed with unsupported algorithm, expected {allowed:?} got {alg:?}"
+        ));
+    }
+    let issuer = claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if issuer != config.oidc_discovery_url {
+        return Err(format!(
+            "error validating signature: oidc: id token issued by a different provider, expected {:?} got {issuer:?}",
+            config.oidc_discovery_url
+        ));
+    }
+    let Some(exp) = time_claim(claims, "exp") else {
+        return Err("error validating signature: oidc: token is missing exp".into());
+    };
+    if now > exp {
+        return Err("error validating signature: oidc: token is expired".into());
+    }
+    // go-oidc allows five minutes of clock skew before `nbf`.
+    if time_claim(claims, "nbf").is_some_and(|nbf| now + 300.0 < nbf) {
+        return Err(
+            "error validating signature: oidc: current time is before the nbf (not before) time"
+                .into(),
+        );
+    }
+    if config.bound_audiences.is_empty() {
+        return Ok(());
+    }
+    validate_audience(claims, &config.bound_audiences)
 }
 
 /// A NumericDate claim in seconds.

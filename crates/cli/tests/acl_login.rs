@@ -337,18 +337,42 @@ fn keys_from_a_jwks_and_from_oidc_discovery_over_https() {
     );
     assert_eq!(status, 500);
     assert!(text.contains("error checking JWKSURL"), "{text}");
-    // OIDC discovery: the issuer's document names the JWKS.
+    // OIDC discovery: the issuer's document names the JWKS; tokens must be
+    // the provider's own (`iss`), signed with an allowed algorithm.
     method_with_rules(
         &acl,
         "oidc",
-        json!({"OIDCDiscoveryURL": base, "OIDCDiscoveryCACert": ca, "BoundIssuer": ISSUER}),
+        json!({"OIDCDiscoveryURL": base, "OIDCDiscoveryCACert": ca, "JWTSupportedAlgs": ["ES256"]}),
     );
-    let (status, text) = login(
-        &acl,
-        "oidc",
-        &signer.sign(&claims("api", &["ops"]), Some("k1")),
-    );
+    let mut provider_claims = claims("api", &["ops"]);
+    provider_claims["iss"] = json!(base);
+    let (status, text) = login(&acl, "oidc", &signer.sign(&provider_claims, Some("k1")));
     assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        login(&acl, "oidc", &signer.sign(&claims("api", &["ops"]), Some("k1"))),
+        (500, format!("error validating signature: oidc: id token issued by a different provider, expected {base:?} got \"{ISSUER}\""))
+    );
+    method_with_rules(
+        &acl,
+        "oidc-rs",
+        json!({"OIDCDiscoveryURL": base, "OIDCDiscoveryCACert": ca}),
+    );
+    assert_eq!(
+        login(&acl, "oidc-rs", &signer.sign(&provider_claims, Some("k1"))),
+        (500, "error validating signature: oidc: id token signed with unsupported algorithm, expected [\"RS256\"] got \"ES256\"".into())
+    );
+    // A `kid` the JWKS does not hold is no key at all.
+    assert_eq!(
+        login(
+            &acl,
+            "jwks",
+            &signer.sign(&claims("api", &["ops"]), Some("k9"))
+        ),
+        (
+            500,
+            "error verifying token: failed to verify id token signature".into()
+        )
+    );
     let _ = server.kill();
     let _ = server.wait();
 }

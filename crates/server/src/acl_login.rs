@@ -31,6 +31,10 @@ pub const LIVE_TOKENS_PER_IDENTITY: usize = 1024;
 const KEYS_FRESH_FOR: Duration = Duration::from_secs(300);
 /// How long a fetch of a JWKS or discovery document may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest JWKS or discovery document read.
+const MAX_DOCUMENT_BYTES: usize = 1 << 20;
+/// The shortest time between two fetches a failed signature asks for.
+const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 
 /// Keys fetched for one auth method.
 #[derive(Debug, Clone)]
@@ -122,9 +126,12 @@ fn description(meta: &std::collections::BTreeMap<String, String>) -> String {
     }
 }
 
-/// A GET of a JSON document over HTTPS, trusting `ca` when given.
+/// A GET of a JSON document (at most [`MAX_DOCUMENT_BYTES`], no
+/// redirects), trusting `ca` when given.
 async fn fetch_json(url: &str, ca: &str) -> Result<serde_json::Value, String> {
-    let mut client = reqwest::Client::builder().timeout(FETCH_TIMEOUT);
+    let mut client = reqwest::Client::builder()
+        .timeout(FETCH_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none());
     if !ca.is_empty() {
         let cert = reqwest::Certificate::from_pem(ca.as_bytes()).map_err(|e| e.to_string())?;
         client = client
@@ -132,19 +139,23 @@ async fn fetch_json(url: &str, ca: &str) -> Result<serde_json::Value, String> {
             .add_root_certificate(cert);
     }
     let client = client.build().map_err(|e| e.to_string())?;
-    let response = client
+    let mut response = client
         .get(url)
         .send()
         .await
         .map_err(|e| format!("Get {url:?}: {e}"))?;
     let status = response.status();
-    let body = response.bytes().await.map_err(|e| e.to_string())?;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes"));
+        }
+    }
     if !status.is_success() {
-        return Err(format!(
-            "{} {}",
-            status,
-            String::from_utf8_lossy(&body).trim()
-        ));
+        let text = String::from_utf8_lossy(&body);
+        let shown: String = text.trim().chars().take(256).collect();
+        return Err(format!("{status} {shown}"));
     }
     serde_json::from_slice(&body).map_err(|e| e.to_string())
 }
@@ -216,8 +227,14 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&method.name)
-            .filter(|f| f.version == method.modify_index && f.at.elapsed() < KEYS_FRESH_FOR)
-            .filter(|_| !refresh)
+            .filter(|f| f.version == method.modify_index)
+            .filter(|f| {
+                if refresh {
+                    f.at.elapsed() < REFETCH_AT_MOST_EVERY
+                } else {
+                    f.at.elapsed() < KEYS_FRESH_FOR
+                }
+            })
             .map(|f| f.keys.clone());
         if let Some(keys) = cached {
             return Ok((keys, KeySource::Jwks));
@@ -263,8 +280,12 @@ impl Server {
             .await
             .map_err(failed)?;
         let claims = match verify_signature(&request.bearer_token, &keys, source) {
-            // A JWKS may have rotated: fetch it again once.
-            Err(_) if source == KeySource::Jwks => {
+            // A JWKS may have rotated: a well-formed token its keys do not
+            // verify has them fetched again (at most every 10 s).
+            Err(e)
+                if source == KeySource::Jwks
+                    && e.ends_with("failed to verify id token signature") =>
+            {
                 let (keys, _) = self
                     .login_keys(&method, &config, true)
                     .await
@@ -279,7 +300,13 @@ impl Server {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64();
-        validate_claims(&claims, &config, seconds).map_err(failed)?;
+        if config.oidc_discovery_url.is_empty() {
+            validate_claims(&claims, &config, seconds).map_err(failed)?;
+        } else {
+            let alg = legate_auth::jwt::algorithm(&request.bearer_token).unwrap_or_default();
+            legate_auth::jwt::validate_oidc_claims(&alg, &claims, &config, seconds)
+                .map_err(failed)?;
+        }
         let identity = Identity::from_claims(&claims, &config).map_err(failed)?;
         let mut token = self.bind(&method, &identity)?;
         token.description = description(&request.meta);

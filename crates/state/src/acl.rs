@@ -25,6 +25,15 @@ impl Tables {
         if token.accessor_id.is_empty() || token.secret_id.is_empty() {
             return Err("Invalid Token: missing AccessorID or SecretID".into());
         }
+        // A login token whose method went away while it was being made
+        // (Consul's state store refuses it the same way).
+        if !token.auth_method.is_empty() && !self.acl_auth_methods.contains_key(&token.auth_method)
+        {
+            return Err(format!(
+                "No such auth method with Name: {}",
+                token.auth_method
+            ));
+        }
         if let Some(owner) = self.acl_token_secrets.get(&token.secret_id) {
             if owner != &token.accessor_id {
                 return Err("Invalid Token: SecretID is already in use".into());

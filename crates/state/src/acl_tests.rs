@@ -204,6 +204,13 @@ fn deleting_an_auth_method_takes_its_rules_and_tokens_and_all_survive_snapshots(
     let mut login = token("t1", "s1");
     login.auth_method = "m1".into();
     store.apply(6, &Command::AclTokenSet(Box::new(login)));
+    // A login token of a method that is gone is refused.
+    let mut orphan = token("t9", "s9");
+    orphan.auth_method = "gone".into();
+    assert_eq!(
+        store.apply(6, &Command::AclTokenSet(Box::new(orphan))),
+        CommandResult::Failed("No such auth method with Name: gone".into())
+    );
     store.apply(7, &Command::AclTokenSet(Box::new(token("t2", "s2"))));
     let bytes = store.snapshot().unwrap();
     let copy = StateStore::new();

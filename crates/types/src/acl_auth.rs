@@ -94,7 +94,7 @@ pub struct AclBindingRule {
 }
 
 /// `POST /v1/acl/login`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
 pub struct LoginRequest {
     /// The auth method to log in with.
@@ -106,6 +106,17 @@ pub struct LoginRequest {
     /// Free-form metadata put in the token's description.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub meta: std::collections::BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for LoginRequest {
+    /// The bearer token is a credential: never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("auth_method", &self.auth_method)
+            .field("bearer_token", &"<hidden>")
+            .field("meta", &self.meta)
+            .finish()
+    }
 }
 
 #[cfg(test)]

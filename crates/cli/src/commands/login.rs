@@ -51,11 +51,20 @@ fn write_sink(path: &str, secret: &str) -> std::io::Result<()> {
     if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let staged = target.with_extension("tmp-login");
+    // A new file of our own beside the target (never one left there or a
+    // link planted), then renamed over it.
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let staged = target.with_file_name(format!(".{name}.{}.{stamp}.tmp", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&staged)?;
     file.write_all(secret.as_bytes())?;
@@ -84,12 +93,13 @@ pub async fn login(mut args: LoginArgs) -> u8 {
     if bearer.is_empty() {
         return fail(format!("No bearer token found in {bearer_file}"));
     }
-    let meta: serde_json::Map<String, serde_json::Value> = args
-        .meta
-        .iter()
-        .filter_map(|m| m.split_once('='))
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
+    let mut meta = serde_json::Map::new();
+    for entry in &args.meta {
+        let Some((key, value)) = entry.split_once('=') else {
+            return fail(format!("Missing '=' in argument: {entry}"));
+        };
+        meta.insert(key.to_string(), json!(value));
+    }
     // Logging in uses no token of its own.
     args.http.token = None;
     args.http.token_file = None;
@@ -107,10 +117,13 @@ pub async fn login(mut args: LoginArgs) -> u8 {
         Ok(bytes) => bytes,
         Err(e) => return fail(format!("Error logging in: {e}")),
     };
-    let secret = serde_json::from_slice::<serde_json::Value>(&token)
+    let Some(secret) = serde_json::from_slice::<serde_json::Value>(&token)
         .ok()
         .and_then(|t| t["SecretID"].as_str().map(str::to_string))
-        .unwrap_or_default();
+        .filter(|s| !s.is_empty())
+    else {
+        return fail("Error logging in: the agent's answer holds no SecretID");
+    };
     match write_sink(&sink, &secret) {
         Ok(()) => 0,
         Err(e) => fail(format!("Error writing token to file sink: {e}")),
