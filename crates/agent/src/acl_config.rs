@@ -57,6 +57,9 @@ pub struct AclConfig {
     /// How many parsed policies a server keeps (`acl.policy_cache_size`,
     /// Legate's; `None`: 4,096).
     pub policy_cache_size: Option<usize>,
+    /// How many live login tokens one identity may hold per auth method
+    /// (`acl.login_tokens_per_identity`, Legate's; `None`: 1,024).
+    pub login_tokens_per_identity: Option<usize>,
     /// The tokens.
     pub tokens: AclTokens,
 }
@@ -75,6 +78,7 @@ impl Default for AclConfig {
             role_ttl: DEFAULT_ACL_TTL,
             token_cache_size: None,
             policy_cache_size: None,
+            login_tokens_per_identity: None,
             tokens: AclTokens::default(),
         }
     }
@@ -233,6 +237,7 @@ pub(crate) fn parse(
             .unwrap_or(DEFAULT_ACL_TTL),
         token_cache_size: cache_size(map, "token_cache_size")?,
         policy_cache_size: cache_size(map, "policy_cache_size")?,
+        login_tokens_per_identity: cache_size(map, "login_tokens_per_identity")?,
         tokens,
     })
 }

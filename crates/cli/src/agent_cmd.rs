@@ -631,6 +631,10 @@ async fn start_server(
             policy_cache_capacity: config.acl.policy_cache_size.unwrap_or(4096),
             down_policy: legate_acl::DownPolicy::parse(&config.acl.down_policy).unwrap_or_default(),
             token_ttl: config.acl.token_ttl,
+            login_tokens_per_identity: config
+                .acl
+                .login_tokens_per_identity
+                .unwrap_or(legate_server::LIVE_TOKENS_PER_IDENTITY),
             replication_token,
         },
     })

@@ -494,3 +494,38 @@ fn the_cli_makes_methods_and_rules_and_logs_in_and_out() {
         (Some(0), "Auth method \"cli-jwt\" deleted successfully\n")
     );
 }
+
+#[test]
+fn an_identity_holds_at_most_the_configured_live_tokens() {
+    let acl = Acl::start_with("login_tokens_per_identity = 2", &[]);
+    let signer = Signer::generate();
+    method_with_rules(
+        &acl,
+        "capped",
+        json!({"JWTValidationPubKeys": [signer.public_pem()]}),
+    );
+    let jwt = signer.sign(&claims("web", &["ops"]), None);
+    let mut secrets = Vec::new();
+    for _ in 0..2 {
+        let (status, text) = login(&acl, "capped", &jwt);
+        assert_eq!(status, 200, "{text}");
+        let token: Value = serde_json::from_str(&text).unwrap();
+        secrets.push(token["SecretID"].as_str().unwrap().to_string());
+    }
+    let before = token_count(&acl);
+    let (status, text) = login(&acl, "capped", &jwt);
+    assert_eq!(status, 500);
+    assert!(
+        text.starts_with(
+            "this identity already holds 2 live tokens from auth method \"capped\" (at most 2)"
+        ),
+        "{text}"
+    );
+    assert_eq!(token_count(&acl), before, "nothing created");
+    // Another identity is not held back; a logout makes room again.
+    let (status, _) = login(&acl, "capped", &signer.sign(&claims("api", &["ops"]), None));
+    assert_eq!(status, 200);
+    let (status, _, _) = acl.call("POST", "/v1/acl/logout", Some(&secrets[0]), None);
+    assert_eq!(status, 200);
+    assert_eq!(login(&acl, "capped", &jwt).0, 200);
+}

@@ -25,7 +25,8 @@ use crate::Server;
 /// How long a login token lives when its method sets no `MaxTokenTTL`
 /// (Consul: for ever, which lets unused login tokens pile up; #22613).
 pub const DEFAULT_LOGIN_TTL: Duration = Duration::from_secs(24 * 3600);
-/// How many live tokens one identity may hold from one auth method.
+/// How many live tokens one identity may hold from one auth method, by
+/// default (`acl.login_tokens_per_identity`).
 pub const LIVE_TOKENS_PER_IDENTITY: usize = 1024;
 /// How long fetched keys are used before they are fetched again.
 const KEYS_FRESH_FOR: Duration = Duration::from_secs(300);
@@ -391,8 +392,9 @@ impl Server {
 
     /// Legate's bound on what logins leave behind: an identity (the same
     /// method and the same bindings) may hold at most
-    /// [`LIVE_TOKENS_PER_IDENTITY`] live tokens.
+    /// `acl.login_tokens_per_identity` live tokens.
     fn check_live_tokens(&self, token: &AclToken) -> Result<(), RpcError> {
+        let limit = self.config.acl.login_tokens_per_identity;
         let tables = self.store.read();
         let live = tables
             .acl_tokens()
@@ -407,9 +409,9 @@ impl Server {
                     && t.templated_policies == token.templated_policies
             })
             .count();
-        if live >= LIVE_TOKENS_PER_IDENTITY {
+        if live >= limit {
             return Err(failed(format!(
-                "this identity already holds {live} live tokens from auth method {:?} (at most {LIVE_TOKENS_PER_IDENTITY}): log out the ones no longer used, or wait for them to expire",
+                "this identity already holds {live} live tokens from auth method {:?} (at most {limit}): log out the ones no longer used, or wait for them to expire",
                 token.auth_method
             )));
         }

@@ -46,6 +46,7 @@ use legate_state::{Command, CommandResult, StateStore};
 use legate_types::RpcError;
 
 pub use acl::{permission_denied, AclSettings, ResolvedToken};
+pub use acl_login::{DEFAULT_LOGIN_TTL, LIVE_TOKENS_PER_IDENTITY};
 pub use authorizer::{Access, Resource};
 pub use ca::{prune_roots, CaSignCounts};
 pub use intentions::{
