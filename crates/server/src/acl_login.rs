@@ -37,16 +37,16 @@ const MAX_DOCUMENT_BYTES: usize = 1 << 20;
 /// The shortest time between two fetches a failed signature asks for.
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 
-/// Keys fetched for one auth method.
+/// Keys kept for one auth method (parsed or fetched).
 #[derive(Debug, Clone)]
 struct Fetched {
-    /// The method's modify index when they were fetched.
+    /// The method's modify index when they were read.
     version: u64,
     at: Instant,
     keys: Arc<Vec<PublicKey>>,
 }
 
-/// Keys fetched per auth method, by name.
+/// Keys kept per auth method, by name.
 #[derive(Debug, Default)]
 pub struct KeyCache {
     fetched: Mutex<HashMap<String, Fetched>>,
@@ -210,18 +210,23 @@ impl Server {
         fetch_keys(config).await.map(|_| ())
     }
 
-    /// The keys a method's tokens are checked with, and their source;
-    /// fetched ones are kept for a few minutes per method version, or
-    /// fetched again sooner when `refresh`.
+    /// The keys a method's tokens are checked with, and their source:
+    /// parsed once per method version (static keys), or fetched and kept
+    /// for a few minutes per method version (fetched again sooner, at most
+    /// every 10 s, when `refresh`).
     async fn login_keys(
         &self,
         method: &AclAuthMethod,
         config: &JwtConfig,
         refresh: bool,
     ) -> Result<(Arc<Vec<PublicKey>>, KeySource), String> {
-        if !config.jwt_validation_pub_keys.is_empty() {
-            return Ok((Arc::new(config.validate()?), KeySource::Static));
-        }
+        // Static keys are parsed once per method version; fetched ones
+        // are also kept only a while.
+        let source = if config.jwt_validation_pub_keys.is_empty() {
+            KeySource::Jwks
+        } else {
+            KeySource::Static
+        };
         let cached = self
             .auth_keys
             .fetched
@@ -229,18 +234,19 @@ impl Server {
             .unwrap_or_else(|e| e.into_inner())
             .get(&method.name)
             .filter(|f| f.version == method.modify_index)
-            .filter(|f| {
-                if refresh {
-                    f.at.elapsed() < REFETCH_AT_MOST_EVERY
-                } else {
-                    f.at.elapsed() < KEYS_FRESH_FOR
-                }
+            .filter(|f| match (source, refresh) {
+                (KeySource::Static, _) => true,
+                (KeySource::Jwks, true) => f.at.elapsed() < REFETCH_AT_MOST_EVERY,
+                (KeySource::Jwks, false) => f.at.elapsed() < KEYS_FRESH_FOR,
             })
             .map(|f| f.keys.clone());
         if let Some(keys) = cached {
-            return Ok((keys, KeySource::Jwks));
+            return Ok((keys, source));
         }
-        let keys = Arc::new(fetch_keys(config).await?);
+        let keys = Arc::new(match source {
+            KeySource::Static => config.validate()?,
+            KeySource::Jwks => fetch_keys(config).await?,
+        });
         self.auth_keys
             .fetched
             .lock()
@@ -253,7 +259,7 @@ impl Server {
                     keys: keys.clone(),
                 },
             );
-        Ok((keys, KeySource::Jwks))
+        Ok((keys, source))
     }
 
     /// `ACL.Login`.
