@@ -539,6 +539,11 @@ pub const HTTP: &[Door] = &[
     ),
     // The ACL system.
     row("PUT /v1/acl/bootstrap", Needs::Nothing),
+    noted(
+        "GET /v1/acl/replication",
+        Needs::Nothing,
+        "read by health checks; shows no secret (Consul's)",
+    ),
     row("PUT /v1/acl/token", ACL_WRITE),
     row("GET /v1/acl/token/self", Needs::KnownToken),
     row("GET /v1/acl/token/{id}", ACL_READ),
@@ -780,6 +785,11 @@ pub const RPC: &[Door] = &[
         Needs::Filtered(&[read(R::Service, Each("Service")), read(R::Node, Each("Node"))]),
     ),
     row("acl_bootstrap", Needs::Nothing),
+    noted(
+        "acl_replication_status",
+        Needs::Nothing,
+        "read by health checks; shows no secret (Consul's)",
+    ),
     row("acl_token_set", ACL_WRITE),
     row("acl_token_get", ACL_READ),
     row("acl_token_self", Needs::KnownToken),

@@ -227,7 +227,15 @@ pub(crate) fn parse(
             warnings,
         )?
         .unwrap_or(false),
-        enable_token_replication: get_bool(map, &["acl", "enable_token_replication"])?.unwrap_or(
+        // Consul's older keys: `enable_acl_replication`, and a top-level
+        // `acl_replication_token` turns token replication on too.
+        enable_token_replication: bool_with_fallback(
+            map,
+            &["acl", "enable_token_replication"],
+            &["enable_acl_replication"],
+            warnings,
+        )?
+        .unwrap_or(
             tokens.replication.is_some() && get_str(map, &["acl_replication_token"])?.is_some(),
         ),
         token_ttl,

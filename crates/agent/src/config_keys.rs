@@ -206,6 +206,7 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "acl_replication_token",
     "acl_token",
     "acl_ttl",
+    "enable_acl_replication",
     "alt_domain",
     "dns_config",
     "encrypt",

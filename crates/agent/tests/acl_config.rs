@@ -83,6 +83,32 @@ acl { tokens { agent = "new-agent" } }
         "{:?}",
         c.warnings
     );
+    // Token replication: the new key, else `enable_acl_replication`, else
+    // a top-level `acl_replication_token`.
+    let c = config(r#"enable_acl_replication = true"#).unwrap();
+    assert!(c.acl.enable_token_replication);
+    assert!(c.warnings.iter().any(|w| w
+        == "The 'enable_acl_replication' field is deprecated. Use the 'acl.enable_token_replication' field instead."));
+    assert!(
+        !c.warnings.iter().any(|w| w.contains("not implemented")),
+        "{:?}",
+        c.warnings
+    );
+    let c =
+        config("enable_acl_replication = true\nacl { enable_token_replication = false }").unwrap();
+    assert!(!c.acl.enable_token_replication);
+    assert!(
+        config(r#"acl_replication_token = "r""#)
+            .unwrap()
+            .acl
+            .enable_token_replication
+    );
+    assert!(
+        !config(r#"acl { tokens { replication = "r" } }"#)
+            .unwrap()
+            .acl
+            .enable_token_replication
+    );
     let c = config(r#"acl { tokens { master = "m" agent_master = "a" } }"#).unwrap();
     assert_eq!(c.acl.tokens.initial_management.as_deref(), Some("m"));
     assert_eq!(c.acl.tokens.agent_recovery.as_deref(), Some("a"));

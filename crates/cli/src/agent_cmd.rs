@@ -631,6 +631,7 @@ async fn start_server(
             policy_cache_capacity: config.acl.policy_cache_size.unwrap_or(4096),
             down_policy: legate_acl::DownPolicy::parse(&config.acl.down_policy).unwrap_or_default(),
             token_ttl: config.acl.token_ttl,
+            enable_token_replication: config.acl.enable_token_replication,
             login_tokens_per_identity: config
                 .acl
                 .login_tokens_per_identity

@@ -259,6 +259,15 @@ pub async fn token_self(State(st): State<AppState>, req: Req) -> ApiResult {
     Ok(json(&req.params, &token))
 }
 
+/// `GET /v1/acl/replication`: the status of the leader's ACL replication
+/// (answered with ACLs off too, as Consul does; always from the leader).
+pub async fn replication(State(st): State<AppState>, req: Req) -> ApiResult {
+    let mut opts = req.query_options()?;
+    opts.consistency = legate_types::Consistency::Default;
+    let status = st.agent.rpc().acl_replication_status(&opts).await?;
+    Ok(json(&req.params, &status))
+}
+
 /// `DELETE /v1/acl/token/:id`.
 pub async fn token_delete(
     State(st): State<AppState>,
@@ -300,6 +309,7 @@ pub async fn token_list(State(st): State<AppState>, req: Req) -> ApiResult {
         role: param("role"),
         auth_method: param("authmethod"),
         service_name: param("servicename"),
+        global_only: false,
     };
     let rpc = st.agent.rpc().clone();
     req.read(|opts| async move { rpc.acl_token_list(&opts, filter).await })

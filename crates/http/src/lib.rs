@@ -253,6 +253,7 @@ fn routes() -> Routes {
         .get("/v1/internal/federation-state/{dc}", federation::get)
         .get("/v1/internal/gateway-locator", federation::gateway_locator)
         .put("/v1/acl/bootstrap", acl::bootstrap)
+        .get("/v1/acl/replication", acl::replication)
         .put("/v1/acl/token", acl::token_create)
         .get("/v1/acl/token/self", acl::token_self)
         .get("/v1/acl/token/{id}", acl::token_read)

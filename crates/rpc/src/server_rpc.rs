@@ -753,6 +753,7 @@ server_rpc_calls! {
     acl_logout(opts: &WriteOptions;) -> ();
     acl_resolve(opts: &QueryOptions;) -> legate_types::acl::AclIdentity;
     acl_resolve_for(opts: &QueryOptions; datacenter: String) -> legate_types::acl::AclIdentity;
+    acl_replication_status(opts: &QueryOptions;) -> legate_types::acl::AclReplicationStatus;
     catalog_service_dump(opts: &QueryOptions; kind: String) -> Queried<Vec<CheckServiceNode>>;
     acl_authorize(opts: &QueryOptions; checks: Vec<legate_types::acl::AclAuthorizationCheck>) -> Vec<legate_types::acl::AclAuthorizationCheck>;
     intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;

@@ -37,6 +37,9 @@ pub struct AclSettings {
     pub down_policy: legate_acl::DownPolicy,
     /// How long a secondary keeps a token the primary resolved.
     pub token_ttl: std::time::Duration,
+    /// A secondary replicates global tokens too
+    /// (`acl.enable_token_replication`) and resolves tokens from its copy.
+    pub enable_token_replication: bool,
     /// How many live tokens one identity may hold from one auth method
     /// (`acl.login_tokens_per_identity`, Legate's).
     pub login_tokens_per_identity: usize,
@@ -57,6 +60,7 @@ impl Default for AclSettings {
             enable_key_list_policy: false,
             down_policy: legate_acl::DownPolicy::ExtendCache,
             token_ttl: std::time::Duration::from_secs(30),
+            enable_token_replication: false,
             login_tokens_per_identity: crate::acl_login::LIVE_TOKENS_PER_IDENTITY,
             replication_token: tokio::sync::watch::channel(String::new()).1,
         }

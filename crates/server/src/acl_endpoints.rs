@@ -425,6 +425,7 @@ impl Server {
                 let (index, tokens) = t.acl_tokens();
                 let listed = tokens
                     .filter(|tok| !expired(tok))
+                    .filter(|tok| !(filter.global_only && tok.local))
                     .filter(|tok| {
                         (filter.policy.is_empty()
                             || tok.policies.iter().any(|l| l.id == filter.policy))

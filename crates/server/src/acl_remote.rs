@@ -100,7 +100,7 @@ impl Server {
     /// What the primary last said of `secret`, however old (`None` when
     /// this server never asked, or the primary did not know it).
     pub(crate) fn remote_token(&self, secret: &str) -> Option<RemoteAnswer> {
-        if !self.is_secondary() {
+        if !self.is_secondary() || self.tokens_replicated() {
             return None;
         }
         self.remote_tokens
@@ -112,7 +112,7 @@ impl Server {
     /// server does not hold is asked of the primary unless a fresh
     /// answer is kept.
     async fn prepare_remote_token(self: &Arc<Self>, secret: &str) {
-        if !self.config.acl.enabled || !self.is_secondary() {
+        if !self.config.acl.enabled || !self.is_secondary() || self.tokens_replicated() {
             return;
         }
         let secret = effective(secret);

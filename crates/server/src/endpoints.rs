@@ -867,6 +867,14 @@ impl ServerRpc for Server {
         self.acl_identity(opts)
     }
 
+    async fn acl_replication_status(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<acl::AclReplicationStatus, RpcError> {
+        self.check_datacenter(&opts.datacenter)?;
+        self.acl_replication_status_of_leader(opts)
+    }
+
     async fn catalog_service_dump(
         &self,
         opts: &QueryOptions,

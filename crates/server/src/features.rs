@@ -49,6 +49,9 @@ pub const TEMPLATED_POLICIES: &str = "tp";
 /// records 21/22 (`ft_am`).
 pub const AUTH_METHODS: &str = "am";
 
+/// ACL rows replicated from the primary: FSM command 33 (`ft_ar`).
+pub const ACL_REPLICATION: &str = "ar";
+
 /// Network coordinates in the Raft log (`ft_co`).
 pub const COORDINATES: &str = crate::coordinates::FEATURE;
 
@@ -66,6 +69,7 @@ pub const SUPPORTED: &[&str] = &[
     AUTOPILOT_CONFIG,
     TEMPLATED_POLICIES,
     AUTH_METHODS,
+    ACL_REPLICATION,
 ];
 
 /// The features a server advertises: this build's, minus any masked.
@@ -115,6 +119,7 @@ mod tests {
                 ("ft_acl".to_string(), "1".to_string()),
                 ("ft_am".to_string(), "1".to_string()),
                 ("ft_apc".to_string(), "1".to_string()),
+                ("ft_ar".to_string(), "1".to_string()),
                 ("ft_co".to_string(), "1".to_string()),
                 ("ft_fs".to_string(), "1".to_string()),
                 ("ft_fst".to_string(), "1".to_string()),

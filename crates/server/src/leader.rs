@@ -41,6 +41,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             if !leader {
                 if was_leader {
                     tasks.stop();
+                    crate::acl_replication::stopped(&server);
                     server.coordinate_updates.clear();
                     server.session_timers.clear_all();
                     server.autopilot.clear();
@@ -139,12 +140,15 @@ impl LeaderTasks {
                 server.clone(),
                 "config-entries",
                 move |server, index| config_replication::round(server, index, kinds.clone()),
+                |_, _| {},
             )));
             self.0.push(tokio::spawn(replication::run(
                 server.clone(),
                 "federation-states",
                 federation_states::replication_round,
+                |_, _| {},
             )));
+            crate::acl_replication::start(server, &mut self.0);
         } else {
             self.0
                 .push(tokio::spawn(federation_states::prune(server.clone())));

@@ -10,6 +10,7 @@ mod acl_auth_methods;
 mod acl_endpoints;
 mod acl_login;
 mod acl_remote;
+mod acl_replication;
 mod acl_templated;
 mod authorizer;
 pub mod autopilot;
@@ -193,6 +194,8 @@ pub struct Server {
     acl_cache: acl::AclCache,
     /// Tokens this secondary's server resolved in the primary.
     remote_tokens: acl_remote::RemoteTokens,
+    /// What this leader's ACL replication is doing (a secondary's).
+    acl_replication: acl_replication::ReplicationStatus,
     session_timers: SessionTimers,
     ca: ca::CaManager,
     /// Gossip membership the leader reconciles into the catalog.
@@ -244,6 +247,7 @@ impl Server {
             store,
             acl_cache: Default::default(),
             remote_tokens: Default::default(),
+            acl_replication: Default::default(),
             session_timers: SessionTimers::default(),
             members: std::sync::Mutex::new(Vec::new()),
             autopilot: Default::default(),

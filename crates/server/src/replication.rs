@@ -81,12 +81,37 @@ pub(crate) fn fetch_options(server: &Server, primary: &str, min_index: u64) -> Q
     }
 }
 
+/// Resolves when the WAN pool, having known a live server of the
+/// primary, knows none any more: a round blocked on a connection that
+/// went silent (a cut network) fails then rather than at its timeout.
+async fn primary_lost(server: &Server) {
+    let primary = server.primary_datacenter().to_string();
+    let mut wan = server.config.wan.clone();
+    let mut seen_alive = !wan.borrow_and_update().alive(&primary).is_empty();
+    loop {
+        if wan.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        let alive = !wan.borrow_and_update().alive(&primary).is_empty();
+        if seen_alive && !alive {
+            return;
+        }
+        seen_alive |= alive;
+    }
+}
+
 /// Runs `round` until the task is aborted: `round(server, last_index)`
-/// replicates once and answers the remote index it is current at.
-pub(crate) async fn run<F, Fut>(server: Arc<Server>, name: &'static str, mut round: F)
-where
+/// replicates once and answers the remote index it is current at;
+/// `observe` sees every round's outcome.
+pub(crate) async fn run<F, Fut, O>(
+    server: Arc<Server>,
+    name: &'static str,
+    mut round: F,
+    observe: O,
+) where
     F: FnMut(Arc<Server>, u64) -> Fut,
     Fut: Future<Output = Result<u64, RpcError>>,
+    O: Fn(&Server, &Result<u64, RpcError>),
 {
     let mut rounds = TokenBucket::new(ROUND_RATE, ROUND_BURST);
     let mut index = 0u64;
@@ -94,7 +119,14 @@ where
     tracing::info!(replicator = name, "replication: started");
     loop {
         rounds.take().await;
-        match round(server.clone(), index).await {
+        let outcome = tokio::select! {
+            outcome = round(server.clone(), index) => outcome,
+            () = primary_lost(&server) => Err(RpcError::DatacenterUnavailable(
+                server.primary_datacenter().to_string(),
+            )),
+        };
+        observe(&server, &outcome);
+        match outcome {
             Ok(remote) => {
                 if failures > 0 {
                     tracing::info!(replicator = name, "replication: recovered");

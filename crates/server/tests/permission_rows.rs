@@ -503,6 +503,7 @@ impl Harness {
                 queried(rpc.federation_state_mesh_gateways(&q).await)
             }
             "acl_bootstrap" => plain(rpc.acl_bootstrap(&w).await),
+            "acl_replication_status" => plain(rpc.acl_replication_status(&q).await),
             "acl_token_set" => plain(rpc.acl_token_set(&w, AclToken::default(), true).await),
             "acl_token_get" => queried(rpc.acl_token_get(&q, fx.token.clone()).await),
             "acl_token_self" => plain(rpc.acl_token_self(&q).await),

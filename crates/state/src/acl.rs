@@ -22,12 +22,27 @@ impl Tables {
         token: &AclToken,
         changes: &mut Changes,
     ) -> Result<(), String> {
+        self.acl_token_store(index, token, true, changes)
+    }
+
+    /// Stores a token; `check_method`: a login token's auth method must
+    /// exist here (not for tokens replicated from the primary, where it
+    /// lives).
+    pub(crate) fn acl_token_store(
+        &mut self,
+        index: u64,
+        token: &AclToken,
+        check_method: bool,
+        changes: &mut Changes,
+    ) -> Result<(), String> {
         if token.accessor_id.is_empty() || token.secret_id.is_empty() {
             return Err("Invalid Token: missing AccessorID or SecretID".into());
         }
         // A login token whose method went away while it was being made
         // (Consul's state store refuses it the same way).
-        if !token.auth_method.is_empty() && !self.acl_auth_methods.contains_key(&token.auth_method)
+        if check_method
+            && !token.auth_method.is_empty()
+            && !self.acl_auth_methods.contains_key(&token.auth_method)
         {
             return Err(format!(
                 "No such auth method with Name: {}",

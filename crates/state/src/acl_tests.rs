@@ -48,6 +48,14 @@ fn acl_commands_keep_their_numbers() {
         (Command::AclAuthMethodDelete("m".into()), 30),
         (Command::AclBindingRuleSet(Box::default()), 31),
         (Command::AclBindingRuleDelete("r".into()), 32),
+        (
+            Command::AclReplicate(Box::new(crate::AclReplicationBatch {
+                delete_tokens: vec!["gone".into()],
+                policies: vec![policy("p", "n")],
+                ..Default::default()
+            })),
+            33,
+        ),
     ];
     for (command, number) in samples {
         assert_eq!(command.type_number(), number);
@@ -229,4 +237,45 @@ fn deleting_an_auth_method_takes_its_rules_and_tokens_and_all_survive_snapshots(
     assert!(read.acl_token("t1").1.is_none(), "its login token goes");
     assert!(read.acl_token("t2").1.is_some());
     assert_eq!(read.table_index(Table::AclTokens), 8);
+}
+
+#[test]
+fn replicated_rows_take_names_from_local_rows_and_keep_local_secrets() {
+    use crate::AclReplicationBatch;
+    let store = StateStore::new();
+    store.apply(1, &Command::AclPolicySet(Box::new(policy("p1", "ops"))));
+    store.apply(2, &Command::AclPolicySet(Box::new(policy("p2", "old"))));
+    let mut local = token("mine", "shared-secret");
+    local.local = true;
+    store.apply(3, &Command::AclTokenSet(Box::new(local)));
+    // In the primary p1 was renamed and p3 took its old name; p2 went; a
+    // global login token whose method lives only in the primary came; a
+    // global token reuses the secret of the secondary's local token.
+    let mut login = token("login", "s-login");
+    login.auth_method = "primary-only".into();
+    let batch = AclReplicationBatch {
+        delete_policies: vec!["p2".into()],
+        policies: vec![policy("p3", "ops"), policy("p1", "ops-renamed")],
+        tokens: vec![login, token("clash", "shared-secret")],
+        ..Default::default()
+    };
+    assert_eq!(
+        store.apply(4, &Command::AclReplicate(Box::new(batch))),
+        CommandResult::Applied(false),
+        "the token with a taken secret is skipped"
+    );
+    let read = store.read();
+    assert_eq!(read.acl_policy_by_name("ops").unwrap().id, "p3");
+    assert!(read.acl_policy("p2").1.is_none());
+    // p1 gave its name up and took its new one in the same batch.
+    assert_eq!(read.acl_policy("p1").1.unwrap().name, "ops-renamed");
+    assert!(read.acl_token("login").1.is_some());
+    assert!(read.acl_token("clash").1.is_none());
+    assert_eq!(
+        read.acl_token_by_secret("shared-secret")
+            .unwrap()
+            .accessor_id,
+        "mine"
+    );
+    assert_eq!(read.table_index(Table::AclPolicies), 4);
 }

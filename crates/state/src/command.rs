@@ -183,6 +183,11 @@ pub enum Command {
     /// Delete a binding rule.
     #[serde(rename = "32")]
     AclBindingRuleDelete(String),
+    /// ACL rows replicated from the primary (written only once every
+    /// server advertises `ar`); answers `Applied(true)` unless a token was
+    /// skipped because a local token holds its SecretID.
+    #[serde(rename = "33")]
+    AclReplicate(Box<crate::AclReplicationBatch>),
 }
 
 impl Command {
@@ -222,6 +227,7 @@ impl Command {
             Command::AclAuthMethodDelete(_) => 30,
             Command::AclBindingRuleSet(_) => 31,
             Command::AclBindingRuleDelete(_) => 32,
+            Command::AclReplicate(_) => 33,
         }
     }
 }
@@ -384,6 +390,9 @@ pub(crate) fn apply(
         Command::AclBindingRuleDelete(id) => {
             tables.acl_binding_rule_delete(index, id, changes);
             CommandResult::Done
+        }
+        Command::AclReplicate(batch) => {
+            CommandResult::Applied(tables.acl_replicate(index, batch, changes) == 0)
         }
         Command::ReapTombstones(upto) => {
             tables.reap_tombstones(*upto);

@@ -12,6 +12,7 @@
 
 mod acl;
 mod acl_auth;
+mod acl_replication;
 pub mod archive;
 mod autopilot;
 mod catalog;
@@ -37,6 +38,7 @@ use legate_types::config_entry::ConfigEntry;
 use legate_types::{HealthCheck, KvEntry, Node, NodeService, Session};
 use serde::{Deserialize, Serialize};
 
+pub use acl_replication::AclReplicationBatch;
 pub use command::{Command, CommandResult};
 pub use connect_ca::StoredCaRoot;
 pub use prepared_queries::QueryMatch;

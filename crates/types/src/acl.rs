@@ -217,6 +217,10 @@ pub struct AclTokenFilter {
     pub auth_method: String,
     /// Only tokens with a service identity for this service.
     pub service_name: String,
+    /// Only global tokens (what a secondary replicates; an older server
+    /// ignores it, so the replicator filters again).
+    #[serde(default)]
+    pub global_only: bool,
 }
 
 /// One question of `POST /v1/internal/acl/authorize`, answered in `Allow`.
@@ -253,4 +257,51 @@ pub struct AclIdentity {
     /// When the token stops being valid (`ExpirationTime`, RFC 3339).
     #[serde(default)]
     pub expiration_time: Option<String>,
+}
+
+/// The time Consul shows for "never" (Go's zero `time.Time`).
+pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// `GET /v1/acl/replication`: what the leader of this datacenter's
+/// replication of policies, roles and (optionally) tokens is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclReplicationStatus {
+    /// Whether this datacenter replicates ACLs (a secondary with ACLs on).
+    pub enabled: bool,
+    /// Whether the leader's replicators run.
+    pub running: bool,
+    /// The datacenter replicated from (the primary).
+    pub source_datacenter: String,
+    /// `policies` (policies and roles) or `tokens` (and global tokens).
+    pub replication_type: String,
+    /// The primary's policies index replicated up to.
+    pub replicated_index: u64,
+    /// The primary's roles index replicated up to.
+    pub replicated_role_index: u64,
+    /// The primary's tokens index replicated up to.
+    pub replicated_token_index: u64,
+    /// When a round last succeeded (RFC 3339, UTC, whole seconds).
+    pub last_success: String,
+    /// When a round last failed.
+    pub last_error: String,
+    /// Why it failed.
+    pub last_error_message: String,
+}
+
+impl Default for AclReplicationStatus {
+    fn default() -> Self {
+        AclReplicationStatus {
+            enabled: false,
+            running: false,
+            source_datacenter: String::new(),
+            replication_type: String::new(),
+            replicated_index: 0,
+            replicated_role_index: 0,
+            replicated_token_index: 0,
+            last_success: ZERO_TIME.into(),
+            last_error: ZERO_TIME.into(),
+            last_error_message: String::new(),
+        }
+    }
 }

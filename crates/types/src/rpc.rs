@@ -771,6 +771,12 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
         datacenter: String,
     ) -> Result<crate::acl::AclIdentity, RpcError>;
+    /// What the leader's ACL replication is doing (`ACL.ReplicationStatus`;
+    /// no permission needed).
+    async fn acl_replication_status(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<crate::acl::AclReplicationStatus, RpcError>;
     /// Every instance of the services of `kind` (`mesh-gateway`, ...) with
     /// its node and checks (Consul's `Internal.ServiceDump` by kind;
     /// blocking), those the token may read (service and node).

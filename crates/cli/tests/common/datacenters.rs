@@ -199,7 +199,8 @@ impl Server {
         Server::spawn_with(networks, spec, &[])
     }
 
-    /// [`Server::spawn`] with more flags after the usual ones.
+    /// [`Server::spawn`] with more flags after the usual ones (a
+    /// `-datacenter=` among them replaces the spec's).
     pub fn spawn_with(networks: &Networks, spec: ServerSpec, extra: &[String]) -> Server {
         let address = networks.address(spec.dc, spec.server);
         let log = spec.dir.join("agent.log");
@@ -225,6 +226,9 @@ impl Server {
         }
         if let Some(seed) = spec.wan_join {
             args.push(format!("-retry-join-wan={seed}"));
+        }
+        if extra.iter().any(|a| a.starts_with("-datacenter=")) {
+            args.retain(|a| !a.starts_with("-datacenter="));
         }
         args.extend_from_slice(extra);
         let child = networks.spawn(spec.dc, &args, &log);
