@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 mod acl;
+mod login;
 mod storage;
 
 #[derive(Parser)]
@@ -88,6 +89,8 @@ enum Command {
         #[arg(long)]
         out: String,
     },
+    /// Logs in with `count` JWTs through a `jwt` auth method it makes.
+    Logins(login::LoginArgs),
     /// Signs leaf certificates from CSRs on one thread with the built-in CA.
     Csr {
         #[arg(long, default_value_t = 5)]
@@ -889,6 +892,7 @@ async fn main() -> Result<()> {
             })
             .await
         }
+        Command::Logins(args) => login::run(client, args).await,
         Command::AclTokens {
             url,
             management,

@@ -6,46 +6,8 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const { spawn } = require("node:child_process");
-const net = require("node:net");
-const path = require("node:path");
-const Consul = require("consul");
 
-const legate =
-  process.env.LEGATE_BIN ||
-  path.join(__dirname, "..", "..", "target", "debug", "legate");
-
-function freePort() {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function startAgent() {
-  const port = await freePort();
-  const child = spawn(
-    legate,
-    ["agent", "-dev", `-http-port=${port}`, "-dns-port=-1", "-grpc-port=-1"],
-    { stdio: "ignore" },
-  );
-  const consul = new Consul({ host: "127.0.0.1", port });
-  for (let i = 0; i < 300; i++) {
-    try {
-      if ((await consul.status.leader()) !== "") {
-        return { child, consul };
-      }
-    } catch (_) {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  child.kill();
-  throw new Error("legate agent did not start");
-}
+const { startAgent } = require("./agent");
 
 test("catalog registrations are read back through node-consul", async () => {
   const { child, consul } = await startAgent();

@@ -9,6 +9,8 @@ pub mod claims;
 pub mod config;
 pub mod jwt;
 pub mod keys;
+#[cfg(feature = "signer")]
+pub mod signer;
 
 pub use claims::Identity;
 pub use config::JwtConfig;

@@ -403,8 +403,7 @@ impl Server {
         let limit = self.config.acl.login_tokens_per_identity;
         let tables = self.store.read();
         let live = tables
-            .acl_tokens()
-            .1
+            .acl_login_tokens_like(token)
             .filter(|t| {
                 t.auth_method == token.auth_method
                     && !crate::acl::expired(t)

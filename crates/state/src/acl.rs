@@ -6,6 +6,8 @@
 //! keeps only what must hold whatever the order of writes: unique
 //! secrets and names, and creation indexes that survive updates.
 
+use std::collections::{BTreeSet, HashMap};
+
 use legate_types::acl::{AclPolicy, AclRole, AclToken};
 
 use crate::{Changes, Table, Tables};
@@ -66,6 +68,10 @@ impl Tables {
             None => index,
         };
         stored.expiration_ttl = None;
+        if let Some(old) = self.acl_tokens.get(&token.accessor_id) {
+            unindex_login(&mut self.acl_login_tokens, old);
+        }
+        index_login(&mut self.acl_login_tokens, &stored);
         self.acl_token_secrets
             .insert(stored.secret_id.clone(), stored.accessor_id.clone());
         self.acl_tokens.insert(stored.accessor_id.clone(), stored);
@@ -77,6 +83,7 @@ impl Tables {
     pub(crate) fn acl_token_delete(&mut self, index: u64, accessor: &str, changes: &mut Changes) {
         if let Some(old) = self.acl_tokens.remove(accessor) {
             self.acl_token_secrets.remove(&old.secret_id);
+            unindex_login(&mut self.acl_login_tokens, &old);
             self.bump(Table::AclTokens, index, changes);
         }
     }
@@ -241,12 +248,75 @@ impl Tables {
             || !self.acl_auth_methods.is_empty()
     }
 
-    /// Rebuilds the secret index after a snapshot is loaded.
+    /// Rebuilds the secret and login indexes after a snapshot is loaded.
     pub(crate) fn index_acl_secrets(&mut self) {
         self.acl_token_secrets = self
             .acl_tokens
             .values()
             .map(|t| (t.secret_id.clone(), t.accessor_id.clone()))
             .collect();
+        self.acl_login_tokens.clear();
+        for token in self.acl_tokens.values() {
+            index_login(&mut self.acl_login_tokens, token);
+        }
+    }
+
+    /// The tokens auth method `token.auth_method` made that bind what
+    /// `token` binds (its service and node identities, roles, policies and
+    /// templated policies), expired ones included: found through an index,
+    /// so a login's per-identity check does not read every token.
+    pub fn acl_login_tokens_like<'a>(
+        &'a self,
+        token: &AclToken,
+    ) -> impl Iterator<Item = &'a AclToken> + 'a {
+        login_key(token)
+            .and_then(|key| self.acl_login_tokens.get(&key))
+            .into_iter()
+            .flatten()
+            .filter_map(|accessor| self.acl_tokens.get(accessor))
+    }
+}
+
+/// The login index's key of a token (none for tokens login did not make):
+/// its method, and a digest of what it binds (links by ID).
+fn login_key(token: &AclToken) -> Option<(String, u64)> {
+    use std::hash::{Hash, Hasher};
+    if token.auth_method.is_empty() {
+        return None;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let ids = |links: &[legate_types::acl::AclLink]| -> Vec<String> {
+        links.iter().map(|l| l.id.clone()).collect()
+    };
+    ids(&token.roles).hash(&mut hasher);
+    ids(&token.policies).hash(&mut hasher);
+    // Identities and templated policies have no Hash; their JSON is stable.
+    serde_json::to_string(&(
+        &token.service_identities,
+        &token.node_identities,
+        &token.templated_policies,
+    ))
+    .unwrap_or_default()
+    .hash(&mut hasher);
+    Some((token.auth_method.clone(), hasher.finish()))
+}
+
+fn index_login(index: &mut HashMap<(String, u64), BTreeSet<String>>, token: &AclToken) {
+    if let Some(key) = login_key(token) {
+        index
+            .entry(key)
+            .or_default()
+            .insert(token.accessor_id.clone());
+    }
+}
+
+fn unindex_login(index: &mut HashMap<(String, u64), BTreeSet<String>>, token: &AclToken) {
+    if let Some(key) = login_key(token) {
+        if let Some(accessors) = index.get_mut(&key) {
+            accessors.remove(&token.accessor_id);
+            if accessors.is_empty() {
+                index.remove(&key);
+            }
+        }
     }
 }

@@ -279,3 +279,57 @@ fn replicated_rows_take_names_from_local_rows_and_keep_local_secrets() {
     );
     assert_eq!(read.table_index(Table::AclPolicies), 4);
 }
+
+#[test]
+fn login_tokens_are_indexed_by_method_and_bindings() {
+    use legate_types::acl::ServiceIdentity;
+    let store = StateStore::new();
+    let method = legate_types::acl_auth::AclAuthMethod {
+        name: "m".into(),
+        r#type: "jwt".into(),
+        ..Default::default()
+    };
+    store.apply(1, &Command::AclAuthMethodSet(Box::new(method)));
+    let login = |accessor: &str, service: &str| {
+        let mut t = token(accessor, &format!("s-{accessor}"));
+        t.policies.clear();
+        t.auth_method = "m".into();
+        t.service_identities = vec![ServiceIdentity {
+            service_name: service.into(),
+            datacenters: Vec::new(),
+        }];
+        t
+    };
+    for (i, (accessor, service)) in [("a1", "web"), ("a2", "web"), ("b1", "db")]
+        .into_iter()
+        .enumerate()
+    {
+        store.apply(
+            2 + i as u64,
+            &Command::AclTokenSet(Box::new(login(accessor, service))),
+        );
+    }
+    let like = |store: &StateStore, service: &str| -> Vec<String> {
+        let read = store.read();
+        let mut found: Vec<String> = read
+            .acl_login_tokens_like(&login("probe", service))
+            .map(|t| t.accessor_id.clone())
+            .collect();
+        found.sort();
+        found
+    };
+    assert_eq!(like(&store, "web"), ["a1", "a2"]);
+    assert_eq!(like(&store, "db"), ["b1"]);
+    // A token that login did not make is never in the index.
+    let mut plain = login("p", "web");
+    plain.auth_method.clear();
+    assert_eq!(store.read().acl_login_tokens_like(&plain).count(), 0);
+    // Rebinding and deleting move the index along; a restore rebuilds it.
+    store.apply(5, &Command::AclTokenSet(Box::new(login("a2", "db"))));
+    store.apply(6, &Command::AclTokenDelete("b1".into()));
+    assert_eq!(like(&store, "web"), ["a1"]);
+    assert_eq!(like(&store, "db"), ["a2"]);
+    let copy = StateStore::new();
+    copy.restore(&store.snapshot().unwrap()).unwrap();
+    assert_eq!(like(&copy, "db"), ["a2"]);
+}

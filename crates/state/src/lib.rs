@@ -86,6 +86,9 @@ pub struct Tables {
     pub(crate) acl_tokens: BTreeMap<String, legate_types::acl::AclToken>,
     /// SecretID -> AccessorID (derived; rebuilt when a snapshot loads).
     pub(crate) acl_token_secrets: HashMap<String, String>,
+    /// Login tokens by (auth method, digest of what they bind) ->
+    /// AccessorIDs (derived; rebuilt when a snapshot loads).
+    pub(crate) acl_login_tokens: HashMap<(String, u64), std::collections::BTreeSet<String>>,
     /// ACL policies, by ID.
     pub(crate) acl_policies: BTreeMap<String, legate_types::acl::AclPolicy>,
     /// ACL roles, by ID.
