@@ -529,3 +529,65 @@ fn an_identity_holds_at_most_the_configured_live_tokens() {
     assert_eq!(status, 200);
     assert_eq!(login(&acl, "capped", &jwt).0, 200);
 }
+
+/// The header `name` of a response.
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+#[test]
+fn a_login_token_expires_with_its_method_ttl_and_is_reaped() {
+    let acl = Acl::start();
+    let signer = Signer::generate();
+    acl.json(
+        "PUT",
+        "/v1/acl/auth-method",
+        ROOT,
+        Some(
+            &json!({"Name": "short", "Type": "jwt", "MaxTokenTTL": "1m",
+                "Config": {"JWTValidationPubKeys": [signer.public_pem()],
+                    "BoundAudiences": ["consul"]}})
+            .to_string(),
+        ),
+    );
+    acl.json(
+        "PUT",
+        "/v1/acl/binding-rule",
+        ROOT,
+        Some(r#"{"AuthMethod": "short", "BindType": "service", "BindName": "web"}"#),
+    );
+    let (status, text) = login(&acl, "short", &signer.sign(&claims("web", &[]), None));
+    assert_eq!(status, 200, "{text}");
+    let token: Value = serde_json::from_str(&text).unwrap();
+    let secret = token["SecretID"].as_str().unwrap();
+    let accessor = token["AccessorID"].as_str().unwrap();
+    let expires = humantime::parse_rfc3339(token["ExpirationTime"].as_str().unwrap()).unwrap();
+    let (status, _, _) = acl.call("GET", "/v1/acl/token/self", Some(secret), None);
+    assert_eq!(status, 200);
+    let (_, headers, listed) = acl.call("GET", "/v1/acl/tokens", Some(ROOT), None);
+    assert!(listed.contains(accessor));
+    let index: u64 = header(&headers, "X-Consul-Index").parse().unwrap();
+
+    // Refused from the moment it expires.
+    let wait = expires
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    std::thread::sleep(wait + Duration::from_millis(200));
+    let (status, _, text) = acl.call("GET", "/v1/acl/token/self", Some(secret), None);
+    assert_eq!((status, text.as_str()), (403, "ACL not found"));
+    // And its row goes: the reaper's delete moves the tokens' index.
+    let (status, headers, listed) = acl.call(
+        "GET",
+        &format!("/v1/acl/tokens?index={index}&wait=10s"),
+        Some(ROOT),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(!listed.contains(accessor), "{listed}");
+    let after: u64 = header(&headers, "X-Consul-Index").parse().unwrap();
+    assert!(after > index, "{after} after {index}: no reaping write");
+}
