@@ -266,6 +266,71 @@ fn policies_roles_and_global_tokens_replicate_and_revocation_is_pushed() {
     });
     assert!(deleted_at.elapsed() < Duration::from_secs(30));
 
+    // Login across datacenters: a global login token made in the primary
+    // replicates into dc2, and logging out there deletes it in the primary
+    // (Consul forwards it); a secondary makes local login tokens.
+    let signer = common::jwt::Signer::generate();
+    let method = |server: &Server, locality: &str| {
+        ok_json(
+            server,
+            ROOT,
+            "PUT",
+            "/v1/acl/auth-method",
+            json!({
+            "Name": format!("jwt-{locality}"), "Type": "jwt", "TokenLocality": locality,
+            "Config": {"JWTValidationPubKeys": [signer.public_pem()]}}),
+        );
+        ok_json(
+            server,
+            ROOT,
+            "PUT",
+            "/v1/acl/binding-rule",
+            json!({
+            "AuthMethod": format!("jwt-{locality}"), "BindType": "service", "BindName": "web"}),
+        );
+    };
+    let jwt = || {
+        let now = common::jwt::now();
+        signer.sign(&json!({"sub": "web", "iat": now, "exp": now + 300}), None)
+    };
+    let login = |server: &Server, method: &str| {
+        let body = json!({"AuthMethod": method, "BearerToken": jwt()}).to_string();
+        call(server, "", "POST", "/v1/acl/login", &body)
+    };
+    method(&dc1, "global");
+    let (status, text) = login(&dc1, "jwt-global");
+    assert_eq!(status, 200, "{text}");
+    let global_login: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(global_login["Local"], false);
+    let global_secret = secret(&global_login);
+    wait("the global login token reaches dc2", &mut || {
+        let (status, _) = call(&dc2, &global_secret, "GET", "/v1/acl/token/self", "");
+        (status == 200).then_some(())
+    });
+    let (status, text) = call(&dc2, &global_secret, "POST", "/v1/acl/logout", "");
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = call(&dc1, &global_secret, "GET", "/v1/acl/token/self", "");
+    assert_eq!((status, text.as_str()), (403, "ACL not found"));
+    wait("the logout reaches dc2", &mut || {
+        let (status, _) = call(&dc2, &global_secret, "GET", "/v1/acl/token/self", "");
+        (status == 403).then_some(())
+    });
+    // A secondary's methods make local tokens only.
+    let body = json!({"Name": "g", "Type": "jwt", "TokenLocality": "global",
+        "Config": {"JWTValidationPubKeys": [signer.public_pem()]}});
+    let (status, text) = call(&dc2, ROOT, "PUT", "/v1/acl/auth-method", &body.to_string());
+    assert_eq!(
+        (status, text.as_str()),
+        (500, "Invalid Auth Method: TokenLocality 'global' can only be used in the primary datacenter")
+    );
+    method(&dc2, "local");
+    let (status, text) = login(&dc2, "jwt-local");
+    assert_eq!(status, 200, "{text}");
+    let local_login: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(local_login["Local"], true);
+    let (status, _) = call(&dc2, &secret(&local_login), "GET", "/v1/acl/token/self", "");
+    assert_eq!(status, 200);
+
     // Cut off from the primary.
     networks.set_linked(false);
     wait("dc2 is cut off", &mut || {

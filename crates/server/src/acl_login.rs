@@ -439,6 +439,14 @@ impl Server {
                 "Permission denied: token wasn't created via login".into(),
             ));
         }
+        // A global login token (replicated here) is deleted in the
+        // primary, as Consul forwards it; deleting the copy would only
+        // see it replicated back.
+        if !token.local {
+            if let Some((remote, routed)) = self.global_write(opts)? {
+                return remote.acl_logout(&routed).await;
+            }
+        }
         self.acl_write(Command::AclTokenDelete(token.accessor_id))
             .await
             .map(|_| ())
