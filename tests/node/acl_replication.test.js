@@ -1,7 +1,7 @@
 // The ACL replication status through node-consul's `acl.replication()`:
 // a primary (here a `-dev` agent with ACLs on) answers Consul's shape
-// with replication off and never-times, and `?dc=` for a datacenter the
-// agent does not know is Consul's 500.
+// with replication off and never-times, `?dc=` for a datacenter the
+// agent does not know is Consul's 500, and with ACLs off Consul's 401.
 "use strict";
 
 const test = require("node:test");
@@ -33,6 +33,19 @@ test("a primary reports ACL replication off in Consul's shape", async () => {
     await assert.rejects(consul.acl.replication({ dc: "nowhere" }), (err) => {
       assert.equal(err.statusCode, 500);
       assert.match(err.message, /No path to datacenter/);
+      return true;
+    });
+  } finally {
+    child.kill();
+  }
+});
+
+test("with ACLs off the replication status is Consul's 401", async () => {
+  const { child, consul } = await startAgent();
+  try {
+    await assert.rejects(consul.acl.replication(), (err) => {
+      assert.equal(err.statusCode, 401);
+      assert.equal(err.message, "ACL support disabled");
       return true;
     });
   } finally {

@@ -29,8 +29,12 @@ async function startAgent(extra = []) {
     ["agent", "-dev", `-http-port=${port}`, "-dns-port=-1", "-grpc-port=-1", ...extra],
     { stdio: "ignore" },
   );
+  let failed = null;
+  child.on("error", (err) => {
+    failed = err;
+  });
   const consul = new Consul({ host: "127.0.0.1", port });
-  for (let i = 0; i < 300; i++) {
+  for (let i = 0; i < 300 && failed === null; i++) {
     try {
       if ((await consul.status.leader()) !== "") {
         return { child, consul };
@@ -41,7 +45,7 @@ async function startAgent(extra = []) {
     await new Promise((r) => setTimeout(r, 50));
   }
   child.kill();
-  throw new Error("legate agent did not start");
+  throw new Error(`legate agent did not start${failed ? `: ${failed.message}` : ""}`);
 }
 
 module.exports = { startAgent };

@@ -260,8 +260,10 @@ pub async fn token_self(State(st): State<AppState>, req: Req) -> ApiResult {
 }
 
 /// `GET /v1/acl/replication`: the status of the leader's ACL replication
-/// (answered with ACLs off too, as Consul does; always from the leader).
+/// (always from the leader; no token needed, 401 with ACLs off, as
+/// Consul's).
 pub async fn replication(State(st): State<AppState>, req: Req) -> ApiResult {
+    enabled(&st)?;
     let mut opts = req.query_options()?;
     opts.consistency = legate_types::Consistency::Default;
     let status = st.agent.rpc().acl_replication_status(&opts).await?;

@@ -475,15 +475,20 @@ impl Server {
     /// The leader's reaping of expired tokens (Consul's): at most
     /// [`REAP_BATCH`] a round, in one Raft entry. Expired tokens are
     /// refused and hidden from the moment they expire; this takes their
-    /// rows (and their memory) away.
+    /// rows (and their memory) away. A secondary reaps only its local
+    /// tokens: global ones go in the primary and replication deletes the
+    /// copies (a secondary whose clock runs ahead would otherwise delete
+    /// what the next round writes back).
     pub(crate) async fn reap_expired_tokens(&self) {
         if !self.config.acl.enabled {
             return;
         }
+        let secondary = self.is_secondary();
         let expired_ids: Vec<String> = {
             let tables = self.store.read();
             let (_, tokens) = tables.acl_tokens();
             tokens
+                .filter(|t| t.local || !secondary)
                 .filter(|t| t.expiration_time.is_some() && expired(t))
                 .take(REAP_BATCH)
                 .map(|t| t.accessor_id.clone())

@@ -405,12 +405,15 @@ impl Server {
         let live = tables
             .acl_login_tokens_like(token)
             .filter(|t| {
+                let ids =
+                    |links: &[AclLink]| links.iter().map(|l| l.id.clone()).collect::<Vec<_>>();
                 t.auth_method == token.auth_method
+                    && t.local == token.local
                     && !crate::acl::expired(t)
                     && t.service_identities == token.service_identities
                     && t.node_identities == token.node_identities
-                    && t.roles == token.roles
-                    && t.policies == token.policies
+                    && ids(&t.roles) == ids(&token.roles)
+                    && ids(&t.policies) == ids(&token.policies)
                     && t.templated_policies == token.templated_policies
             })
             .count();

@@ -163,12 +163,18 @@ pub(crate) fn start(server: &Arc<Server>, tasks: &mut Vec<tokio::task::JoinHandl
         kinds.push(AclKind::Tokens);
     }
     for kind in kinds {
-        tasks.push(tokio::spawn(crate::replication::run(
-            server.clone(),
-            kind.task_name(),
-            move |server, index| async move { round(&server, kind, index).await },
-            move |server, outcome| server.record_round(kind, outcome),
-        )));
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move {
+            // Consul runs no round until a replication token is set.
+            replication_token_set(&server).await;
+            crate::replication::run(
+                server,
+                kind.task_name(),
+                move |server, index| async move { round(&server, kind, index).await },
+                move |server, outcome| server.record_round(kind, outcome),
+            )
+            .await
+        }));
     }
 }
 
@@ -178,7 +184,8 @@ pub(crate) fn stopped(server: &Server) {
 }
 
 /// Resolves once a replication token is set (Consul skips rounds until
-/// then).
+/// then; a token cleared later makes the rounds fail with the anonymous
+/// token's refusal, shown in the status).
 async fn replication_token_set(server: &Server) {
     let mut token = server.config.acl.replication_token.clone();
     loop {
@@ -194,7 +201,6 @@ async fn replication_token_set(server: &Server) {
 /// One round of `kind`: a blocking read of the primary's rows at
 /// `last_index`, the difference applied here. Answers the primary's index.
 async fn round(server: &Arc<Server>, kind: AclKind, last_index: u64) -> Result<u64, RpcError> {
-    replication_token_set(server).await;
     if !server.acl_replication_writable() {
         return Err(RpcError::Internal(
             "ACL replication needs every server of this datacenter to run this version of Legate"

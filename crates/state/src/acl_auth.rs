@@ -30,11 +30,14 @@ impl Tables {
     }
 
     /// Deletes an auth method, its binding rules and its tokens (nothing
-    /// when it does not exist).
+    /// when it does not exist). Only tokens of the method's locality go
+    /// (Consul's rule): in a secondary, global tokens a primary method of
+    /// the same name made, replicated here, stay.
     pub(crate) fn acl_auth_method_delete(&mut self, index: u64, name: &str, changes: &mut Changes) {
-        if self.acl_auth_methods.remove(name).is_none() {
+        let Some(method) = self.acl_auth_methods.remove(name) else {
             return;
-        }
+        };
+        let local_tokens = method.token_locality != "global";
         self.bump(Table::AclAuthMethods, index, changes);
         let rules: Vec<String> = self
             .acl_binding_rules
@@ -48,7 +51,7 @@ impl Tables {
         let tokens: Vec<String> = self
             .acl_tokens
             .values()
-            .filter(|t| t.auth_method == name)
+            .filter(|t| t.auth_method == name && t.local == local_tokens)
             .map(|t| t.accessor_id.clone())
             .collect();
         for accessor in tokens {

@@ -4,9 +4,11 @@
 //! roles and global tokens, so a replicated policy or role takes its name
 //! from a local row of another ID (a rename and a re-use of the old name
 //! met in one round), and a replicated login token is stored even though
-//! its auth method lives only in the primary. A replicated token whose
-//! SecretID a local token of this datacenter already holds is skipped:
-//! one secret never stands for two tokens.
+//! its auth method lives only in the primary. Local tokens of this
+//! datacenter are never replaced or deleted by a batch (Consul refuses to
+//! replicate local tokens): a replicated token that is marked local, or
+//! whose AccessorID or SecretID a local token already holds, is skipped,
+//! and a deletion naming a local token is ignored.
 
 use legate_types::acl::{AclPolicy, AclRole, AclToken};
 use serde::{Deserialize, Serialize};
@@ -50,7 +52,7 @@ impl AclReplicationBatch {
 
 impl Tables {
     /// Applies a replicated batch at `index`; answers how many tokens were
-    /// skipped because a local token holds their SecretID.
+    /// skipped because they would have replaced a local token.
     pub(crate) fn acl_replicate(
         &mut self,
         index: u64,
@@ -64,7 +66,9 @@ impl Tables {
             self.acl_role_delete(index, id, changes);
         }
         for accessor in &batch.delete_tokens {
-            self.acl_token_delete(index, accessor, changes);
+            if self.acl_tokens.get(accessor).is_some_and(|t| !t.local) {
+                self.acl_token_delete(index, accessor, changes);
+            }
         }
         for policy in &batch.policies {
             let taken = self
@@ -89,7 +93,12 @@ impl Tables {
         }
         let mut skipped = 0;
         for token in &batch.tokens {
-            if self.acl_token_store(index, token, false, changes).is_err() {
+            let replaces_local = token.local
+                || self
+                    .acl_tokens
+                    .get(&token.accessor_id)
+                    .is_some_and(|t| t.local);
+            if replaces_local || self.acl_token_store(index, token, false, changes).is_err() {
                 skipped += 1;
             }
         }

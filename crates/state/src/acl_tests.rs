@@ -211,7 +211,12 @@ fn deleting_an_auth_method_takes_its_rules_and_tokens_and_all_survive_snapshots(
     store.apply(5, &Command::AclBindingRuleSet(Box::new(rule("r2", "m2"))));
     let mut login = token("t1", "s1");
     login.auth_method = "m1".into();
+    login.local = true;
     store.apply(6, &Command::AclTokenSet(Box::new(login)));
+    // A global token of a primary method named alike, replicated here.
+    let mut replicated = token("g1", "sg");
+    replicated.auth_method = "m1".into();
+    store.apply(6, &Command::AclTokenSet(Box::new(replicated)));
     // A login token of a method that is gone is refused.
     let mut orphan = token("t9", "s9");
     orphan.auth_method = "gone".into();
@@ -235,6 +240,10 @@ fn deleting_an_auth_method_takes_its_rules_and_tokens_and_all_survive_snapshots(
         "another method's rule stays"
     );
     assert!(read.acl_token("t1").1.is_none(), "its login token goes");
+    assert!(
+        read.acl_token("g1").1.is_some(),
+        "a global token of another locality stays"
+    );
     assert!(read.acl_token("t2").1.is_some());
     assert_eq!(read.table_index(Table::AclTokens), 8);
 }
@@ -253,16 +262,26 @@ fn replicated_rows_take_names_from_local_rows_and_keep_local_secrets() {
     // global token reuses the secret of the secondary's local token.
     let mut login = token("login", "s-login");
     login.auth_method = "primary-only".into();
+    // A global token may not take a local token's AccessorID either, nor
+    // may a deletion remove a local token, nor may a local token come in.
+    let mut marked_local = token("stray", "s-stray");
+    marked_local.local = true;
     let batch = AclReplicationBatch {
         delete_policies: vec!["p2".into()],
+        delete_tokens: vec!["mine".into()],
         policies: vec![policy("p3", "ops"), policy("p1", "ops-renamed")],
-        tokens: vec![login, token("clash", "shared-secret")],
+        tokens: vec![
+            login,
+            token("clash", "shared-secret"),
+            token("mine", "other-secret"),
+            marked_local,
+        ],
         ..Default::default()
     };
     assert_eq!(
         store.apply(4, &Command::AclReplicate(Box::new(batch))),
         CommandResult::Applied(false),
-        "the token with a taken secret is skipped"
+        "the tokens that would replace a local one are skipped"
     );
     let read = store.read();
     assert_eq!(read.acl_policy_by_name("ops").unwrap().id, "p3");
@@ -277,6 +296,9 @@ fn replicated_rows_take_names_from_local_rows_and_keep_local_secrets() {
             .accessor_id,
         "mine"
     );
+    assert!(read.acl_token("stray").1.is_none());
+    let mine = read.acl_token("mine").1.unwrap();
+    assert!(mine.local && mine.secret_id == "shared-secret");
     assert_eq!(read.table_index(Table::AclPolicies), 4);
 }
 
