@@ -192,6 +192,9 @@ pub struct AgentConfig {
     pub grpc_tls: TlsFiles,
     /// Serve the web UI.
     pub ui: bool,
+    /// Where the UI is served (`ui_config.content_path`, `-ui-content-path`;
+    /// default `/ui/`), with a leading and a trailing `/`.
+    pub ui_content_path: String,
     /// ACLs (`acl {}` and the older top-level keys).
     pub acl: crate::acl_config::AclConfig,
     /// Connect enabled.
@@ -654,6 +657,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         ui: get_bool(&map, &["ui"])?
             .or(get_bool(&map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
+        ui_content_path: content_path(get_str(&map, &["ui_config", "content_path"])?),
         acl: crate::acl_config::parse(&map, &mut warnings)?,
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
         connect_ca: connect_ca(&map)?,
@@ -836,3 +840,20 @@ fn hostname() -> String {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+/// A UI content path as Consul keeps it: `/ui/` by default, otherwise the
+/// given path with a leading and a trailing `/`.
+fn content_path(path: Option<String>) -> String {
+    let path = path
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/ui/".into());
+    let mut path = if path.starts_with('/') {
+        path
+    } else {
+        format!("/{path}")
+    };
+    if !path.ends_with('/') {
+        path.push('/');
+    }
+    path
+}

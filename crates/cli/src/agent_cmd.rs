@@ -106,6 +106,9 @@ pub struct AgentArgs {
     /// Serve the web UI.
     #[arg(long)]
     ui: bool,
+    /// Where the web UI is served (`ui_config.content_path`; default `/ui/`).
+    #[arg(long = "ui-content-path")]
+    ui_content_path: Option<String>,
     /// DNS domain.
     #[arg(long)]
     domain: Option<String>,
@@ -217,8 +220,15 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     if let Some(v) = &args.pid_file {
         put("pid_file", json!(v.display().to_string()));
     }
-    if args.ui {
-        put("ui_config", json!({"enabled": true}));
+    if args.ui || args.ui_content_path.is_some() {
+        let mut ui = serde_json::Map::new();
+        if args.ui {
+            ui.insert("enabled".into(), json!(true));
+        }
+        if let Some(path) = &args.ui_content_path {
+            ui.insert("content_path".into(), json!(path));
+        }
+        put("ui_config", Value::Object(ui));
     }
     if let Some(v) = &args.domain {
         put("domain", json!(v));

@@ -289,6 +289,26 @@ const ROWS: &[Row] = &[
         answer: Body::Is("Unknown log level: verbose"),
         consul: "agent/agent_endpoint.go AgentMonitor",
     },
+    Row {
+        method: "GET",
+        path: "/v1/no/such/endpoint",
+        headers: &[],
+        body: None,
+        status: 404,
+        answer: Body::Is("Invalid URL path: not a recognized HTTP API endpoint\n"),
+        consul: "agent/http.go Index",
+    },
+    Row {
+        method: "POST",
+        path: "/favicon.ico",
+        headers: &[],
+        body: None,
+        status: 404,
+        answer: Body::Is(
+            "Invalid URL path: if attempting to use the HTTP API, ensure the path starts with '/v1/'\n",
+        ),
+        consul: "agent/http.go Index",
+    },
 ];
 
 #[test]
@@ -304,4 +324,28 @@ fn error_and_empty_answers_are_consuls() {
             Body::Starts(expected) => assert!(text.starts_with(expected), "{what}: {text}"),
         }
     }
+}
+
+/// `GET /`: Consul's index handler redirects to the UI's content path when
+/// the UI is on (as in `-dev`) and answers 200 with its "UI disabled"
+/// text when it is off, so a health check pointed at `/` passes.
+#[test]
+fn the_root_redirects_to_the_ui_or_says_it_is_disabled() {
+    let dev = TestAgent::dev(&["-ui-content-path=dash"]);
+    let (status, headers, _) = http_request_full(dev.http_port, "GET", "/", &[], None);
+    assert_eq!(status, 301);
+    let location = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("location"))
+        .map(|(_, v)| v.as_str());
+    assert_eq!(location, Some("/dash/"));
+    let off = TestAgent::dev(&["-hcl=ui_config { enabled = false }"]);
+    let (status, _, text) = http_request_full(off.http_port, "GET", "/", &[], None);
+    assert_eq!(
+        (status, text.as_str()),
+        (
+            200,
+            "Consul Agent: UI disabled. To enable, set ui_config.enabled=true in the agent configuration and restart."
+        )
+    );
 }

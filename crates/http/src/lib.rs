@@ -399,12 +399,32 @@ async fn add_common_headers(
     response
 }
 
-async fn fallback(method: Method, uri: axum::http::Uri) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        format!("Invalid URL path: no handler for {method} {}", uri.path()),
-    )
-        .into_response()
+/// What no route answers, as Consul's index handler does: `/` redirects
+/// to the UI (301) or says it is disabled (200, so a health check pointed
+/// at the agent passes); any other path is a 404 with Consul's hint.
+async fn fallback(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    uri: axum::http::Uri,
+) -> Response {
+    let path = uri.path();
+    let config = st.agent.config();
+    if path == "/" {
+        if config.ui {
+            return (
+                StatusCode::MOVED_PERMANENTLY,
+                [(axum::http::header::LOCATION, config.ui_content_path.clone())],
+            )
+                .into_response();
+        }
+        return "Consul Agent: UI disabled. To enable, set ui_config.enabled=true in the agent configuration and restart."
+            .into_response();
+    }
+    let hint = if path.contains("/v1/") {
+        "Invalid URL path: not a recognized HTTP API endpoint\n"
+    } else {
+        "Invalid URL path: if attempting to use the HTTP API, ensure the path starts with '/v1/'\n"
+    };
+    (StatusCode::NOT_FOUND, hint).into_response()
 }
 
 /// Serves the API on a bound listener until `shutdown` completes, within
