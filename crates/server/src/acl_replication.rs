@@ -219,10 +219,10 @@ async fn round(server: &Arc<Server>, kind: AclKind, last_index: u64) -> Result<u
         AclKind::Policies => {
             let fetched = remote.acl_policy_list(&options).await.map_err(failed)?;
             let local: Vec<AclPolicy> = server.store.read().acl_policies().1.cloned().collect();
-            let (deletes, upserts) = plan(&local, &fetched.value, |p| &p.id, bare_policy);
+            let (deletes, changed) = plan(&local, &fetched.value, |p| &p.id, bare_policy);
             let batches = batches(
                 deletes,
-                upserts,
+                changed.into_iter().map(bare_policy).collect(),
                 |b, ids| b.delete_policies = ids,
                 |b, p| b.policies.push(p),
             );
@@ -234,10 +234,10 @@ async fn round(server: &Arc<Server>, kind: AclKind, last_index: u64) -> Result<u
                 .await
                 .map_err(failed)?;
             let local: Vec<AclRole> = server.store.read().acl_roles().1.cloned().collect();
-            let (deletes, upserts) = plan(&local, &fetched.value, |r| &r.id, bare_role);
+            let (deletes, changed) = plan(&local, &fetched.value, |r| &r.id, bare_role);
             let batches = batches(
                 deletes,
-                upserts,
+                changed.into_iter().map(bare_role).collect(),
                 |b, ids| b.delete_roles = ids,
                 |b, r| b.roles.push(r),
             );
@@ -253,12 +253,6 @@ async fn round(server: &Arc<Server>, kind: AclKind, last_index: u64) -> Result<u
                 .await
                 .map_err(failed)?;
             let global: Vec<AclToken> = fetched.value.into_iter().filter(|t| !t.local).collect();
-            if global.iter().any(|t| t.secret_id == REDACTED) {
-                return Err(RpcError::Internal(
-                    "failed to retrieve unredacted tokens - replication token in use does not grant acl:write"
-                        .into(),
-                ));
-            }
             let local: Vec<AclToken> = server
                 .store
                 .read()
@@ -267,10 +261,19 @@ async fn round(server: &Arc<Server>, kind: AclKind, last_index: u64) -> Result<u
                 .filter(|t| !t.local)
                 .cloned()
                 .collect();
-            let (deletes, upserts) = plan(&local, &global, |t| &t.accessor_id, bare_token);
+            // Compared without secrets (which never change), as Consul
+            // compares hashes: a token without acl:write fails the round
+            // only when a token must be written.
+            let (deletes, changed) = plan(&local, &global, |t| &t.accessor_id, token_content);
+            if changed.iter().any(|t| t.secret_id == REDACTED) {
+                return Err(RpcError::Internal(
+                    "failed to retrieve unredacted tokens - replication token in use does not grant acl:write"
+                        .into(),
+                ));
+            }
             let batches = batches(
                 deletes,
-                upserts,
+                changed.into_iter().map(bare_token).collect(),
                 |b, ids| b.delete_tokens = ids,
                 |b, t| b.tokens.push(t),
             );
@@ -328,6 +331,15 @@ fn bare_role(role: &AclRole) -> AclRole {
     bare
 }
 
+/// What a token's replication compares: everything but its indexes, link
+/// names and secret.
+fn token_content(token: &AclToken) -> AclToken {
+    AclToken {
+        secret_id: String::new(),
+        ..bare_token(token)
+    }
+}
+
 fn bare_token(token: &AclToken) -> AclToken {
     let mut bare = AclToken {
         create_index: 0,
@@ -341,16 +353,21 @@ fn bare_token(token: &AclToken) -> AclToken {
 }
 
 /// What makes `local` equal to `remote`: the IDs only `local` has, and
-/// the remote rows (bare) that `local` lacks or holds otherwise, each in
-/// ID order.
-fn plan<T, F, B>(local: &[T], remote: &[T], id: F, bare: B) -> (Vec<String>, Vec<T>)
+/// the remote rows whose `content` `local` lacks or holds otherwise, each
+/// in ID order.
+fn plan<'a, T, K, F, C>(
+    local: &[T],
+    remote: &'a [T],
+    id: F,
+    content: C,
+) -> (Vec<String>, Vec<&'a T>)
 where
-    T: PartialEq,
+    K: PartialEq,
     F: Fn(&T) -> &String,
-    B: Fn(&T) -> T,
+    C: Fn(&T) -> K,
 {
-    let local: BTreeMap<&String, T> = local.iter().map(|row| (id(row), bare(row))).collect();
-    let remote: BTreeMap<&String, T> = remote.iter().map(|row| (id(row), bare(row))).collect();
+    let local: BTreeMap<&String, K> = local.iter().map(|row| (id(row), content(row))).collect();
+    let remote: BTreeMap<&String, &T> = remote.iter().map(|row| (id(row), row)).collect();
     let deletes = local
         .keys()
         .filter(|k| !remote.contains_key(*k))
@@ -358,7 +375,7 @@ where
         .collect();
     let upserts = remote
         .into_iter()
-        .filter(|(k, row)| local.get(k) != Some(row))
+        .filter(|(k, row)| local.get(k) != Some(&content(row)))
         .map(|(_, row)| row)
         .collect();
     (deletes, upserts)
@@ -426,7 +443,6 @@ mod tests {
         assert_eq!(deletes, ["gone"]);
         let ids: Vec<&str> = upserts.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(ids, ["b", "c"]);
-        assert!(upserts.iter().all(|p| p.modify_index == 0));
         let (deletes, upserts) = plan(&remote, &remote, |p| &p.id, bare_policy);
         assert!(deletes.is_empty() && upserts.is_empty());
     }
@@ -453,9 +469,33 @@ mod tests {
             std::slice::from_ref(&stored),
             std::slice::from_ref(&shown),
             |t| &t.accessor_id,
-            bare_token,
+            token_content,
         );
         assert!(deletes.is_empty() && upserts.is_empty());
+        // A list read without acl:write shows no secret: nothing to write
+        // when nothing changed, so the round does not fail.
+        let redacted = AclToken {
+            secret_id: REDACTED.into(),
+            ..shown
+        };
+        let (_, upserts) = plan(
+            std::slice::from_ref(&stored),
+            std::slice::from_ref(&redacted),
+            |t| &t.accessor_id,
+            token_content,
+        );
+        assert!(upserts.is_empty());
+        let changed = AclToken {
+            description: "changed".into(),
+            ..redacted
+        };
+        let (_, upserts) = plan(
+            std::slice::from_ref(&stored),
+            std::slice::from_ref(&changed),
+            |t| &t.accessor_id,
+            token_content,
+        );
+        assert_eq!(upserts[0].secret_id, REDACTED, "found, so the round fails");
     }
 
     #[test]
