@@ -162,6 +162,21 @@ fn unimplemented_keys_warn_once_and_start() {
     let log = agent.log_text();
     assert_eq!(log.matches("\"telemetry\"").count(), 1, "{log}");
     assert!(log.contains("\"auto_encrypt\""), "{log}");
+    // `prometheus_retention_time` already opens the Prometheus format.
+    for (path, headers) in [
+        ("/v1/agent/metrics?format=prometheus", vec![]),
+        (
+            "/v1/agent/metrics",
+            vec![("Accept", "text/plain; version=0.4.0")],
+        ),
+    ] {
+        let (status, response_headers, _) =
+            common::http_request_full(agent.http_port, "GET", path, &headers, None);
+        assert_eq!(status, 200, "{path}");
+        assert!(response_headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("content-type") && v.starts_with("text/plain")));
+    }
 }
 
 #[test]

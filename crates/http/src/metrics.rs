@@ -41,14 +41,44 @@ fn prometheus_labels(labels: &Labels) -> String {
     format!("{{{}}}", inner.join(","))
 }
 
-/// The handler.
+/// Whether an `Accept` header asks for Prometheus' format (Consul's
+/// `acceptsOpenMetricsMimeType`): `application/openmetrics-text`, or
+/// `text/plain` whose first parameter is `version=0.4.0`.
+fn accepts_open_metrics(accept: &str) -> bool {
+    accept.split(',').any(|kind| {
+        let mut parts = kind.split(';');
+        let mime = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        mime == "application/openmetrics-text"
+            || (mime == "text/plain" && parts.next().map(str::trim) == Some("version=0.4.0"))
+    })
+}
+
+/// The handler: Consul's JSON summary, or Prometheus text when
+/// `?format=prometheus` or the `Accept` header asks for it — only with
+/// `telemetry.prometheus_retention_time` set, else Consul's 415.
 pub async fn agent_metrics(
     axum::extract::State(st): axum::extract::State<crate::AppState>,
     req: Req,
 ) -> ApiResult {
     crate::agent_acl::check_agent(&st, &req, legate_acl::Access::Read).await?;
     let r = snapshot();
-    if req.params.get("format") == Some("prometheus") {
+    let accept = req
+        .headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if req.params.get("format") == Some("prometheus") || accepts_open_metrics(accept) {
+        if st.agent.config().prometheus_retention.is_none() {
+            let mut response = (
+                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Prometheus is not enabled since its retention time is not positive",
+            )
+                .into_response();
+            response
+                .headers_mut()
+                .insert("content-type", HeaderValue::from_static("text/plain"));
+            return Ok(response);
+        }
         let mut out = String::new();
         for ((name, labels), v) in &r.gauges {
             out.push_str(&format!(
@@ -133,4 +163,24 @@ pub async fn agent_metrics_stream(
         .headers_mut()
         .insert("content-type", HeaderValue::from_static("application/json"));
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepts_open_metrics;
+
+    #[test]
+    fn accept_headers_choose_prometheus_as_consul_does() {
+        assert!(accepts_open_metrics(
+            "application/openmetrics-text; version=1.0.0"
+        ));
+        assert!(accepts_open_metrics("text/html, text/plain; version=0.4.0"));
+        assert!(accepts_open_metrics("Application/OpenMetrics-Text"));
+        assert!(!accepts_open_metrics("text/plain"));
+        assert!(!accepts_open_metrics(
+            "text/plain; charset=utf-8; version=0.4.0"
+        ));
+        assert!(!accepts_open_metrics("application/json"));
+        assert!(!accepts_open_metrics(""));
+    }
 }
