@@ -168,16 +168,10 @@ impl Server {
         opts: &QueryOptions,
         name: String,
     ) -> Result<Queried<Option<AclAuthMethod>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclAuthMethods]),
-            |t| {
-                let (index, found) = t.acl_auth_method(&name);
-                Ok((index, found.cloned()))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclAuthMethods], |t| {
+            let (index, found) = t.acl_auth_method(&name);
+            Ok((index, found.cloned()))
+        })
         .await
     }
 
@@ -186,16 +180,10 @@ impl Server {
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<Vec<AclAuthMethod>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclAuthMethods]),
-            |t| {
-                let (index, all) = t.acl_auth_methods();
-                Ok((index, all.cloned().collect()))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclAuthMethods], |t| {
+            let (index, all) = t.acl_auth_methods();
+            Ok((index, all.cloned().collect()))
+        })
         .await
     }
 
@@ -308,16 +296,10 @@ impl Server {
         opts: &QueryOptions,
         id: String,
     ) -> Result<Queried<Option<AclBindingRule>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclBindingRules]),
-            |t| {
-                let (index, found) = t.acl_binding_rule(&id);
-                Ok((index, found.cloned()))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclBindingRules], |t| {
+            let (index, found) = t.acl_binding_rule(&id);
+            Ok((index, found.cloned()))
+        })
         .await
     }
 
@@ -327,20 +309,14 @@ impl Server {
         opts: &QueryOptions,
         auth_method: String,
     ) -> Result<Queried<Vec<AclBindingRule>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclBindingRules]),
-            |t| {
-                let (index, all) = t.acl_binding_rules();
-                let listed = all
-                    .filter(|r| auth_method.is_empty() || r.auth_method == auth_method)
-                    .cloned()
-                    .collect();
-                Ok((index, listed))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclBindingRules], |t| {
+            let (index, all) = t.acl_binding_rules();
+            let listed = all
+                .filter(|r| auth_method.is_empty() || r.auth_method == auth_method)
+                .cloned()
+                .collect();
+            Ok((index, listed))
+        })
         .await
     }
 

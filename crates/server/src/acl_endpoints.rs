@@ -99,6 +99,19 @@ impl Server {
         })
     }
 
+    /// An ACL read (Consul's `ACL.*Read`/`*List` prologue): ACLs on,
+    /// `acl:read`, then a blocking read watching `tables`.
+    pub(crate) async fn acl_read_query<T>(
+        &self,
+        opts: &QueryOptions,
+        tables: &[Table],
+        read: impl Fn(&Tables) -> Result<(u64, T), RpcError>,
+    ) -> Result<Queried<T>, RpcError> {
+        self.acl_on()?;
+        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
+        self.blocking_query(opts, |w| w.tables(tables), read).await
+    }
+
     pub(crate) fn acl_on(&self) -> Result<(), RpcError> {
         if self.config.acl.enabled {
             Ok(())
@@ -374,12 +387,10 @@ impl Server {
         opts: &QueryOptions,
         accessor_id: String,
     ) -> Result<Queried<Option<AclToken>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
         let show_secret = self.may_write_acls(&opts.token);
-        self.blocking_query(
+        self.acl_read_query(
             opts,
-            |w| w.tables(&[Table::AclTokens, Table::AclPolicies, Table::AclRoles]),
+            &[Table::AclTokens, Table::AclPolicies, Table::AclRoles],
             |t| {
                 let token = t
                     .acl_token(&accessor_id)
@@ -415,12 +426,10 @@ impl Server {
         opts: &QueryOptions,
         filter: AclTokenFilter,
     ) -> Result<Queried<Vec<AclToken>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
         let show_secret = self.may_write_acls(&opts.token);
-        self.blocking_query(
+        self.acl_read_query(
             opts,
-            |w| w.tables(&[Table::AclTokens, Table::AclPolicies, Table::AclRoles]),
+            &[Table::AclTokens, Table::AclPolicies, Table::AclRoles],
             |t| {
                 let (index, tokens) = t.acl_tokens();
                 let listed = tokens
@@ -600,20 +609,14 @@ impl Server {
         id_or_name: String,
         by_name: bool,
     ) -> Result<Queried<Option<AclPolicy>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclPolicies]),
-            |t| {
-                let found = if by_name {
-                    t.acl_policy_by_name(&id_or_name)
-                } else {
-                    t.acl_policy(&id_or_name).1
-                };
-                Ok((t.table_index(Table::AclPolicies), found.cloned()))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclPolicies], |t| {
+            let found = if by_name {
+                t.acl_policy_by_name(&id_or_name)
+            } else {
+                t.acl_policy(&id_or_name).1
+            };
+            Ok((t.table_index(Table::AclPolicies), found.cloned()))
+        })
         .await
     }
 
@@ -622,16 +625,10 @@ impl Server {
         &self,
         opts: &QueryOptions,
     ) -> Result<Queried<Vec<AclPolicy>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclPolicies]),
-            |t| {
-                let (index, all) = t.acl_policies();
-                Ok((index, all.cloned().collect()))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclPolicies], |t| {
+            let (index, all) = t.acl_policies();
+            Ok((index, all.cloned().collect()))
+        })
         .await
     }
 
@@ -728,23 +725,17 @@ impl Server {
         id_or_name: String,
         by_name: bool,
     ) -> Result<Queried<Option<AclRole>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclRoles, Table::AclPolicies]),
-            |t| {
-                let found = if by_name {
-                    t.acl_role_by_name(&id_or_name)
-                } else {
-                    t.acl_role(&id_or_name).1
-                };
-                Ok((
-                    t.table_index(Table::AclRoles),
-                    found.cloned().map(|r| role_with_names(t, r)),
-                ))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclRoles, Table::AclPolicies], |t| {
+            let found = if by_name {
+                t.acl_role_by_name(&id_or_name)
+            } else {
+                t.acl_role(&id_or_name).1
+            };
+            Ok((
+                t.table_index(Table::AclRoles),
+                found.cloned().map(|r| role_with_names(t, r)),
+            ))
+        })
         .await
     }
 
@@ -754,21 +745,15 @@ impl Server {
         opts: &QueryOptions,
         policy: String,
     ) -> Result<Queried<Vec<AclRole>>, RpcError> {
-        self.acl_on()?;
-        self.authorize(&opts.token, Resource::Acl, Access::Read)?;
-        self.blocking_query(
-            opts,
-            |w| w.tables(&[Table::AclRoles, Table::AclPolicies]),
-            |t| {
-                let (index, all) = t.acl_roles();
-                let listed = all
-                    .filter(|r| policy.is_empty() || r.policies.iter().any(|l| l.id == policy))
-                    .cloned()
-                    .map(|r| role_with_names(t, r))
-                    .collect();
-                Ok((index, listed))
-            },
-        )
+        self.acl_read_query(opts, &[Table::AclRoles, Table::AclPolicies], |t| {
+            let (index, all) = t.acl_roles();
+            let listed = all
+                .filter(|r| policy.is_empty() || r.policies.iter().any(|l| l.id == policy))
+                .cloned()
+                .map(|r| role_with_names(t, r))
+                .collect();
+            Ok((index, listed))
+        })
         .await
     }
 

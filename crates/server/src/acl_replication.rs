@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use legate_state::{AclReplicationBatch, Command, CommandResult};
 use legate_types::acl::AclTokenFilter;
 use legate_types::acl::{AclLink, AclPolicy, AclReplicationStatus, AclRole, AclToken};
-use legate_types::{QueryOptions, RpcError};
+use legate_types::RpcError;
 
 use crate::replication::{fetch_options, TokenBucket, APPLY_RATE};
 use crate::Server;
@@ -81,8 +81,7 @@ fn now_rounded() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64().round() as u64)
         .unwrap_or(0);
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
-    humantime::format_rfc3339_seconds(at).to_string()
+    crate::acl_endpoints::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 impl Server {
@@ -90,7 +89,6 @@ impl Server {
     /// Consul: it is read by health checks). A primary's is all zero.
     pub(crate) fn acl_replication_status_of_leader(
         &self,
-        _opts: &QueryOptions,
     ) -> Result<AclReplicationStatus, RpcError> {
         if !self.raft.is_leader() {
             return Err(RpcError::NoLeader);

@@ -872,7 +872,7 @@ impl ServerRpc for Server {
         opts: &QueryOptions,
     ) -> Result<acl::AclReplicationStatus, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
-        self.acl_replication_status_of_leader(opts)
+        self.acl_replication_status_of_leader()
     }
 
     async fn catalog_service_dump(
