@@ -49,7 +49,7 @@ impl PrefixFilter {
                 None => rules.push((prefix.to_string(), allowed)),
             }
         }
-        rules.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        rules.sort_by_key(|rule| std::cmp::Reverse(rule.0.len()));
         (
             PrefixFilter {
                 rules,
