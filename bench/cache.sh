@@ -54,6 +54,6 @@ echo "after $QUERIES distinct cached queries: client_rss_kb=$(rss_kb "$client_pi
 curl -sf "$client/v1/agent/metrics" | python3 -c '
 import json, sys
 for g in json.load(sys.stdin)["Gauges"]:
-    if g["Name"].startswith("legate.agent.cache.") and g["Labels"].get("cache") == "cached_queries":
+    if ".agent.cache." in g["Name"] and g["Labels"].get("cache") == "cached_queries":
         print(g["Name"], int(g["Value"]))
 '

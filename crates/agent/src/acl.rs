@@ -62,15 +62,12 @@ struct Cached {
 }
 
 /// Counts entries an ACL cache let go to make room (not those dropped
-/// because the ACL tables changed): `legate.acl.cache.evictions` with the
-/// cache (`token`, `policy`) and where it lives (`agent`, `server`).
+/// because the ACL tables changed): `acl.cache.evictions` with the cache
+/// (`token`, `policy`) and where it lives (`agent`, `server`).
 pub fn count_evictions(cache: &str, side: &str, evicted: usize) {
     if evicted > 0 {
-        legate_types::metrics::counter_add(
-            "legate.acl.cache.evictions",
-            &[("cache", cache), ("side", side)],
-            evicted as u64,
-        );
+        metrics::counter!("acl.cache.evictions", "cache" => cache.to_string(), "side" => side.to_string())
+            .increment(evicted as u64);
     }
 }
 

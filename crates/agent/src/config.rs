@@ -192,10 +192,9 @@ pub struct AgentConfig {
     pub grpc_tls: TlsFiles,
     /// Serve the web UI.
     pub ui: bool,
-    /// How long Prometheus series are kept
-    /// (`telemetry.prometheus_retention_time`); `None` (unset or zero):
-    /// `?format=prometheus` is refused with Consul's 415.
-    pub prometheus_retention: Option<Duration>,
+    /// `telemetry { }`: metric names, filters, Prometheus retention
+    /// (`None`: `?format=prometheus` is refused with Consul's 415), statsd.
+    pub telemetry: legate_telemetry::TelemetryConfig,
     /// Where the UI is served (`ui_config.content_path`, `-ui-content-path`;
     /// default `/ui/`), with a leading and a trailing `/`.
     pub ui_content_path: String,
@@ -662,15 +661,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
             .or(get_bool(&map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
         ui_content_path: content_path(get_str(&map, &["ui_config", "content_path"])?),
-        prometheus_retention: match get_str(&map, &["telemetry", "prometheus_retention_time"])? {
-            None => None,
-            Some(text) => Some(
-                legate_types::duration::parse_go_duration(&text).map_err(|e| {
-                    ConfigError(format!("telemetry.prometheus_retention_time: {e}"))
-                })?,
-            )
-            .filter(|d| !d.is_zero()),
-        },
+        telemetry: crate::telemetry_config::parse(&map, &hostname(), &mut warnings)?,
         acl: crate::acl_config::parse(&map, &mut warnings)?,
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
         connect_ca: connect_ca(&map)?,

@@ -259,6 +259,7 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "services",
     "ui",
     "ui_config",
+    "telemetry",
     "disable_update_check",
     "domain",
     "leave_on_terminate",

@@ -85,7 +85,7 @@ fn unknown_keys_are_refused_and_unimplemented_warned() {
     assert!(err.0.contains("ports.htp"), "{err}");
     let config = load(&[ConfigSource::Json(
         "y.json".into(),
-        json!({"telemetry": {"statsd_address": "x"}, "auto_encrypt": {"tls": true}}),
+        json!({"telemetry": {"statsite_address": "x"}, "auto_encrypt": {"tls": true}}),
     )])
     .unwrap();
     assert_eq!(config.warnings.len(), 2);

@@ -43,6 +43,7 @@ pub mod shared_watch;
 mod sync;
 pub mod syslog_config;
 pub mod tagged_addresses;
+pub mod telemetry_config;
 pub mod tls_config;
 pub mod unix_socket_config;
 pub mod wan_config;

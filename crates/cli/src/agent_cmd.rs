@@ -827,9 +827,11 @@ fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, Stri
 async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let config = load_config(&args)?;
     crate::logging::init(&config)?;
+    legate_telemetry::install(&config.telemetry).map_err(|e| format!("telemetry: {e}"))?;
     crate::host::restrict_new_files();
     crate::host::raise_open_file_limit();
     crate::host::spawn_memory_release();
+    crate::host::spawn_runtime_metrics();
     if let Some(dir) = &config.data_dir {
         crate::host::secure_data_dir(dir)?;
     }

@@ -115,6 +115,39 @@ pub fn spawn_memory_release() {
     });
 }
 
+/// Publishes Consul's `runtime.*` gauges every 10 s, from what a Rust
+/// process has: `alloc_bytes` (the allocator's bytes in use),
+/// `sys_bytes` (resident memory), `num_goroutines` (live tokio tasks),
+/// and `total_gc_pause_ns` 0 (there is no garbage collector).
+pub fn spawn_runtime_metrics() {
+    tokio::spawn(async {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+            // mallinfo2 walks the free lists: off the runtime's threads.
+            let memory = tokio::task::spawn_blocking(|| {
+                (
+                    legate_types::memory::allocated_heap_bytes(),
+                    legate_types::memory::resident_bytes(),
+                )
+            })
+            .await;
+            if let Ok((allocated, resident)) = memory {
+                if let Some(bytes) = allocated {
+                    metrics::gauge!("runtime.alloc_bytes").set(bytes as f64);
+                }
+                if let Some(bytes) = resident {
+                    metrics::gauge!("runtime.sys_bytes").set(bytes as f64);
+                }
+            }
+            metrics::gauge!("runtime.num_goroutines").set(tasks as f64);
+            metrics::gauge!("runtime.total_gc_pause_ns").set(0.0);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

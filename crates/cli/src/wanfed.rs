@@ -133,27 +133,11 @@ async fn publish(
 ) {
     loop {
         let computed = GatewayLocator::compute(&inputs.borrow_and_update());
-        use legate_types::metrics::gauge_set;
-        gauge_set(
-            "legate.wanfed.primary_gateways",
-            &[],
-            computed.primary_gateways.len() as f64,
-        );
-        gauge_set(
-            "legate.wanfed.local_gateways",
-            &[],
-            computed.local_gateways.len() as f64,
-        );
-        gauge_set(
-            "legate.wanfed.primary_through_local",
-            &[],
-            f64::from(u8::from(computed.primary_through_local)),
-        );
-        gauge_set(
-            "legate.wanfed.local_path_failures",
-            &[],
-            f64::from(computed.local_path_failures),
-        );
+        metrics::gauge!("wanfed.primary_gateways").set(computed.primary_gateways.len() as f64);
+        metrics::gauge!("wanfed.local_gateways").set(computed.local_gateways.len() as f64);
+        metrics::gauge!("wanfed.primary_through_local")
+            .set(f64::from(u8::from(computed.primary_through_local)));
+        metrics::gauge!("wanfed.local_path_failures").set(f64::from(computed.local_path_failures));
         locator.send_if_modified(|current| {
             if *current == computed {
                 return false;
@@ -290,11 +274,8 @@ async fn probe_primary_path(
             tokio::time::timeout(DIAL_TIMEOUT * 2, remote.status_leader()).await,
             Ok(Ok(_))
         );
-        legate_types::metrics::counter_add(
-            "legate.wanfed.path_probes",
-            &[("result", if ok { "ok" } else { "failed" })],
-            1,
-        );
+        metrics::counter!("wanfed.path_probes", "result" => if ok { "ok" } else { "failed" })
+            .increment(1);
         if !ok {
             tracing::warn!(%gateway, "WAN federation: the path to the primary through this datacenter's gateway failed");
         }

@@ -1,6 +1,6 @@
 //! The ACL caches' bounds are configurable (`acl.token_cache_size`,
 //! `acl.policy_cache_size`, Legate's keys) and count what they let go to
-//! make room (`legate.acl.cache.evictions` in `/v1/agent/metrics`); a size
+//! make room (`consul_acl_cache_evictions` in `/v1/agent/metrics`); a size
 //! below 1 stops the agent naming the key.
 
 mod common;
@@ -10,22 +10,29 @@ use std::process::Command;
 use common::acl::{Acl, ROOT};
 use common::binary;
 
-/// The evictions `/v1/agent/metrics` reports for `cache` on the servers.
+/// The evictions `/v1/agent/metrics` reports for `cache` on the servers
+/// (cumulative, in the Prometheus form).
 fn evictions(acl: &Acl, cache: &str) -> f64 {
-    let metrics = acl.json("GET", "/v1/agent/metrics", ROOT, None);
-    metrics["Counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["Name"] == "legate.acl.cache.evictions")
-        .filter(|c| c["Labels"]["cache"] == cache && c["Labels"]["side"] == "server")
-        .map(|c| c["Count"].as_f64().unwrap_or(0.0))
-        .sum()
+    let (status, _, text) = acl.call(
+        "GET",
+        "/v1/agent/metrics?format=prometheus",
+        Some(ROOT),
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    common::prometheus::sum(
+        &text,
+        "consul_acl_cache_evictions",
+        &[("cache", cache), ("side", "server")],
+    )
 }
 
 #[test]
 fn a_small_token_cache_evicts_counts_and_still_answers() {
-    let acl = Acl::start_with("token_cache_size = 2 policy_cache_size = 1", &[]);
+    let acl = Acl::start_with(
+        "token_cache_size = 2 policy_cache_size = 1",
+        &[common::prometheus::RETENTION],
+    );
     let mut secrets = Vec::new();
     for n in 0..4 {
         secrets.push(

@@ -156,13 +156,15 @@ fn unimplemented_keys_warn_once_and_start() {
     let file = write(
         dir.path(),
         "extra.hcl",
-        "telemetry { prometheus_retention_time = \"24h\" }\nauto_encrypt { tls = true }\n",
+        "telemetry { prometheus_retention_time = \"24h\" statsite_address = \"127.0.0.1:1\" }\nauto_encrypt { tls = true }\n",
     );
     let agent = TestAgent::dev(&["-config-file", &file.display().to_string()]);
     let log = agent.log_text();
-    assert_eq!(log.matches("\"telemetry\"").count(), 1, "{log}");
-    assert!(log.contains("\"auto_encrypt\""), "{log}");
-    // `prometheus_retention_time` already opens the Prometheus format.
+    assert_eq!(log.matches("\"auto_encrypt\"").count(), 1, "{log}");
+    // `telemetry` is read; a sink Legate lacks is named, once.
+    assert_eq!(log.matches("telemetry.statsite_address").count(), 1, "{log}");
+    assert!(!log.contains("\"telemetry\""), "{log}");
+    // `prometheus_retention_time` opens the Prometheus format.
     for (path, headers) in [
         ("/v1/agent/metrics?format=prometheus", vec![]),
         (

@@ -318,7 +318,14 @@ services {{
             let m = agent.get("/v1/agent/metrics").unwrap_or_default();
             m["Gauges"]
                 .as_array()
-                .and_then(|g| g.iter().find(|x| x["Name"] == "consul.xds.server.streams"))
+                .and_then(|g| {
+                    // Gauges carry the host name: consul.<host>.xds.server.streams.
+                    g.iter().find(|x| {
+                        x["Name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with(".xds.server.streams"))
+                    })
+                })
                 .and_then(|x| x["Value"].as_f64())
                 .is_some_and(|v| v >= 3.0)
         },

@@ -34,18 +34,13 @@ const PRIMARY_GATEWAYS_NAME: &str = "primary-gateways.test";
 const SIDECAR: usize = 19; // .30
 const SERVERS: usize = 3;
 
-/// A counter of `/v1/agent/metrics` with `label` = `value` (0 when absent).
+/// A counter of `/v1/agent/metrics` (its cumulative Prometheus form) with
+/// `label` = `value` (0 when absent).
 fn counter(server: &Server, name: &str, label: (&str, &str)) -> u64 {
-    let Some(metrics) = json_of(server, "/v1/agent/metrics") else {
-        return 0;
-    };
-    metrics["Counters"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["Name"] == name && c["Labels"][label.0] == label.1)
-        .filter_map(|c| c["Count"].as_u64())
-        .sum()
+    match server.request("GET", "/v1/agent/metrics?format=prometheus", "") {
+        Some((200, text)) => common::prometheus::sum(&text, name, &[label]) as u64,
+        _ => 0,
+    }
 }
 
 #[test]
@@ -226,13 +221,13 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     for (dc, servers) in [&dc1, &dc2].into_iter().enumerate() {
         let accepted: Vec<u64> = servers
             .iter()
-            .map(|s| counter(s, "legate.rpc.accepted_conns", gossip))
+            .map(|s| counter(s, "consul_rpc_accept_conn", gossip))
             .collect();
         if dc == 0 {
             assert!(accepted.iter().sum::<u64>() > 0, "{accepted:?}");
         }
         for (server, accepted) in servers.iter().zip(accepted) {
-            let dialed = counter(server, "legate.rpc.dialed_conns", gossip);
+            let dialed = counter(server, "consul_rpc_dialed_conns", gossip);
             assert!(accepted + dialed > 0, "{}", server.address);
         }
     }
@@ -269,7 +264,7 @@ fn servers_that_cannot_reach_each_other_federate_through_the_gateways() {
     // server name: 2 gateways, 3 servers and "any server").
     for server in dc1.iter().chain(&dc2) {
         let rpc = ("protocol", "legate/rpc-multiplex");
-        let dialed = counter(server, "legate.rpc.dialed_conns", rpc);
+        let dialed = counter(server, "consul_rpc_dialed_conns", rpc);
         assert!((1..=32).contains(&dialed), "{}: {dialed}", server.address);
     }
 

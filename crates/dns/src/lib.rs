@@ -99,6 +99,15 @@ impl RequestHandler for DnsHandler {
         if !matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
             return reply_code(request, response_handle, metadata, ResponseCode::Refused).await;
         }
+        // Consul's timers: `dns.ptr_query` for reverse lookups, else
+        // `dns.domain_query`, from here to the answer written.
+        let _timer = legate_telemetry::MeasureSince::start(
+            if query.query_type() == hickory_proto::rr::RecordType::PTR {
+                "dns.ptr_query"
+            } else {
+                "dns.domain_query"
+            },
+        );
         let udp = request.protocol() == Protocol::Udp;
         let qname = query.name().clone().into();
         let transport = if udp {

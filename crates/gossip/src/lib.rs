@@ -231,6 +231,14 @@ pub enum Pool {
 impl Pool {
     const MARK: u8 = 0x80;
 
+    /// The `network` label of Consul's serf and memberlist metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pool::Lan => "lan",
+            Pool::Wan => "wan",
+        }
+    }
+
     fn mark(self) -> u8 {
         match self {
             Pool::Lan => 0,
@@ -340,7 +348,7 @@ impl Gossip {
         let events = tokio::sync::broadcast::channel(256).0;
         let event_clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let task = tokio::spawn(run(
-            Wire::new(socket, relay),
+            Wire::new(socket, relay, config.pool.label()),
             me,
             config,
             receiver,
@@ -1003,10 +1011,18 @@ async fn run(
             match notification {
                 OwnedNotification::MemberUp(id) => {
                     table.up(&id);
+                    metrics::counter!("serf.member.join", "network" => config.pool.label())
+                        .increment(1);
                     changed = true;
                 }
                 OwnedNotification::MemberDown(id) => {
                     table.down(&id);
+                    let left = table
+                        .by_addr
+                        .get(&id.addr)
+                        .is_some_and(|m| m.status == Status::Left);
+                    let event = if left { "serf.member.left" } else { "serf.member.failed" };
+                    metrics::counter!(event, "network" => config.pool.label()).increment(1);
                     if table
                         .by_addr
                         .get(&id.addr)

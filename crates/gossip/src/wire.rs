@@ -36,6 +36,8 @@ const MAX_HEARD: usize = 4096;
 pub(crate) struct Wire {
     socket: UdpSocket,
     relay: Option<RelayWire>,
+    /// The pool's `network` label of `memberlist.udp.sent`/`.received`.
+    network: &'static str,
 }
 
 struct RelayWire {
@@ -49,8 +51,9 @@ struct RelayWire {
 }
 
 impl Wire {
-    pub(crate) fn new(socket: UdpSocket, relay: Option<Relay>) -> Wire {
+    pub(crate) fn new(socket: UdpSocket, relay: Option<Relay>, network: &'static str) -> Wire {
         Wire {
+            network,
             socket,
             relay: relay.map(|r| RelayWire {
                 datacenter: r.datacenter,
@@ -74,13 +77,19 @@ impl Wire {
 
     /// The next datagram, from UDP or the relay, with its sender.
     pub(crate) async fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<(Vec<u8>, SocketAddr)> {
+        let network = self.network;
+        let received = |len: usize| {
+            metrics::counter!("memberlist.udp.received", "network" => network).increment(len as u64);
+        };
         let Some(relay) = &mut self.relay else {
             let (len, from) = self.socket.recv_from(buf).await?;
+            received(len);
             return Ok((buf[..len].to_vec(), from));
         };
         let relayed = tokio::select! {
-            received = self.socket.recv_from(buf) => {
-                let (len, from) = received?;
+            got = self.socket.recv_from(buf) => {
+                let (len, from) = got?;
+                received(len);
                 return Ok((buf[..len].to_vec(), from));
             }
             Some(relayed) = relay.inbound.recv() => relayed,
@@ -103,7 +112,10 @@ impl Wire {
                 }
             }
             None => {
-                let _ = self.socket.send_to(&sealed, to).await;
+                if self.socket.send_to(&sealed, to).await.is_ok() {
+                    metrics::counter!("memberlist.udp.sent", "network" => self.network)
+                        .increment(sealed.len() as u64);
+                }
             }
         }
     }

@@ -335,7 +335,51 @@ fn routed(state: AppState) -> Router {
             state.clone(),
             add_common_headers,
         ))
+        .layer(axum::middleware::from_fn(measure_api_http))
         .with_state(state)
+}
+
+/// Consul's `api.http` timer of every routed request, labelled with the
+/// method and the route's pattern as Consul names it (`/v1/kv/{*key}` →
+/// `v1_kv_`).
+async fn measure_api_http(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let Some(route) = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| metrics_path_label(m.as_str()))
+    else {
+        return next.run(request).await;
+    };
+    let method = util::static_method(request.method());
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    ::metrics::histogram!("api.http", "method" => method, "path" => route)
+        .record(legate_telemetry::millis_since(started));
+    response
+}
+
+/// The `path` label of a route pattern, computed once per route.
+fn metrics_path_label(pattern: &str) -> ::metrics::SharedString {
+    static LABELS: std::sync::OnceLock<
+        std::sync::RwLock<std::collections::HashMap<String, ::metrics::SharedString>>,
+    > = std::sync::OnceLock::new();
+    let labels = LABELS.get_or_init(Default::default);
+    if let Some(label) = labels
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(pattern)
+    {
+        return label.clone();
+    }
+    let prefix = pattern.split('{').next().unwrap_or(pattern);
+    let label = ::metrics::SharedString::from_owned(
+        prefix.trim_start_matches('/').replace('/', "_"),
+    );
+    labels
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(pattern.to_string(), label.clone());
+    label
 }
 
 /// Refusals before any handler: a path with unprintable characters, and

@@ -3,43 +3,10 @@
 
 use axum::http::HeaderValue;
 use axum::response::IntoResponse;
-use legate_types::metrics::{snapshot, Labels};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::util::{json, ApiResult};
 use crate::Req;
-
-fn labels_json(labels: &Labels) -> Value {
-    Value::Object(
-        labels
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect::<Map<String, Value>>(),
-    )
-}
-
-fn prometheus_name(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
-}
-
-fn prometheus_labels(labels: &Labels) -> String {
-    if labels.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| {
-            format!(
-                "{}=\"{}\"",
-                prometheus_name(k),
-                v.replace('\\', "\\\\").replace('"', "\\\"")
-            )
-        })
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
 
 /// Whether an `Accept` header asks for Prometheus' format (Consul's
 /// `acceptsOpenMetricsMimeType`): `application/openmetrics-text`, or
@@ -61,14 +28,13 @@ pub async fn agent_metrics(
     req: Req,
 ) -> ApiResult {
     crate::agent_acl::check_agent(&st, &req, legate_acl::Access::Read).await?;
-    let r = snapshot();
     let accept = req
         .headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if req.params.get("format") == Some("prometheus") || accepts_open_metrics(accept) {
-        if st.agent.config().prometheus_retention.is_none() {
+        if st.agent.config().telemetry.prometheus_retention.is_none() {
             let mut response = (
                 axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "Prometheus is not enabled since its retention time is not positive",
@@ -79,26 +45,9 @@ pub async fn agent_metrics(
                 .insert("content-type", HeaderValue::from_static("text/plain"));
             return Ok(response);
         }
-        let mut out = String::new();
-        for ((name, labels), v) in &r.gauges {
-            out.push_str(&format!(
-                "{}{} {v}\n",
-                prometheus_name(name),
-                prometheus_labels(labels)
-            ));
-        }
-        for ((name, labels), v) in &r.counters {
-            out.push_str(&format!(
-                "{}{} {v}\n",
-                prometheus_name(name),
-                prometheus_labels(labels)
-            ));
-        }
-        for ((name, labels), s) in &r.samples {
-            let n = prometheus_name(name);
-            let l = prometheus_labels(labels);
-            out.push_str(&format!("{n}_count{l} {}\n{n}_sum{l} {}\n", s.count, s.sum));
-        }
+        let out = legate_telemetry::installed()
+            .and_then(|telemetry| telemetry.prometheus())
+            .unwrap_or_default();
         let mut response = out.into_response();
         response.headers_mut().insert(
             "content-type",
@@ -106,39 +55,22 @@ pub async fn agent_metrics(
         );
         return Ok(response);
     }
-    Ok(json(&req.params, &summary(&r)))
+    Ok(json(&req.params, &summary()))
 }
 
-/// The metrics in go-metrics' in-memory summary shape (`/v1/agent/metrics`).
-fn summary(r: &legate_types::metrics::Registry) -> Value {
-    let timestamp = legate_types::metrics_timestamp();
-    let gauges: Vec<Value> = r
-        .gauges
-        .iter()
-        .map(|((name, labels), v)| json!({"Name": name, "Value": v, "Labels": labels_json(labels)}))
-        .collect();
-    let counters: Vec<Value> = r
-        .counters
-        .iter()
-        .map(|((name, labels), v)| {
-            json!({"Name": name, "Count": v, "Rate": 0.0, "Sum": v, "Min": 1, "Max": 1, "Mean": 1,
-                   "Stddev": 0, "Labels": labels_json(labels)})
+/// The metrics in go-metrics' in-memory summary shape (`/v1/agent/metrics`):
+/// the last finished 10 s interval; empty lists when no recorder runs.
+fn summary() -> Value {
+    legate_telemetry::installed()
+        .map(|telemetry| telemetry.summary())
+        .unwrap_or_else(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            json!({"Timestamp": legate_telemetry::go_time(now), "Gauges": [], "Points": [],
+                   "Counters": [], "Samples": []})
         })
-        .collect();
-    let samples: Vec<Value> = r
-        .samples
-        .iter()
-        .map(|((name, labels), s)| {
-            let mean = if s.count == 0 {
-                0.0
-            } else {
-                s.sum / s.count as f64
-            };
-            json!({"Name": name, "Count": s.count, "Rate": 0.0, "Sum": s.sum, "Min": s.min,
-                   "Max": s.max, "Mean": mean, "Stddev": 0.0, "Labels": labels_json(labels)})
-        })
-        .collect();
-    json!({"Timestamp": timestamp, "Gauges": gauges, "Points": [], "Counters": counters, "Samples": samples})
 }
 
 /// How often `/v1/agent/metrics/stream` writes a summary (go-metrics'
@@ -154,9 +86,13 @@ pub async fn agent_metrics_stream(
     crate::agent_acl::check_agent(&st, &req, legate_acl::Access::Read).await?;
     let ticks = futures::stream::unfold((), |()| async {
         tokio::time::sleep(STREAM_INTERVAL).await;
-        let mut text = serde_json::to_string_pretty(&summary(&snapshot())).unwrap_or_default();
-        text.push('\n');
-        Some((Ok::<_, std::io::Error>(text.into_bytes()), ()))
+        // Consul's stream indents by four spaces.
+        let mut text = Vec::new();
+        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+        let mut serializer = serde_json::Serializer::with_formatter(&mut text, formatter);
+        let _ = serde::Serialize::serialize(&summary(), &mut serializer);
+        text.push(b'\n');
+        Some((Ok::<_, std::io::Error>(text), ()))
     });
     let mut response = axum::body::Body::from_stream(ticks).into_response();
     response

@@ -12,6 +12,7 @@
 mod log_store;
 mod network;
 mod state_machine;
+mod telemetry;
 mod transfer;
 
 use std::collections::BTreeMap;
@@ -205,6 +206,7 @@ impl RaftNode {
         let (writes, pending) = tokio::sync::mpsc::channel(4096);
         let gate = Arc::new(tokio::sync::RwLock::new(()));
         tokio::spawn(run_batcher(raft.clone(), pending, gate.clone()));
+        tokio::spawn(telemetry::run(raft.clone()));
         tokio::spawn(run_snapshot_policy(
             raft.clone(),
             state_machine.clone(),
@@ -608,8 +610,19 @@ async fn client_write(
     raft: &Raft<TypeConfig>,
     command: Command,
 ) -> Result<(u64, CommandResult), RaftError> {
+    let writes = match &command {
+        Command::Batch(commands) => commands.len(),
+        _ => 1,
+    };
+    let started = std::time::Instant::now();
     match raft.client_write(command).await {
-        Ok(response) => Ok((response.log_id.index, response.data)),
+        Ok(response) => {
+            // hashicorp/raft's names: each write applied, and the time from
+            // dispatch to commit on the leader.
+            metrics::counter!("raft.apply").increment(writes as u64);
+            metrics::histogram!("raft.commitTime").record(legate_telemetry::millis_since(started));
+            Ok((response.log_id.index, response.data))
+        }
         Err(openraft::error::RaftError::APIError(
             openraft::error::ClientWriteError::ForwardToLeader(f),
         )) => Err(RaftError::NotLeader {

@@ -426,7 +426,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => results.push(CommandResult::Done),
                 EntryPayload::Normal(command) => {
                     applied_bytes += crate::log_budget_bytes(&command) as u64;
-                    results.push(self.store.apply(entry.log_id.index, &command))
+                    let started = std::time::Instant::now();
+                    results.push(self.store.apply(entry.log_id.index, &command));
+                    metrics::histogram!("raft.fsm.apply")
+                        .record(legate_telemetry::millis_since(started));
                 }
                 EntryPayload::Membership(membership) => {
                     inner.membership = StoredMembership::new(Some(entry.log_id), membership);

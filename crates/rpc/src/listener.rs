@@ -286,9 +286,10 @@ where
 }
 
 /// Counts an accepted connection by what it carries: its negotiated ALPN
-/// protocol, or `plain/<first byte>` (`legate.rpc.accepted_conns`).
+/// protocol, or `plain/<first byte>` (Consul's `rpc.accept_conn`, with
+/// the protocol as a label).
 fn count_accepted(protocol: &str) {
-    legate_types::metrics::counter_add("legate.rpc.accepted_conns", &[("protocol", protocol)], 1);
+    metrics::counter!("rpc.accept_conn", "protocol" => protocol.to_string()).increment(1);
 }
 
 /// A connection counted against its client's cap while it carries no call.

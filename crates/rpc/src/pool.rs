@@ -451,11 +451,11 @@ pub(crate) async fn connect_tls(
     let stream = tokio::time::timeout(timeout, tls.connector(kind).connect(name, stream))
         .await
         .map_err(|_| timed_out(address))??;
-    legate_types::metrics::counter_add(
-        "legate.rpc.dialed_conns",
-        &[("protocol", &String::from_utf8_lossy(crate::tls::alpn(kind)))],
-        1,
-    );
+    metrics::counter!(
+        "rpc.dialed_conns",
+        "protocol" => String::from_utf8_lossy(crate::tls::alpn(kind)).into_owned()
+    )
+    .increment(1);
     Ok(stream)
 }
 

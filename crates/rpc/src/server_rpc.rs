@@ -807,6 +807,12 @@ impl RemoteRpc {
     async fn call<T: serde::de::DeserializeOwned>(&self, call: Call) -> Result<T, RpcError> {
         let timeout = call.timeout();
         let request = serde_json::to_vec(&call).map_err(|e| RpcError::Internal(e.to_string()))?;
+        // Consul's client-side counters: every RPC made, those that failed,
+        // and those sent to another datacenter.
+        metrics::counter!("client.rpc").increment(1);
+        if let Some(datacenter) = &self.datacenter {
+            metrics::counter!("rpc.cross-dc", "datacenter" => datacenter.clone()).increment(1);
+        }
         let dial = Dial {
             address: &self.address,
             datacenter: self.datacenter.as_deref(),
@@ -818,6 +824,7 @@ impl RemoteRpc {
             .call_dial(&dial, Kind::Rpc, &request, timeout)
             .await
             .map_err(|e| {
+                metrics::counter!("client.rpc.failed").increment(1);
                 if e.sent {
                     // Never retried as if it had not happened (reads may be).
                     RpcError::Indeterminate(format!(
@@ -849,7 +856,14 @@ pub fn serve_rpc(rpc: Arc<dyn ServerRpc>) -> Arc<RpcHandler> {
 impl FrameHandler for RpcHandler {
     async fn handle(&self, peer: SocketAddr, request: Vec<u8>) -> Vec<u8> {
         let result = match serde_json::from_slice::<Call>(&request) {
-            Ok(call) => dispatch(&*self.rpc, call).await,
+            Ok(call) => {
+                metrics::counter!("rpc.request").increment(1);
+                let result = dispatch(&*self.rpc, call).await;
+                if result.is_err() {
+                    metrics::counter!("rpc.request_error").increment(1);
+                }
+                result
+            }
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "{UNDECODABLE_CALL}");
                 Err(RpcError::BadRequest(format!("{UNDECODABLE_CALL}: {e}")))

@@ -103,14 +103,11 @@ struct CacheState {
 }
 
 /// Counts entries a server's ACL cache let go to make room
-/// (`legate.acl.cache.evictions`, `side=server`).
+/// (`acl.cache.evictions`, `side=server`).
 pub(crate) fn count_evictions(cache: &str, evicted: usize) {
     if evicted > 0 {
-        legate_types::metrics::counter_add(
-            "legate.acl.cache.evictions",
-            &[("cache", cache), ("side", "server")],
-            evicted as u64,
-        );
+        metrics::counter!("acl.cache.evictions", "cache" => cache.to_string(), "side" => "server")
+            .increment(evicted as u64);
     }
 }
 
@@ -136,6 +133,7 @@ pub(crate) fn expired(token: &AclToken) -> bool {
 impl Server {
     /// Resolves a request's secret (empty: the anonymous token).
     pub(crate) fn resolve_token(&self, secret: &str) -> Result<Arc<ResolvedToken>, RpcError> {
+        let _timer = legate_telemetry::MeasureSince::start("acl.ResolveToken");
         let secret = if secret.is_empty() {
             ANONYMOUS_TOKEN_SECRET
         } else {

@@ -110,15 +110,6 @@ impl Server {
     }
 
     fn record_round(&self, kind: AclKind, result: &Result<u64, RpcError>) {
-        let status = match result {
-            Ok(_) => 1.0,
-            Err(_) => 0.0,
-        };
-        legate_types::metrics::gauge_set(
-            &format!("legate.leader.replication.{}.status", kind.task_name()),
-            &[],
-            status,
-        );
         self.acl_replication.update(|s| match result {
             Ok(index) => {
                 s.last_success = now_rounded();

@@ -28,6 +28,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
         let mut tombstones = TombstoneGc::new(server.config.tombstone_ttl);
         let mut last_coordinates = tokio::time::Instant::now();
         let mut last_token_reap = tokio::time::Instant::now();
+        let mut last_usage: Option<tokio::time::Instant> = None;
         let mut tasks = LeaderTasks::default();
         loop {
             tokio::select! {
@@ -38,8 +39,14 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 }
             }
             let leader = server.raft.is_leader();
+            let usage_due = last_usage.is_none_or(|at| at.elapsed() >= crate::usage_metrics::REPORT_EVERY);
+            if usage_due {
+                last_usage = Some(tokio::time::Instant::now());
+                crate::usage_metrics::report_inventory(&server);
+            }
             if !leader {
                 if was_leader {
+                    crate::usage_metrics::report_not_leader();
                     tasks.stop();
                     crate::acl_replication::stopped(&server);
                     server.coordinate_updates.clear();
@@ -72,6 +79,7 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 tracing::warn!(error = %e, "leader: pruning CA roots failed");
             }
             was_leader = true;
+            let reconcile_started = std::time::Instant::now();
             if let Err(e) = reconcile_self(&server).await {
                 tracing::warn!(error = %e, "leader: reconciling this server's catalog entry failed");
             }
@@ -87,7 +95,12 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                     tracing::warn!(node = %member.name, error = %e, "leader: reconciling a member failed");
                 }
             }
+            metrics::histogram!("leader.reconcile")
+                .record(legate_telemetry::millis_since(reconcile_started));
             server.autopilot_tick().await;
+            if usage_due {
+                crate::usage_metrics::report_leader(&server);
+            }
             // Nodes the catalog keeps from an earlier membership (a full
             // restart) that gossip has not known for `reap_settle` are
             // removed (gossip has no full-state sync, so a server may take

@@ -37,6 +37,7 @@ mod session_endpoints;
 mod sessions;
 mod snapshot;
 mod txn;
+mod usage_metrics;
 mod wan;
 
 use std::sync::Arc;
@@ -373,7 +374,13 @@ pub(crate) async fn write_through(
     raft: &RaftNode,
     command: Command,
 ) -> Result<(u64, CommandResult), RpcError> {
-    match raft.apply(command).await {
+    let timer = command.metric_name();
+    let started = std::time::Instant::now();
+    let applied = raft.apply(command).await;
+    if let Some(name) = timer {
+        metrics::histogram!(name).record(legate_telemetry::millis_since(started));
+    }
+    match applied {
         Ok((_, CommandResult::Failed(message))) => Err(RpcError::BadRequest(message)),
         Ok(ok) => Ok(ok),
         Err(RaftError::NotLeader { .. }) => Err(RpcError::NoLeader),

@@ -126,6 +126,15 @@ pub(crate) async fn run<F, Fut, O>(
             )),
         };
         observe(&server, &outcome);
+        // Consul's `leader.replication.<kind>.status`: 1 after a good
+        // round, 0 after a failed one.
+        let kind = if name == "federation-states" {
+            "federation-state"
+        } else {
+            name
+        };
+        metrics::gauge!(format!("leader.replication.{kind}.status"))
+            .set(if outcome.is_ok() { 1.0 } else { 0.0 });
         match outcome {
             Ok(remote) => {
                 if failures > 0 {

@@ -191,6 +191,39 @@ pub enum Command {
 }
 
 impl Command {
+    /// The timer Consul's endpoint for this write records (`kvs.apply`,
+    /// `catalog.register`, ...), without the prefix; `None` for the
+    /// servers' own housekeeping writes.
+    pub fn metric_name(&self) -> Option<&'static str> {
+        Some(match self {
+            Command::Register(_) => "catalog.register",
+            Command::Deregister(_) => "catalog.deregister",
+            Command::Kv(_) => "kvs.apply",
+            Command::SessionCreate(_) | Command::SessionDestroy(_) => "session.apply",
+            Command::Txn(_) | Command::TxnWithCatalog(_) => "txn.apply",
+            Command::ConfigEntrySet { .. } | Command::ConfigEntryDelete { .. } => {
+                "config_entry.apply"
+            }
+            Command::PreparedQuerySet(_) | Command::PreparedQueryDelete(_) => {
+                "prepared-query.apply"
+            }
+            Command::FederationStateSet(_) | Command::FederationStateDelete(_) => {
+                "federation_state.apply"
+            }
+            Command::AclTokenSet(_)
+            | Command::AclTokenDelete(_)
+            | Command::AclPolicySet(_)
+            | Command::AclPolicyDelete(_)
+            | Command::AclRoleSet(_)
+            | Command::AclRoleDelete(_)
+            | Command::AclAuthMethodSet(_)
+            | Command::AclAuthMethodDelete(_)
+            | Command::AclBindingRuleSet(_)
+            | Command::AclBindingRuleDelete(_) => "acl.apply",
+            _ => return None,
+        })
+    }
+
     /// The command's number in the log encoding.
     pub fn type_number(&self) -> u32 {
         match self {

@@ -21,6 +21,7 @@ mod config_entries;
 mod connect_ca;
 mod coordinates;
 mod federation_states;
+pub mod inventory;
 mod kv;
 mod prepared_queries;
 mod session;

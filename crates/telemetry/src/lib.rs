@@ -178,6 +178,29 @@ pub fn millis_since(start: std::time::Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1000.0
 }
 
+/// Records the milliseconds from its creation to its drop under `name`
+/// (go-metrics' `defer MeasureSince(...)`).
+pub struct MeasureSince {
+    name: &'static str,
+    started: std::time::Instant,
+}
+
+impl MeasureSince {
+    /// Starts the timer of `name`.
+    pub fn start(name: &'static str) -> Self {
+        MeasureSince {
+            name,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for MeasureSince {
+    fn drop(&mut self) {
+        metrics::histogram!(self.name).record(millis_since(self.started));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,6 @@ pub mod kv;
 pub mod locality;
 pub mod memory;
 pub mod meta;
-pub mod metrics;
 pub mod prepared_query;
 pub mod query;
 pub mod rpc;
@@ -68,28 +67,3 @@ impl RaftIndex {
     }
 }
 
-/// The current time as go-metrics prints interval timestamps
-/// (`2026-11-29 23:40:00 +0000 UTC`).
-pub fn metrics_timestamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:00 +0000 UTC",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
-}

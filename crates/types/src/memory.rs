@@ -12,29 +12,63 @@ pub fn release_free_memory() {
     }
 }
 
+/// glibc's `mallinfo2()`, or `None` where that cannot be asked (another
+/// allocator, or a glibc older than 2.33: the function is looked up at run
+/// time, so the binary still starts there).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn mallinfo2() -> Option<libc::mallinfo2> {
+    type MallInfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
+    static MALLINFO2: std::sync::OnceLock<Option<MallInfo2>> = std::sync::OnceLock::new();
+    let function = MALLINFO2.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name only looks it up.
+        let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
+        // SAFETY: glibc's mallinfo2 has exactly this signature.
+        (!symbol.is_null())
+            .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, MallInfo2>(symbol) })
+    });
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    function.map(|f| unsafe { f() })
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn mallinfo2() -> Option<()> {
+    None
+}
+
 /// Bytes the allocator holds free (glibc's `mallinfo2().fordblks`), or
-/// `None` where that cannot be asked (another allocator, or a glibc older
-/// than 2.33: the function is looked up at run time, so the binary still
-/// starts there).
+/// `None` where that cannot be asked.
 pub fn free_heap_bytes() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        type MallInfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
-        static MALLINFO2: std::sync::OnceLock<Option<MallInfo2>> = std::sync::OnceLock::new();
-        let function = MALLINFO2.get_or_init(|| {
-            // SAFETY: dlsym with a NUL-terminated name only looks it up.
-            let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
-            // SAFETY: glibc's mallinfo2 has exactly this signature.
-            (!symbol.is_null())
-                .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, MallInfo2>(symbol) })
-        });
-        // SAFETY: mallinfo2 only reads the allocator's statistics.
-        function.map(|f| unsafe { f() }.fordblks as u64)
+        mallinfo2().map(|info| info.fordblks as u64)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
-        None
+        mallinfo2().map(|_| 0)
     }
+}
+
+/// Bytes allocated and in use (`mallinfo2().uordblks + hblkhd`: the heap's
+/// and the separately mapped large blocks'), or `None` where that cannot
+/// be asked.
+pub fn allocated_heap_bytes() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        mallinfo2().map(|info| (info.uordblks + info.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        mallinfo2().map(|_| 0)
+    }
+}
+
+/// The process's resident memory in bytes (`/proc/self/statm`).
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).unwrap_or(4096))
 }
 
 /// Hands free memory back when the allocator holds more than `threshold`

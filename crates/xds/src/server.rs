@@ -90,21 +90,26 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Records one response sent to `proxy`; `changed_at` is when the
-    /// change it carries reached proxycfg.
-    fn observe_push(&self, proxy: &str, changed_at: Option<std::time::Instant>) {
-        legate_types::metrics::counter_add("consul.xds.server.pushes", &[("proxy", proxy)], 1);
+    /// Records one response of `type_url` sent to `proxy`; `changed_at` is
+    /// when the change it carries reached proxycfg: the push latency
+    /// (`xds.server.push_latency`, a histogram in ms by resource type).
+    fn observe_push(&self, proxy: &str, type_url: &str, changed_at: Option<std::time::Instant>) {
+        metrics::counter!("xds.server.pushes", "proxy" => proxy.to_string()).increment(1);
         if let Some(at) = changed_at {
-            legate_types::metrics::sample(
-                "consul.xds.server.push_latency",
-                &[("proxy", proxy)],
-                at.elapsed().as_secs_f64() * 1000.0,
-            );
+            let kind = type_url.rsplit('.').next().unwrap_or(type_url).to_string();
+            metrics::histogram!(legate_telemetry::XDS_PUSH_LATENCY, "type" => kind)
+                .record(legate_telemetry::millis_since(at));
         }
     }
 
     fn observe_nack(&self, proxy: &str) {
-        legate_types::metrics::counter_add("consul.xds.server.nacks", &[("proxy", proxy)], 1);
+        metrics::counter!("xds.server.nacks", "proxy" => proxy.to_string()).increment(1);
+    }
+
+    /// Publishes the open-stream gauge (Consul's `xds.server.streams`,
+    /// labelled with the xDS version).
+    fn report_streams(open: u64) {
+        metrics::gauge!("xds.server.streams", "version" => "v3").set(open as f64);
     }
 }
 
@@ -365,10 +370,12 @@ impl<R: Send> Common<R> {
         }
     }
 
-    /// Sends one response and records the push; `false` when the stream is gone.
-    async fn send(&mut self, response: R) -> bool {
+    /// Sends one response of `type_url` and records the push; `false` when
+    /// the stream is gone.
+    async fn send(&mut self, type_url: &str, response: R) -> bool {
         let sent = self.tx.send(Ok(response)).await.is_ok();
-        self.metrics.observe_push(&self.node_id, self.changed_at);
+        self.metrics
+            .observe_push(&self.node_id, type_url, self.changed_at);
         sent
     }
 
@@ -473,7 +480,7 @@ where
 {
     let metrics = session.common().metrics.clone();
     let open = metrics.streams.fetch_add(1, Ordering::Relaxed) + 1;
-    legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
+    Metrics::report_streams(open);
     let mut watch = None;
     // The latest snapshot as proxycfg made it, before the token's view.
     let mut latest: Option<Arc<ConnectProxySnapshot>> = None;
@@ -567,7 +574,7 @@ where
     }
     session.common().want_listeners(&BTreeSet::new());
     let open = metrics.streams.fetch_sub(1, Ordering::Relaxed) - 1;
-    legate_types::metrics::gauge_set("consul.xds.server.streams", &[], open as f64);
+    Metrics::report_streams(open);
 }
 
 #[derive(Default)]
@@ -672,7 +679,7 @@ impl SotwSession {
             nonce,
             ..Default::default()
         };
-        self.common.send(response).await
+        self.common.send(type_url, response).await
     }
 }
 
@@ -842,7 +849,7 @@ impl DeltaSession {
             nonce,
             ..Default::default()
         };
-        self.common.send(response).await
+        self.common.send(type_url, response).await
     }
 }
 

@@ -74,14 +74,14 @@ where
 }
 
 /// Reports a cache's size and what it just evicted as metrics:
-/// `legate.agent.cache.entries`, `.bytes` (gauges) and `.evictions` (a
-/// counter), labelled with the cache's name.
+/// `agent.cache.entries`, `.bytes` (gauges) and `.evictions` (a counter),
+/// labelled with the cache's name.
 pub fn report_size(name: &str, entries: usize, bytes: usize, evicted: usize) {
-    let labels = [("cache", name)];
-    legate_types::metrics::gauge_set("legate.agent.cache.entries", &labels, entries as f64);
-    legate_types::metrics::gauge_set("legate.agent.cache.bytes", &labels, bytes as f64);
+    let cache = name.to_string();
+    metrics::gauge!("agent.cache.entries", "cache" => cache.clone()).set(entries as f64);
+    metrics::gauge!("agent.cache.bytes", "cache" => cache.clone()).set(bytes as f64);
     if evicted > 0 {
-        legate_types::metrics::counter_add("legate.agent.cache.evictions", &labels, evicted as u64);
+        metrics::counter!("agent.cache.evictions", "cache" => cache).increment(evicted as u64);
     }
 }
 

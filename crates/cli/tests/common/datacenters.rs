@@ -219,6 +219,7 @@ impl Server {
             "-retry-interval-wan=1s".into(),
             "-hcl=primary_datacenter = \"dc1\"".into(),
             FAST_WAN.into(),
+            crate::common::prometheus::RETENTION.into(),
         ];
         // The first server is the LAN seed of a datacenter of several.
         if spec.server > 0 && spec.expect > 1 {

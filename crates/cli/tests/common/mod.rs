@@ -9,6 +9,7 @@ pub mod datacenters;
 pub mod dig;
 pub mod jwt;
 pub mod mesh;
+pub mod prometheus;
 pub mod wanfed;
 
 use std::net::TcpListener;
