@@ -75,7 +75,10 @@ pub fn parse(
         )
         .filter(|d| !d.is_zero()),
     };
-    let prefix_filter = strings(get(map, &["telemetry", "prefix_filter"]), "telemetry.prefix_filter")?;
+    let prefix_filter = strings(
+        get(map, &["telemetry", "prefix_filter"]),
+        "telemetry.prefix_filter",
+    )?;
     for entry in &prefix_filter {
         if !entry.is_empty() && !entry.starts_with('+') && !entry.starts_with('-') {
             warnings.push(format!(
@@ -146,9 +149,15 @@ mod tests {
         assert_eq!(config.dogstatsd_addr.as_deref(), Some("127.0.0.1:8126"));
         assert_eq!(config.dogstatsd_tags, vec!["env:ci".to_string()]);
         assert_eq!(warnings.len(), 3, "{warnings:?}");
-        assert!(warnings.iter().any(|w| w.contains("Ignoring invalid prefix \"oops\"")));
-        assert!(warnings.iter().any(|w| w.contains("telemetry.statsite_address")));
-        assert!(warnings.iter().any(|w| w.contains("telemetry.bogus: unknown key")));
+        assert!(warnings
+            .iter()
+            .any(|w| w.contains("Ignoring invalid prefix \"oops\"")));
+        assert!(warnings
+            .iter()
+            .any(|w| w.contains("telemetry.statsite_address")));
+        assert!(warnings
+            .iter()
+            .any(|w| w.contains("telemetry.bogus: unknown key")));
     }
 
     #[test]

@@ -125,7 +125,9 @@ pub fn spawn_runtime_metrics() {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+            let tasks = tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks();
             // mallinfo2 walks the free lists: off the runtime's threads.
             let memory = tokio::task::spawn_blocking(|| {
                 (

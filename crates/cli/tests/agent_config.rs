@@ -162,7 +162,11 @@ fn unimplemented_keys_warn_once_and_start() {
     let log = agent.log_text();
     assert_eq!(log.matches("\"auto_encrypt\"").count(), 1, "{log}");
     // `telemetry` is read; a sink Legate lacks is named, once.
-    assert_eq!(log.matches("telemetry.statsite_address").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("telemetry.statsite_address").count(),
+        1,
+        "{log}"
+    );
     assert!(!log.contains("\"telemetry\""), "{log}");
     // `prometheus_retention_time` opens the Prometheus format.
     for (path, headers) in [

@@ -541,15 +541,12 @@ fn a_built_in_gateway_holds_its_config_while_its_agent_restarts() {
     );
     eventually(Duration::from_secs(30), || {
         let m = agent.get("/v1/agent/metrics").ok()?;
-        let streams = m["Gauges"]
-            .as_array()?
-            .iter()
-            .find(|x| {
-                // Gauges carry the host name: consul.<host>.xds.server.streams.
-                x["Name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with(".xds.server.streams"))
-            })?["Value"]
+        let streams = m["Gauges"].as_array()?.iter().find(|x| {
+            // Gauges carry the host name: consul.<host>.xds.server.streams.
+            x["Name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(".xds.server.streams"))
+        })?["Value"]
             .as_f64()?;
         (streams >= 2.0).then_some(())
     });

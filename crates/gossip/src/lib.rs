@@ -1021,7 +1021,11 @@ async fn run(
                         .by_addr
                         .get(&id.addr)
                         .is_some_and(|m| m.status == Status::Left);
-                    let event = if left { "serf.member.left" } else { "serf.member.failed" };
+                    let event = if left {
+                        "serf.member.left"
+                    } else {
+                        "serf.member.failed"
+                    };
                     metrics::counter!(event, "network" => config.pool.label()).increment(1);
                     if table
                         .by_addr

@@ -79,7 +79,8 @@ impl Wire {
     pub(crate) async fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<(Vec<u8>, SocketAddr)> {
         let network = self.network;
         let received = |len: usize| {
-            metrics::counter!("memberlist.udp.received", "network" => network).increment(len as u64);
+            metrics::counter!("memberlist.udp.received", "network" => network)
+                .increment(len as u64);
         };
         let Some(relay) = &mut self.relay else {
             let (len, from) = self.socket.recv_from(buf).await?;

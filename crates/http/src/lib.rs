@@ -342,7 +342,10 @@ fn routed(state: AppState) -> Router {
 /// Consul's `api.http` timer of every routed request, labelled with the
 /// method and the route's pattern as Consul names it (`/v1/kv/{*key}` →
 /// `v1_kv_`).
-async fn measure_api_http(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+async fn measure_api_http(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let Some(route) = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
@@ -372,9 +375,8 @@ fn metrics_path_label(pattern: &str) -> ::metrics::SharedString {
         return label.clone();
     }
     let prefix = pattern.split('{').next().unwrap_or(pattern);
-    let label = ::metrics::SharedString::from_owned(
-        prefix.trim_start_matches('/').replace('/', "_"),
-    );
+    let label =
+        ::metrics::SharedString::from_owned(prefix.trim_start_matches('/').replace('/', "_"));
     labels
         .write()
         .unwrap_or_else(|e| e.into_inner())

@@ -402,6 +402,22 @@ pub fn json_meta<T: Serialize>(params: &Params, meta: &QueryMeta, value: &T) -> 
     with_meta(json(params, value), meta)
 }
 
+/// A request method as a `'static` name, for metric labels (`OTHER` for
+/// extension methods, which would otherwise make labels unbounded).
+pub fn static_method(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "OTHER",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,21 +445,5 @@ mod tests {
         assert!(query_options(&HeaderMap::new(), &p).is_err());
         let p = Params::parse(Some("index=abc"));
         assert!(query_options(&HeaderMap::new(), &p).is_err());
-    }
-}
-
-/// A request method as a `'static` name, for metric labels (`OTHER` for
-/// extension methods, which would otherwise make labels unbounded).
-pub fn static_method(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
-    match *method {
-        Method::GET => "GET",
-        Method::PUT => "PUT",
-        Method::POST => "POST",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        _ => "OTHER",
     }
 }

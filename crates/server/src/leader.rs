@@ -39,7 +39,8 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
                 }
             }
             let leader = server.raft.is_leader();
-            let usage_due = last_usage.is_none_or(|at| at.elapsed() >= crate::usage_metrics::REPORT_EVERY);
+            let usage_due =
+                last_usage.is_none_or(|at| at.elapsed() >= crate::usage_metrics::REPORT_EVERY);
             if usage_due {
                 last_usage = Some(tokio::time::Instant::now());
                 crate::usage_metrics::report_inventory(&server);

@@ -133,8 +133,11 @@ pub(crate) async fn run<F, Fut, O>(
         } else {
             name
         };
-        metrics::gauge!(format!("leader.replication.{kind}.status"))
-            .set(if outcome.is_ok() { 1.0 } else { 0.0 });
+        metrics::gauge!(format!("leader.replication.{kind}.status")).set(if outcome.is_ok() {
+            1.0
+        } else {
+            0.0
+        });
         match outcome {
             Ok(remote) => {
                 if failures > 0 {
