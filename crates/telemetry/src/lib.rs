@@ -17,6 +17,7 @@
 //! Without [`install`] (library tests, benchmarks' "no recorder" runs) the
 //! facade's calls cost next to nothing.
 
+pub mod help;
 pub mod inmem;
 pub mod names;
 pub mod statsd;
@@ -170,6 +171,7 @@ pub fn install(config: &TelemetryConfig) -> Result<&'static Telemetry, String> {
     }
     metrics::set_global_recorder(names::ConsulNames::new(fanout.build(), naming))
         .map_err(|e| format!("metrics recorder: {e}"))?;
+    help::describe_all();
     Ok(INSTALLED.get().expect("just set"))
 }
 
