@@ -827,7 +827,11 @@ fn server_port_tls(config: &AgentConfig) -> Result<legate_rpc::TlsSettings, Stri
 async fn run_inner(args: AgentArgs) -> Result<(), String> {
     let config = load_config(&args)?;
     crate::logging::init(&config)?;
-    legate_telemetry::install(&config.telemetry).map_err(|e| format!("telemetry: {e}"))?;
+    // `LEGATE_METRICS_RECORDER=off` (benchmarks only) runs without any
+    // recorder, to measure what recording costs.
+    if std::env::var("LEGATE_METRICS_RECORDER").as_deref() != Ok("off") {
+        legate_telemetry::install(&config.telemetry).map_err(|e| format!("telemetry: {e}"))?;
+    }
     crate::host::restrict_new_files();
     crate::host::raise_open_file_limit();
     crate::host::spawn_memory_release();
