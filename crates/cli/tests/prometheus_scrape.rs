@@ -299,3 +299,12 @@ fn consuls_server_dashboard_has_data_from_a_real_prometheus() {
         }
     }
 }
+
+#[test]
+fn labels_with_escapes_parse() {
+    let text = "# TYPE x counter\nx{a=\"1\",b=\"q\\\"uote\"} 3\nx{a=\"2\"} 4\ny 1\n";
+    assert_eq!(common::prometheus::sum(text, "x", &[]), 7.0);
+    assert_eq!(common::prometheus::sum(text, "x", &[("b", "q\"uote")]), 3.0);
+    assert_eq!(common::prometheus::sum(text, "y", &[]), 1.0);
+    assert_eq!(common::prometheus::sum(text, "z", &[]), 0.0);
+}

@@ -117,6 +117,12 @@ impl Series {
         slot.1.add(value);
     }
 
+    /// The newest interval this series has data for.
+    fn newest(&self) -> Option<u64> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.iter().filter(|s| s.1.count > 0).map(|s| s.0).max()
+    }
+
     fn at(&self, interval: u64) -> Option<Aggregate> {
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let slot = slots[(interval % SLOTS as u64) as usize];
@@ -166,21 +172,24 @@ impl GaugeFn for GaugeCell {
 
 type Cells<T> = RwLock<HashMap<Key, Arc<T>>>;
 
-fn cell<T: Default>(cells: &Cells<T>, key: &Key) -> Arc<T> {
+fn cell<T: Default>(
+    cells: &Cells<T>,
+    key: &Key,
+    prune: impl FnOnce(&mut HashMap<Key, Arc<T>>),
+) -> Arc<T> {
     if let Some(found) = cells.read().unwrap_or_else(|e| e.into_inner()).get(key) {
         return found.clone();
     }
-    cells
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key.clone())
-        .or_default()
-        .clone()
+    let mut cells = cells.write().unwrap_or_else(|e| e.into_inner());
+    prune(&mut cells);
+    cells.entry(key.clone()).or_default().clone()
 }
 
 struct State {
     clock: Arc<Clock>,
     first_interval: u64,
+    /// The interval of the last pruning (at most one per interval).
+    pruned: AtomicU64,
     counters: Cells<Series>,
     samples: Cells<Series>,
     gauges: Cells<GaugeCell>,
@@ -192,12 +201,40 @@ pub struct Inmem {
     state: Arc<State>,
 }
 
+impl State {
+    /// A counter's or sample's series; when a new series is added, those
+    /// without data in the intervals kept and without a live handle are
+    /// let go (once an interval), so labels that come and go (proxies,
+    /// routes) do not accumulate.
+    fn series(&self, cells: &Cells<Series>, key: &Key) -> Arc<Series> {
+        cell(cells, key, |cells| {
+            let current = self.clock.interval();
+            if self.pruned.swap(current, Ordering::Relaxed) == current {
+                return;
+            }
+            cells.retain(|_, series| {
+                Arc::strong_count(series) > 1
+                    || series
+                        .newest()
+                        .is_some_and(|newest| newest + SLOTS as u64 > current)
+            });
+        })
+    }
+}
+
 impl Inmem {
+    /// Series held now (counters and samples), for tests.
+    pub fn series_held(&self) -> usize {
+        let count = |cells: &Cells<Series>| cells.read().unwrap_or_else(|e| e.into_inner()).len();
+        count(&self.state.counters) + count(&self.state.samples)
+    }
+
     /// A sink whose first interval starts now on `clock`.
     pub fn new(clock: Arc<Clock>) -> Self {
         Inmem {
             state: Arc::new(State {
                 first_interval: clock.interval(),
+                pruned: AtomicU64::new(clock.interval()),
                 clock,
                 counters: Default::default(),
                 samples: Default::default(),
@@ -303,18 +340,18 @@ impl Recorder for Inmem {
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
         Counter::from_arc(Arc::new(SeriesHandle {
-            series: cell(&self.state.counters, key),
+            series: self.state.series(&self.state.counters, key),
             clock: self.state.clock.clone(),
         }))
     }
 
     fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(cell(&self.state.gauges, key))
+        Gauge::from_arc(cell(&self.state.gauges, key, |_| {}))
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
         Histogram::from_arc(Arc::new(SeriesHandle {
-            series: cell(&self.state.samples, key),
+            series: self.state.series(&self.state.samples, key),
             clock: self.state.clock.clone(),
         }))
     }
@@ -376,6 +413,26 @@ mod tests {
         });
         clock.set(T0 + (SLOTS as u64 + 2) * INTERVAL_SECS);
         assert_eq!(sink.summary()["Counters"][0]["Sum"], 1.0);
+    }
+
+    #[test]
+    fn series_without_recent_data_are_let_go() {
+        let clock = Arc::new(Clock::manual(T0));
+        let sink = Inmem::new(clock.clone());
+        metrics::with_local_recorder(&sink, || {
+            for proxy in 0..100 {
+                metrics::counter!("xds.server.pushes", "proxy" => proxy.to_string()).increment(1);
+            }
+        });
+        assert_eq!(sink.series_held(), 100);
+        // Still within the intervals kept: nothing goes.
+        clock.set(T0 + INTERVAL_SECS);
+        metrics::with_local_recorder(&sink, || metrics::counter!("other").increment(1));
+        assert_eq!(sink.series_held(), 101);
+        // Past them, the next new series lets the idle ones go.
+        clock.set(T0 + (SLOTS as u64 + 1) * INTERVAL_SECS);
+        metrics::with_local_recorder(&sink, || metrics::counter!("new").increment(1));
+        assert_eq!(sink.series_held(), 1);
     }
 
     #[test]

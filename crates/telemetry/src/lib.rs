@@ -121,7 +121,13 @@ fn prometheus_recorder(
             )
         })
         .map_err(|e| format!("prometheus: {e}"))?
-        .idle_timeout(MetricKindMask::ALL, Some(retention));
+        // Counters and timers idle longer than the retention time are
+        // dropped, as Consul's sink drops them; gauges stay, since Legate
+        // sets them when they change where Consul re-emits them.
+        .idle_timeout(
+            MetricKindMask::COUNTER | MetricKindMask::HISTOGRAM,
+            Some(retention),
+        );
     Ok(builder.build_recorder())
 }
 

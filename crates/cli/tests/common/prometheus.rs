@@ -79,12 +79,3 @@ pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .map(|s| s.value)
         .sum()
 }
-
-#[test]
-fn labels_with_escapes_parse() {
-    let text = "# TYPE x counter\nx{a=\"1\",b=\"q\\\"uote\"} 3\nx{a=\"2\"} 4\ny 1\n";
-    assert_eq!(sum(text, "x", &[]), 7.0);
-    assert_eq!(sum(text, "x", &[("b", "q\"uote")]), 3.0);
-    assert_eq!(sum(text, "y", &[]), 1.0);
-    assert_eq!(sum(text, "z", &[]), 0.0);
-}
