@@ -523,6 +523,26 @@ pub const HTTP: &[Door] = &[
     ),
     row("GET /v1/internal/federation-state/{dc}", OPERATOR_READ),
     row("GET /v1/internal/gateway-locator", OPERATOR_READ),
+    row(
+        "GET /v1/internal/ui/services",
+        Needs::Filtered(&[read(R::Service, Each("Name")), read(R::Node, Each("Nodes"))]),
+    ),
+    noted(
+        "GET /v1/internal/ui/nodes",
+        Needs::Filtered(&[read(R::Node, Each("Node"))]),
+        "and within a node, its services and their checks by service:read",
+    ),
+    noted(
+        "GET /v1/internal/ui/node/",
+        Needs::Nothing,
+        "Consul's 400 for a missing name",
+    ),
+    noted(
+        "GET /v1/internal/ui/node/{node}",
+        Needs::Filtered(&[read(R::Node, Path("node"))]),
+        "404 when the token may not read the node, as Consul's",
+    ),
+    row("GET /v1/internal/ui/catalog-overview", OPERATOR_READ),
     // Coordinates.
     row("GET /v1/coordinate/datacenters", Needs::Nothing),
     row(
@@ -836,6 +856,16 @@ pub const RPC: &[Door] = &[
         "catalog_service_dump",
         Needs::Filtered(&[read(R::Service, Each("Service")), read(R::Node, Each("Node"))]),
     ),
+    row(
+        "catalog_service_dump_all",
+        Needs::Filtered(&[read(R::Service, Each("Service")), read(R::Node, Each("Node"))]),
+    ),
+    noted(
+        "catalog_node_dump",
+        Needs::Filtered(&[read(R::Node, Each("Node"))]),
+        "and within a node, its services and their checks by service:read",
+    ),
+    row("catalog_overview", OPERATOR_READ),
     noted(
         "acl_authorize",
         Needs::Nothing,

@@ -437,6 +437,7 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         | "GET /v1/health/ingress/{service}"
         | "GET /v1/discovery-chain/{service}"
         | "GET /v1/catalog/gateway-services/{gateway}" => (fill(rest, SERVICE), None),
+        "GET /v1/internal/ui/node/{node}" => (fill(rest, NODE), None),
         "POST /v1/discovery-chain/{service}" => (fill(rest, SERVICE), body(json!({}))),
         "PUT /v1/agent/service/maintenance/{id}" => (
             format!("{}?enable=true&reason=r", fill(rest, SERVICE)),

@@ -26,6 +26,7 @@ mod monitor;
 mod prepared_query;
 mod serve;
 mod translate;
+mod ui_internal;
 pub mod util;
 
 use std::sync::Arc;
@@ -252,6 +253,14 @@ fn routes() -> Routes {
         .get("/v1/internal/federation-state/", federation::missing)
         .get("/v1/internal/federation-state/{dc}", federation::get)
         .get("/v1/internal/gateway-locator", federation::gateway_locator)
+        .get("/v1/internal/ui/services", ui_internal::services)
+        .get("/v1/internal/ui/nodes", ui_internal::nodes)
+        .get("/v1/internal/ui/node/", ui_internal::node_missing)
+        .get("/v1/internal/ui/node/{node}", ui_internal::node)
+        .get(
+            "/v1/internal/ui/catalog-overview",
+            ui_internal::catalog_overview,
+        )
         .put("/v1/acl/bootstrap", acl::bootstrap)
         .get("/v1/acl/replication", acl::replication)
         .put("/v1/acl/token", acl::token_create)

@@ -755,6 +755,9 @@ server_rpc_calls! {
     acl_resolve_for(opts: &QueryOptions; datacenter: String) -> legate_types::acl::AclIdentity;
     acl_replication_status(opts: &QueryOptions;) -> legate_types::acl::AclReplicationStatus;
     catalog_service_dump(opts: &QueryOptions; kind: String) -> Queried<Vec<CheckServiceNode>>;
+    catalog_service_dump_all(opts: &QueryOptions;) -> Queried<Vec<CheckServiceNode>>;
+    catalog_node_dump(opts: &QueryOptions; node: Option<String>) -> Queried<Vec<legate_types::ui::NodeInfo>>;
+    catalog_overview(opts: &QueryOptions;) -> legate_types::ui::CatalogSummary;
     acl_authorize(opts: &QueryOptions; checks: Vec<legate_types::acl::AclAuthorizationCheck>) -> Vec<legate_types::acl::AclAuthorizationCheck>;
     intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;
     intention_list(opts: &QueryOptions;) -> Queried<Vec<Intention>>;

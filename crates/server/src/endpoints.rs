@@ -895,6 +895,28 @@ impl ServerRpc for Server {
         })
     }
 
+    async fn catalog_service_dump_all(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError> {
+        self.service_dump_all(opts).await
+    }
+
+    async fn catalog_node_dump(
+        &self,
+        opts: &QueryOptions,
+        node: Option<String>,
+    ) -> Result<Queried<Vec<legate_types::ui::NodeInfo>>, RpcError> {
+        self.node_dump_of(opts, node).await
+    }
+
+    async fn catalog_overview(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<legate_types::ui::CatalogSummary, RpcError> {
+        self.catalog_overview_now(opts)
+    }
+
     async fn acl_resolve_for(
         &self,
         opts: &QueryOptions,

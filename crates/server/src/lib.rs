@@ -37,6 +37,7 @@ mod session_endpoints;
 mod sessions;
 mod snapshot;
 mod txn;
+mod ui_endpoints;
 mod usage_metrics;
 mod wan;
 

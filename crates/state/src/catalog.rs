@@ -496,7 +496,11 @@ impl Tables {
     }
 
     /// One instance with its node and the checks that cover it.
-    fn check_service_node(&self, key: &NodeKey, service: &NodeService) -> Option<CheckServiceNode> {
+    pub(crate) fn check_service_node(
+        &self,
+        key: &NodeKey,
+        service: &NodeService,
+    ) -> Option<CheckServiceNode> {
         let node = self.nodes.get(&key.0)?;
         let checks = on_node(&self.checks, &key.0)
             .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)

@@ -28,6 +28,7 @@ mod session;
 pub mod stream;
 mod txn;
 mod txn_catalog;
+mod ui_views;
 mod upload;
 pub mod watch;
 

@@ -31,6 +31,7 @@ pub mod rpc;
 pub mod session;
 pub mod sorted_map;
 pub mod txn;
+pub mod ui;
 pub mod wan_relay;
 
 pub use catalog::*;

@@ -785,6 +785,25 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
         kind: String,
     ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError>;
+    /// Every instance of every kind with its node and checks (Consul's
+    /// `Internal.ServiceDump`; blocking), those the token may read.
+    async fn catalog_service_dump_all(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<Queried<Vec<CheckServiceNode>>, RpcError>;
+    /// Every node (or the one named) with its services and checks
+    /// (Consul's `Internal.NodeDump`; blocking): nodes the token may read,
+    /// with the services and service checks it may read.
+    async fn catalog_node_dump(
+        &self,
+        opts: &QueryOptions,
+        node: Option<String>,
+    ) -> Result<Queried<Vec<crate::ui::NodeInfo>>, RpcError>;
+    /// The catalog's health overview (`operator:read`).
+    async fn catalog_overview(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<crate::ui::CatalogSummary, RpcError>;
     /// Answers what the request's token may do (`/v1/internal/acl/authorize`).
     async fn acl_authorize(
         &self,
