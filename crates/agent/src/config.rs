@@ -190,14 +190,11 @@ pub struct AgentConfig {
     pub https_tls: TlsFiles,
     /// TLS for the gRPC TLS port (`tls.grpc`, `tls.defaults`).
     pub grpc_tls: TlsFiles,
-    /// Serve the web UI.
-    pub ui: bool,
+    /// The web UI (`ui_config { }`, `-ui`, `-ui-dir`, `-ui-content-path`).
+    pub ui: crate::ui_config::UiConfig,
     /// `telemetry { }`: metric names, filters, Prometheus retention
     /// (`None`: `?format=prometheus` is refused with Consul's 415), statsd.
     pub telemetry: legate_telemetry::TelemetryConfig,
-    /// Where the UI is served (`ui_config.content_path`, `-ui-content-path`;
-    /// default `/ui/`), with a leading and a trailing `/`.
-    pub ui_content_path: String,
     /// ACLs (`acl {}` and the older top-level keys).
     pub acl: crate::acl_config::AclConfig,
     /// Connect enabled.
@@ -657,10 +654,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
         tls: crate::tls_config::parse(&map, Listener::InternalRpc)?,
         https_tls: crate::tls_config::parse(&map, Listener::Https)?,
         grpc_tls: crate::tls_config::parse(&map, Listener::Grpc)?,
-        ui: get_bool(&map, &["ui"])?
-            .or(get_bool(&map, &["ui_config", "enabled"])?)
-            .unwrap_or(false),
-        ui_content_path: content_path(get_str(&map, &["ui_config", "content_path"])?),
+        ui: crate::ui_config::parse(&map)?,
         telemetry: crate::telemetry_config::parse(&map, &hostname(), &mut warnings)?,
         acl: crate::acl_config::parse(&map, &mut warnings)?,
         connect_enabled: get_bool(&map, &["connect", "enabled"])?.unwrap_or(true),
@@ -844,20 +838,3 @@ fn hostname() -> String {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
-
-/// A UI content path as Consul keeps it: `/ui/` by default, otherwise the
-/// given path with a leading and a trailing `/`.
-fn content_path(path: Option<String>) -> String {
-    let path = path
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "/ui/".into());
-    let mut path = if path.starts_with('/') {
-        path
-    } else {
-        format!("/{path}")
-    };
-    if !path.ends_with('/') {
-        path.push('/');
-    }
-    path
-}

@@ -259,6 +259,7 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "services",
     "ui",
     "ui_config",
+    "ui_dir",
     "telemetry",
     "disable_update_check",
     "domain",

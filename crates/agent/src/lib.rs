@@ -45,6 +45,7 @@ pub mod syslog_config;
 pub mod tagged_addresses;
 pub mod telemetry_config;
 pub mod tls_config;
+pub mod ui_config;
 pub mod unix_socket_config;
 pub mod wan_config;
 pub mod wanfed_config;

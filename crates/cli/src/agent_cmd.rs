@@ -109,6 +109,9 @@ pub struct AgentArgs {
     /// Where the web UI is served (`ui_config.content_path`; default `/ui/`).
     #[arg(long = "ui-content-path")]
     ui_content_path: Option<String>,
+    /// Serve the web UI from this directory (`ui_config.dir`).
+    #[arg(long = "ui-dir")]
+    ui_dir: Option<String>,
     /// DNS domain.
     #[arg(long)]
     domain: Option<String>,
@@ -220,13 +223,16 @@ fn flags_fragment(args: &AgentArgs) -> Result<Value, String> {
     if let Some(v) = &args.pid_file {
         put("pid_file", json!(v.display().to_string()));
     }
-    if args.ui || args.ui_content_path.is_some() {
+    if args.ui || args.ui_content_path.is_some() || args.ui_dir.is_some() {
         let mut ui = serde_json::Map::new();
         if args.ui {
             ui.insert("enabled".into(), json!(true));
         }
         if let Some(path) = &args.ui_content_path {
             ui.insert("content_path".into(), json!(path));
+        }
+        if let Some(dir) = &args.ui_dir {
+            ui.insert("dir".into(), json!(dir));
         }
         put("ui_config", Value::Object(ui));
     }

@@ -27,6 +27,7 @@ mod prepared_query;
 mod serve;
 mod translate;
 mod ui_internal;
+mod ui_serve;
 pub mod util;
 
 use std::sync::Arc;
@@ -459,20 +460,26 @@ async fn add_common_headers(
 /// at the agent passes); any other path is a 404 with Consul's hint.
 async fn fallback(
     axum::extract::State(st): axum::extract::State<AppState>,
+    method: Method,
     uri: axum::http::Uri,
 ) -> Response {
     let path = uri.path();
     let config = st.agent.config();
-    if path == "/" {
-        if config.ui {
+    if path == "/" && config.ui.content_path != "/" {
+        if config.ui.serves() {
             return (
                 StatusCode::MOVED_PERMANENTLY,
-                [(axum::http::header::LOCATION, config.ui_content_path.clone())],
+                [(axum::http::header::LOCATION, config.ui.content_path.clone())],
             )
                 .into_response();
         }
         return "Consul Agent: UI disabled. To enable, set ui_config.enabled=true in the agent configuration and restart."
             .into_response();
+    }
+    if matches!(method, Method::GET | Method::HEAD) && !path.starts_with("/v1/") {
+        if let Some(response) = ui_serve::answer(&st, path).await {
+            return response;
+        }
     }
     let hint = if path.contains("/v1/") {
         "Invalid URL path: not a recognized HTTP API endpoint\n"

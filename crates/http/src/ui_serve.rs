@@ -1,0 +1,152 @@
+//! Serving the web UI under `ui_config.content_path` (`/ui/`), as Consul's
+//! `agent/uiserver` does: the built-in assets (or `ui_config.dir`), the
+//! index rendered with the agent's settings, client routes answered with
+//! the index (200), and a missing file 404. `/ui` redirects to `/ui/`,
+//! `/ui/index.html` too; `/robots.txt` keeps crawlers out.
+//!
+//! Every page carries a strict Content-Security-Policy: scripts, styles
+//! and connections from the agent only, no inline code, no frames.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+
+/// The policy every UI response carries.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+     base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+fn page(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(content_type) {
+        headers.insert(header::CONTENT_TYPE, value);
+    }
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn redirect(to: &str) -> Response {
+    (
+        StatusCode::MOVED_PERMANENTLY,
+        [(header::LOCATION, to.to_string())],
+    )
+        .into_response()
+}
+
+fn not_found() -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        b"404 page not found\n".to_vec(),
+    )
+}
+
+/// The settings the index page is rendered with.
+fn template_data(st: &AppState) -> legate_ui::TemplateData {
+    let config = st.agent.config();
+    legate_ui::TemplateData {
+        content_path: config.ui.content_path.clone(),
+        acls_enabled: config.acl.enabled,
+        local_datacenter: config.datacenter.clone(),
+        primary_datacenter: if config.primary_datacenter.is_empty() {
+            config.datacenter.clone()
+        } else {
+            config.primary_datacenter.clone()
+        },
+        metrics_provider: config.ui.metrics_provider.clone(),
+        metrics_proxy_enabled: !config.ui.metrics_proxy_base_url.is_empty(),
+        dashboard_url_templates: config
+            .ui
+            .dashboard_url_templates
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect(),
+    }
+}
+
+fn index(st: &AppState, template: &[u8]) -> Response {
+    let rendered = legate_ui::render_index(&String::from_utf8_lossy(template), &template_data(st));
+    page(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        rendered.into_bytes(),
+    )
+}
+
+/// A relative path inside `ui_config.dir`, or `None` if it could leave it.
+fn inside(rest: &str) -> Option<&str> {
+    let safe = !rest.starts_with('/')
+        && !rest.contains('\0')
+        && !rest.contains('\\')
+        && rest.split('/').all(|part| part != "..");
+    safe.then_some(rest)
+}
+
+async fn from_dir(st: &AppState, dir: &std::path::Path, rest: &str) -> Response {
+    let Some(rest) = inside(rest) else {
+        return not_found();
+    };
+    let index_file = tokio::fs::read(dir.join("index.html")).await.ok();
+    if !rest.is_empty() && rest != "index.html" {
+        if let Ok(bytes) = tokio::fs::read(dir.join(rest)).await {
+            return page(StatusCode::OK, legate_ui::content_type_of(rest), bytes);
+        }
+    }
+    match index_file {
+        // Without an index, the directory is served as plain files.
+        None => not_found(),
+        Some(_) if legate_ui::names_a_file(rest) && rest != "index.html" => not_found(),
+        Some(template) => index(st, &template),
+    }
+}
+
+/// The UI's answer for `path`, or `None` when the path is not the UI's
+/// (or the UI is off).
+pub async fn answer(st: &AppState, path: &str) -> Option<Response> {
+    let config = st.agent.config();
+    let ui = &config.ui;
+    if !ui.serves() {
+        return None;
+    }
+    if path == "/robots.txt" {
+        let robots = legate_ui::asset("robots.txt")?;
+        return Some(page(
+            StatusCode::OK,
+            robots.content_type,
+            robots.bytes.to_vec(),
+        ));
+    }
+    let root = ui.content_path.as_str();
+    if path == root.trim_end_matches('/') && root != "/" {
+        return Some(redirect(root));
+    }
+    let rest = path.strip_prefix(root)?;
+    if rest == "index.html" {
+        return Some(redirect(root));
+    }
+    if let Some(dir) = &ui.dir {
+        return Some(from_dir(st, dir, rest).await);
+    }
+    if let Some(asset) = legate_ui::asset(rest).filter(|_| rest != "index.html") {
+        return Some(page(
+            StatusCode::OK,
+            asset.content_type,
+            asset.bytes.to_vec(),
+        ));
+    }
+    if legate_ui::names_a_file(rest) {
+        return Some(not_found());
+    }
+    let template = legate_ui::asset("index.html")?;
+    Some(index(st, template.bytes))
+}
