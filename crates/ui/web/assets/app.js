@@ -225,4 +225,6 @@ function App() {
   </div>`;
 }
 
-render(html`<${App} />`, document.getElementById("app"));
+const mount = document.getElementById("app");
+mount.textContent = "";
+render(html`<${App} />`, mount);
