@@ -21,7 +21,7 @@ function freePort() {
   });
 }
 
-/** Starts an agent with `extra` flags; resolves to `{ child, consul }`. */
+/** Starts an agent with `extra` flags; resolves to `{ child, consul, port }`. */
 async function startAgent(extra = []) {
   const port = await freePort();
   const child = spawn(
@@ -37,7 +37,7 @@ async function startAgent(extra = []) {
   for (let i = 0; i < 300 && failed === null; i++) {
     try {
       if ((await consul.status.leader()) !== "") {
-        return { child, consul };
+        return { child, consul, port };
       }
     } catch (_) {
       // not listening yet
