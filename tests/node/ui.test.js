@@ -84,3 +84,125 @@ test("the services page follows the catalog live and renders names as text", asy
     child.kill();
   }
 });
+
+test("a key is created, edited and deleted in the UI", async () => {
+  const { child, consul, port } = await startAgent();
+  const chrome = await browser();
+  try {
+    const page = await chrome.newPage({ viewport: { width: 1100, height: 700 } });
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/kv/`);
+    await page.fill('#kv-create input[name="key"]', "app/config");
+    await page.fill('#kv-create textarea[name="value"]', "first <b>value</b>");
+    await page.click('#kv-create button[type="submit"]');
+    // The folder appears in the list (live), and the key holds the value.
+    await page.waitForSelector('#kv tr[data-key="app/"]');
+    assert.equal((await consul.kv.get("app/config")).Value, "first <b>value</b>");
+
+    await page.click('#kv tr[data-key="app/"] a');
+    await page.waitForSelector('#kv tr[data-key="app/config"]');
+    await page.click('#kv tr[data-key="app/config"] a');
+    await page.waitForURL(/\/kv\/app\/config\/edit$/);
+    await page.waitForFunction(() => document.querySelector('#kv-edit textarea').value === "first <b>value</b>");
+    await page.fill("#kv-edit textarea", "second");
+    await page.fill('#kv-edit input[name="flags"]', "42");
+    await page.click('#kv-edit button[type="submit"]');
+    await page.waitForSelector("#kv-edit .saved");
+    const edited = await consul.kv.get("app/config");
+    assert.equal(edited.Value, "second");
+    assert.equal(edited.Flags, 42);
+    await page.screenshot({ path: path.join(SHOTS, "kv-edit.png") });
+
+    await page.click("#kv-edit button.danger");
+    await page.waitForURL(/\/kv\/app\/$/);
+    assert.equal(await consul.kv.get("app/config"), undefined);
+  } finally {
+    await chrome.close();
+    child.kill();
+  }
+});
+
+test("an intention created in the UI denies and its deletion restores", async () => {
+  const { child, port } = await startAgent();
+  const chrome = await browser();
+  const check = async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/connect/intentions/check?source=web&destination=db`);
+    return (await res.json()).Allowed;
+  };
+  try {
+    assert.equal(await check(), true);
+    const page = await chrome.newPage({ viewport: { width: 1100, height: 700 } });
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/intentions`);
+    await page.fill('#intention-create input[name="source"]', "web");
+    await page.fill('#intention-create input[name="destination"]', "db");
+    await page.selectOption('#intention-create select[name="action"]', "deny");
+    await page.fill('#intention-create input[name="description"]', "<i>no</i> web to db");
+    await page.click('#intention-create button[type="submit"]');
+    const row = page.locator('#intentions tr[data-intention="web>db"]');
+    await row.waitFor();
+    assert.match(await row.innerText(), /<i>no<\/i> web to db/);
+    assert.equal(await check(), false);
+    await page.screenshot({ path: path.join(SHOTS, "intentions.png") });
+
+    await row.locator("button").click();
+    await row.waitFor({ state: "detached" });
+    assert.equal(await check(), true);
+    const left = await (await fetch(`http://127.0.0.1:${port}/v1/connect/intentions`)).json();
+    assert.deepEqual(left, []);
+  } finally {
+    await chrome.close();
+    child.kill();
+  }
+});
+
+test("with ACLs on, the UI asks for a token and shows only what it may read", async () => {
+  const root = "8c6f2d9e-3a51-4b7c-9d0e-1f2a3b4c5d6e";
+  const { child, port } = await startAgent([
+    `-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = "${root}" } }`,
+  ]);
+  const chrome = await browser();
+  const api = async (method, p, body) => {
+    const res = await fetch(`http://127.0.0.1:${port}${p}`, {
+      method, headers: { "X-Consul-Token": root }, body: body && JSON.stringify(body),
+    });
+    const text = await res.text();
+    assert.ok(res.ok, `${method} ${p}: ${res.status} ${text}`);
+    return text ? JSON.parse(text) : null;
+  };
+  try {
+    // ACL bootstrapping takes a moment after the leader is known.
+    for (let i = 0; i < 100; i++) {
+      const res = await fetch(`http://127.0.0.1:${port}/v1/acl/token/self`, { headers: { "X-Consul-Token": root } });
+      if (res.ok) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await api("PUT", "/v1/agent/service/register", { Name: "web", Port: 80 });
+    await api("PUT", "/v1/agent/service/register", { Name: "db", Port: 5432 });
+    await api("PUT", "/v1/acl/policy", {
+      Name: "web-reader",
+      Rules: 'service "web" { policy = "read" } node_prefix "" { policy = "read" }',
+    });
+    const token = await api("PUT", "/v1/acl/token", { Description: "web reader", Policies: [{ Name: "web-reader" }] });
+
+    const page = await chrome.newPage({ viewport: { width: 1100, height: 600 } });
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/services`);
+    await page.waitForSelector(".banner");
+    assert.match(await page.locator(".banner").innerText(), /log in with a token/);
+    assert.equal(await page.locator("#services tbody tr").count(), 0);
+
+    await page.click(".banner a");
+    await page.fill('#login input[name="token"]', "not-a-real-token");
+    await page.click('#login button[type="submit"]');
+    await page.waitForSelector('#login .status:has-text("Not logged in")');
+    await page.fill('#login input[name="token"]', token.SecretID);
+    await page.click('#login button[type="submit"]');
+    await page.waitForSelector('#login .status:has-text("Logged in: web reader")');
+
+    await page.click("nav >> text=Services");
+    await page.waitForSelector('#services tr[data-service="web"]');
+    assert.equal(await page.locator('#services tr[data-service="db"]').count(), 0);
+    await page.screenshot({ path: path.join(SHOTS, "services-with-token.png") });
+  } finally {
+    await chrome.close();
+    child.kill();
+  }
+});

@@ -1,0 +1,91 @@
+// The catalog's pages: services (health, instances, kinds, tags; search and
+// a kind filter), one service's instances with their checks, and nodes.
+import { html, useState } from "../vendor/htm-preact-3.1.1.js";
+import { ROOT, useLive, Link, ErrorNote, Health, Tags, worst, enc } from "../lib.js";
+
+export function ServicesPage({ dc }) {
+  const { data, error } = useLive(`/v1/internal/ui/services?dc=${enc(dc)}`);
+  const [search, setSearch] = useState("");
+  const [kind, setKind] = useState("all");
+  const rows = (data || []).filter((s) => {
+    const text = search.toLowerCase();
+    const matches = !text || s.Name.toLowerCase().includes(text)
+      || (s.Tags || []).some((t) => t.toLowerCase().includes(text));
+    const kindMatches = kind === "all" || (kind === "service" ? !s.Kind : s.Kind === kind);
+    return matches && kindMatches;
+  });
+  return html`<section>
+    <h1>Services <span class="count">${data ? data.length : ""}</span></h1>
+    <div class="filters">
+      <input type="search" placeholder="Search by name or tag" aria-label="Search"
+        value=${search} onInput=${(e) => setSearch(e.target.value)} />
+      <select aria-label="Kind" value=${kind} onChange=${(e) => setKind(e.target.value)}>
+        <option value="all">All kinds</option>
+        <option value="service">Services</option>
+        <option value="connect-proxy">Sidecar proxies</option>
+        <option value="mesh-gateway">Mesh gateways</option>
+        <option value="terminating-gateway">Terminating gateways</option>
+        <option value="ingress-gateway">Ingress gateways</option>
+      </select>
+    </div>
+    <${ErrorNote} error=${error} />
+    <table class="list" id="services">
+      <thead><tr><th>Service</th><th>Health</th><th>Instances</th><th>Tags</th></tr></thead>
+      <tbody>
+        ${rows.map((s) => html`<tr data-service=${s.Name}>
+          <td>
+            <${Link} href=${`${ROOT}${enc(dc)}/services/${enc(s.Name)}`}>${s.Name}</${Link}>
+            ${s.Kind && html` <span class="badge">${s.Kind}</span>`}
+            ${s.ConnectedWithProxy && html` <span class="badge mesh">in the mesh</span>`}
+          </td>
+          <td><${Health} passing=${s.ChecksPassing} warning=${s.ChecksWarning} critical=${s.ChecksCritical} /></td>
+          <td>${s.InstanceCount}</td>
+          <td><${Tags} tags=${s.Tags} /></td>
+        </tr>`)}
+      </tbody>
+    </table>
+  </section>`;
+}
+
+export function ServicePage({ dc, name }) {
+  const { data, error } = useLive(`/v1/health/service/${enc(name)}?dc=${enc(dc)}`);
+  return html`<section>
+    <p><${Link} href=${`${ROOT}${enc(dc)}/services`}>← All services</${Link}></p>
+    <h1>${name}</h1>
+    <${ErrorNote} error=${error} />
+    <h2>Instances</h2>
+    <table class="list" id="instances">
+      <thead><tr><th>ID</th><th>Node</th><th>Address</th><th>Health</th><th>Tags</th></tr></thead>
+      <tbody>
+        ${(data || []).map((i) => html`<tr>
+          <td>${i.Service.ID}</td>
+          <td>${i.Node.Node}</td>
+          <td>${i.Service.Address || i.Node.Address}:${i.Service.Port}</td>
+          <td class=${worst(i.Checks)}>
+            ${(i.Checks || []).map((c) => html`<div class=${`check ${c.Status}`}>${c.Name}: ${c.Status}</div>`)}
+          </td>
+          <td><${Tags} tags=${i.Service.Tags} /></td>
+        </tr>`)}
+      </tbody>
+    </table>
+  </section>`;
+}
+
+export function NodesPage({ dc }) {
+  const { data, error } = useLive(`/v1/internal/ui/nodes?dc=${enc(dc)}`);
+  return html`<section>
+    <h1>Nodes <span class="count">${data ? data.length : ""}</span></h1>
+    <${ErrorNote} error=${error} />
+    <table class="list" id="nodes">
+      <thead><tr><th>Node</th><th>Address</th><th>Health</th><th>Services</th></tr></thead>
+      <tbody>
+        ${(data || []).map((n) => html`<tr data-node=${n.Node}>
+          <td>${n.Node}</td>
+          <td>${n.Address}</td>
+          <td class=${worst(n.Checks)}>${worst(n.Checks)}</td>
+          <td>${n.Services.map((s) => s.Service).join(", ")}</td>
+        </tr>`)}
+      </tbody>
+    </table>
+  </section>`;
+}

@@ -1,0 +1,82 @@
+// Intentions: every intention with its precedence (Consul's order), and a
+// form that creates or replaces the one between two services (allow or
+// deny) through `/v1/connect/intentions/exact`; each can be deleted.
+// Intentions with L7 permissions are shown, and edited through the API.
+import { html, useState } from "../vendor/htm-preact-3.1.1.js";
+import { useLive, ErrorNote, write, enc } from "../lib.js";
+
+function exact(source, destination, dc) {
+  return `/v1/connect/intentions/exact?source=${enc(source)}&destination=${enc(destination)}&dc=${enc(dc)}`;
+}
+
+function IntentionForm({ dc }) {
+  const [source, setSource] = useState("");
+  const [destination, setDestination] = useState("");
+  const [action, setAction] = useState("deny");
+  const [description, setDescription] = useState("");
+  const [error, setError] = useState(null);
+  const submit = async (event) => {
+    event.preventDefault();
+    setError(null);
+    try {
+      await write("PUT", exact(source, destination, dc), {
+        SourceName: source, DestinationName: destination, SourceType: "consul",
+        Action: action, Description: description,
+      });
+      setSource("");
+      setDestination("");
+      setDescription("");
+    } catch (e) {
+      setError(e);
+    }
+  };
+  return html`<form class="editor" id="intention-create" onSubmit=${submit}>
+    <h2>Create or replace</h2>
+    <div class="row">
+      <label>Source <input name="source" required placeholder="web or *" value=${source}
+        onInput=${(e) => setSource(e.target.value)} /></label>
+      <label>Destination <input name="destination" required placeholder="db or *" value=${destination}
+        onInput=${(e) => setDestination(e.target.value)} /></label>
+      <label>Action <select name="action" value=${action} onChange=${(e) => setAction(e.target.value)}>
+        <option value="allow">allow</option>
+        <option value="deny">deny</option>
+      </select></label>
+    </div>
+    <label>Description <input name="description" value=${description}
+      onInput=${(e) => setDescription(e.target.value)} /></label>
+    <button type="submit">Save</button>
+    <${ErrorNote} error=${error} />
+  </form>`;
+}
+
+export function IntentionsPage({ dc }) {
+  const { data, error } = useLive(`/v1/connect/intentions?dc=${enc(dc)}`);
+  const [problem, setProblem] = useState(null);
+  const remove = async (i) => {
+    setProblem(null);
+    try {
+      await write("DELETE", exact(i.SourceName, i.DestinationName, dc));
+    } catch (e) {
+      setProblem(e);
+    }
+  };
+  return html`<section>
+    <h1>Intentions <span class="count">${data ? data.length : ""}</span></h1>
+    <${ErrorNote} error=${error || problem} />
+    <table class="list" id="intentions">
+      <thead><tr><th>Source</th><th>Destination</th><th>Action</th><th>Precedence</th><th>Description</th><th></th></tr></thead>
+      <tbody>
+        ${(data || []).map((i) => html`<tr data-intention=${`${i.SourceName}>${i.DestinationName}`}>
+          <td>${i.SourceName}</td>
+          <td>${i.DestinationName}</td>
+          <td class=${i.Action === "deny" ? "critical" : "passing"}>
+            ${i.Action || (i.Permissions ? `L7: ${i.Permissions.length} permission(s)` : "")}</td>
+          <td>${i.Precedence}</td>
+          <td>${i.Description}</td>
+          <td class="actions"><button type="button" onClick=${() => remove(i)}>Delete</button></td>
+        </tr>`)}
+      </tbody>
+    </table>
+    <${IntentionForm} dc=${dc} />
+  </section>`;
+}
