@@ -206,3 +206,42 @@ test("with ACLs on, the UI asks for a token and shows only what it may read", as
     child.kill();
   }
 });
+
+test("the discovery chain of a splitter over two subsets is drawn with both branches", async () => {
+  const { child, port } = await startAgent();
+  const chrome = await browser();
+  const put = async (entry) => {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/config`, { method: "PUT", body: JSON.stringify(entry) });
+    assert.equal(await res.text(), "true");
+  };
+  try {
+    await put({ Kind: "service-defaults", Name: "web", Protocol: "http" });
+    await put({
+      Kind: "service-resolver", Name: "web",
+      Subsets: { v1: { Filter: "Service.Meta.version == v1" }, v2: { Filter: "Service.Meta.version == v2" } },
+    });
+    await put({
+      Kind: "service-splitter", Name: "web",
+      Splits: [{ Weight: 90, ServiceSubset: "v1" }, { Weight: 10, ServiceSubset: "v2" }],
+    });
+    const page = await chrome.newPage({ viewport: { width: 1300, height: 500 } });
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/services/web/routing`);
+    await page.waitForSelector('#chain [data-node="target:v2.web.default.default.dc1"]');
+    const boxes = async (column) => page.locator(`#chain [data-column="${column}"] .box`).count();
+    assert.equal(await boxes("splitter"), 1);
+    assert.equal(await boxes("resolver"), 2);
+    assert.equal(await boxes("target"), 2);
+    // service → splitter, the two splits, each resolver to its target.
+    await page.waitForFunction(() => document.querySelectorAll("#chain svg g").length === 5);
+    const splits = await page.locator('#chain svg g[data-from="splitter:web.default.default"] text').allTextContents();
+    assert.deepEqual(splits.sort(), ["10%", "90%"]);
+    assert.equal(
+      await page.locator('#chain svg g[data-from="resolver:v2.web.default.default.dc1"][data-to="target:v2.web.default.default.dc1"] line').count(),
+      1
+    );
+    await page.screenshot({ path: path.join(SHOTS, "routing.png") });
+  } finally {
+    await chrome.close();
+    child.kill();
+  }
+});

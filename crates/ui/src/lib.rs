@@ -42,6 +42,7 @@ assets! {
     "assets/pages/kv.js" => "text/javascript; charset=utf-8",
     "assets/pages/intentions.js" => "text/javascript; charset=utf-8",
     "assets/pages/settings.js" => "text/javascript; charset=utf-8",
+    "assets/pages/routing.js" => "text/javascript; charset=utf-8",
     "assets/style.css" => "text/css; charset=utf-8",
     "assets/vendor/htm-preact-3.1.1.js" => "text/javascript; charset=utf-8",
     "assets/vendor/LICENSE-htm" => "text/plain; charset=utf-8",

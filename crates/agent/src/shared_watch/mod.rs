@@ -6,7 +6,7 @@
 //! dropped; past the entry or byte limit ([`CacheLimits`]), the least
 //! recently used idle entries go first. Entries someone follows are never
 //! evicted. Each cache reports its size and evictions as metrics
-//! (`legate.agent.cache.entries`, `.bytes`, `.evictions`, by cache name).
+//! (`consul.agent.cache.entries`, `.bytes`, `.evictions`, by cache name).
 //!
 //! A cache learns of changes in one of two ways: a blocking read per key
 //! ([`SharedWatch::new`]), or one blocking call for all its keys that

@@ -7,6 +7,7 @@ import { ServicesPage, ServicePage, NodesPage } from "./pages/catalog.js";
 import { KvPage } from "./pages/kv.js";
 import { IntentionsPage } from "./pages/intentions.js";
 import { SettingsPage } from "./pages/settings.js";
+import { RoutingPage } from "./pages/routing.js";
 
 function NotFound() {
   return html`<section><h1>Page not found</h1>
@@ -19,11 +20,12 @@ function route(path) {
   const raw = rest.split("/");
   const parts = raw.filter(Boolean).map(decodeURIComponent);
   if (parts.length === 0) return { redirect: `${ROOT}${enc(CONFIG.LocalDatacenter)}/services` };
-  const [dc, section, name] = parts;
+  const [dc, section, name, view] = parts;
   if (!section) return { redirect: `${ROOT}${enc(dc)}/services` };
   const tail = raw.slice(2).map(decodeURIComponent).join("/");
   switch (section) {
     case "services":
+      if (name && view === "routing") return { dc, page: html`<${RoutingPage} dc=${dc} name=${name} />` };
       return { dc, page: name ? html`<${ServicePage} dc=${dc} name=${name} />` : html`<${ServicesPage} dc=${dc} />` };
     case "nodes":
       return { dc, page: html`<${NodesPage} dc=${dc} />` };
