@@ -36,8 +36,24 @@ impl UiConfig {
 }
 
 /// A UI content path as Consul keeps it: `/ui/` by default, otherwise the
-/// given path with a leading and a trailing `/`.
-fn content_path(path: Option<String>) -> String {
+/// given path with a leading and a trailing `/`; only a plain path
+/// (letters, digits, `-._~/`, no `..`) is taken, since it is written into
+/// the UI's page.
+fn content_path(path: Option<String>) -> Result<String, ConfigError> {
+    if let Some(given) = &path {
+        let plain = given
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._~/".contains(c));
+        if !plain || given.split('/').any(|part| part == "..") {
+            return Err(ConfigError(format!(
+                "ui_config.content_path {given:?}: only letters, digits and -._~/ may be used"
+            )));
+        }
+    }
+    Ok(content_path_of(path))
+}
+
+fn content_path_of(path: Option<String>) -> String {
     let path = path
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| "/ui/".into());
@@ -80,7 +96,7 @@ pub fn parse(map: &Map<String, Value>) -> Result<UiConfig, ConfigError> {
             .or(get_bool(map, &["ui_config", "enabled"])?)
             .unwrap_or(false),
         dir,
-        content_path: content_path(get_str(map, &["ui_config", "content_path"])?),
+        content_path: content_path(get_str(map, &["ui_config", "content_path"])?)?,
         metrics_provider: get_str(map, &["ui_config", "metrics_provider"])?.unwrap_or_default(),
         metrics_proxy_base_url: get_str(map, &["ui_config", "metrics_proxy", "base_url"])?
             .unwrap_or_default(),
@@ -126,5 +142,11 @@ mod tests {
             parse_json(json!({"ui_config": {"dashboard_url_templates": {"service": 1}}})).is_err()
         );
         assert!(parse_json(json!({"ui_config": {"dashboard_url_templates": []}})).is_err());
+        for bad in ["/ui\"><script>", "/a b/", "/../x/"] {
+            assert!(
+                parse_json(json!({"ui_config": {"content_path": bad}})).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -60,7 +60,11 @@ fn the_built_in_ui_is_served_with_its_settings_under_a_strict_policy() {
     assert!(script.contains("htm-preact-3.1.1.js"));
     let (status, _, _) = get(&agent, "/ui/assets/vendor/htm-preact-3.1.1.js");
     assert_eq!(status, 200);
-    for missing in ["/ui/assets/nope.js", "/ui/dc1/favicon.ico"] {
+    // Names with dots are client routes too (services, nodes).
+    let (status, _, page) = get(&agent, "/ui/dc1/nodes/ip-10-0-0-1.ec2.internal");
+    assert_eq!(status, 200);
+    assert!(page.contains("data-consul-ui-config"));
+    for missing in ["/ui/assets/nope.js", "/ui/assets/vendor/none.css"] {
         let (status, _, body) = get(&agent, missing);
         assert_eq!(
             (status, body.as_str()),
@@ -104,6 +108,35 @@ fn the_content_path_moves_the_ui_and_the_ui_can_be_off() {
         body.contains("ensure the path starts with '/v1/'"),
         "{body}"
     );
+
+    // At the root: `/` is the UI itself, or, with the UI off, Consul's text.
+    let at_root = TestAgent::dev(&["-ui-content-path=/"]);
+    let (status, _, page) = get(&at_root, "/");
+    assert_eq!(status, 200);
+    assert_eq!(settings(&page)["ContentPath"], "/");
+    let off_at_root = TestAgent::dev(&["-ui-content-path=/", "-hcl=ui_config { enabled = false }"]);
+    let (status, _, body) = get(&off_at_root, "/");
+    assert_eq!(status, 200);
+    assert!(body.starts_with("Consul Agent: UI disabled."), "{body}");
+    // A content path that is not a plain path is refused.
+    let out = common::run_to_exit(
+        &[
+            "agent".into(),
+            "-dev".into(),
+            "-http-port=-1".into(),
+            "-dns-port=-1".into(),
+            "-grpc-port=-1".into(),
+            "-ui-content-path=/ui\"><script>".into(),
+        ],
+        std::time::Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("ui_config.content_path"), "{text}");
 }
 
 #[test]

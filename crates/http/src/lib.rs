@@ -465,7 +465,7 @@ async fn fallback(
 ) -> Response {
     let path = uri.path();
     let config = st.agent.config();
-    if path == "/" && config.ui.content_path != "/" {
+    if path == "/" && !(config.ui.serves() && config.ui.content_path == "/") {
         if config.ui.serves() {
             return (
                 StatusCode::MOVED_PERMANENTLY,

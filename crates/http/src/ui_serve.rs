@@ -64,7 +64,9 @@ fn template_data(st: &AppState) -> legate_ui::TemplateData {
             config.primary_datacenter.clone()
         },
         metrics_provider: config.ui.metrics_provider.clone(),
-        metrics_proxy_enabled: !config.ui.metrics_proxy_base_url.is_empty(),
+        // `/v1/internal/ui/metrics-proxy/` is not built yet: a UI told
+        // the proxy is on would only meet 404s.
+        metrics_proxy_enabled: false,
         dashboard_url_templates: config
             .ui
             .dashboard_url_templates
@@ -137,7 +139,7 @@ pub async fn answer(st: &AppState, path: &str) -> Option<Response> {
     if let Some(dir) = &ui.dir {
         return Some(from_dir(st, dir, rest).await);
     }
-    if let Some(asset) = legate_ui::asset(rest).filter(|_| rest != "index.html") {
+    if let Some(asset) = legate_ui::asset(rest) {
         return Some(page(
             StatusCode::OK,
             asset.content_type,

@@ -14,6 +14,32 @@ use crate::Server;
 /// How often the inventory is published.
 pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(10);
 
+/// Config entry kinds whose count is published even at zero, so a gauge
+/// does not keep an old count after the last entry of its kind goes.
+const CONFIG_ENTRY_KINDS: &[&str] = &[
+    "api-gateway",
+    "exported-services",
+    "ingress-gateway",
+    "jwt-provider",
+    "mesh",
+    "proxy-defaults",
+    "service-defaults",
+    "service-intentions",
+    "service-resolver",
+    "service-router",
+    "service-splitter",
+    "terminating-gateway",
+];
+
+/// Replication tasks whose status gauge a former leader clears.
+const REPLICATED: &[&str] = &[
+    "acl-policies",
+    "acl-roles",
+    "acl-tokens",
+    "config-entries",
+    "federation-state",
+];
+
 /// Publishes the inventory of the store and the gossip membership.
 pub(crate) fn report_inventory(server: &Server) {
     let inventory = server.store.read().inventory();
@@ -24,7 +50,11 @@ pub(crate) fn report_inventory(server: &Server) {
     for (kind, count) in inventory.connect_instances {
         metrics::gauge!("state.connect_instances", "kind" => kind).set(count as f64);
     }
-    for (kind, count) in inventory.config_entries {
+    let mut config_entries = inventory.config_entries;
+    for kind in CONFIG_ENTRY_KINDS {
+        config_entries.entry(kind.to_string()).or_insert(0);
+    }
+    for (kind, count) in config_entries {
         metrics::gauge!("state.config_entries", "kind" => kind).set(count as f64);
     }
     let members: Vec<ClusterMember> = server
@@ -69,10 +99,22 @@ fn report_autopilot(server: &Server) {
     metrics::gauge!("autopilot.failure_tolerance").set(health.failure_tolerance as f64);
 }
 
-/// What a follower shows for the leader-only autopilot gauges.
+/// What a follower shows for the leader-only gauges: NaN, as Consul's
+/// followers show for autopilot, so a former leader's last values do not
+/// linger.
 pub(crate) fn report_not_leader() {
-    metrics::gauge!("autopilot.healthy").set(f64::NAN);
-    metrics::gauge!("autopilot.failure_tolerance").set(f64::NAN);
+    for name in [
+        "autopilot.healthy",
+        "autopilot.failure_tolerance",
+        "session_ttl.active",
+        "mesh.active-root-ca.expiry",
+        "mesh.active-signing-ca.expiry",
+    ] {
+        metrics::gauge!(name).set(f64::NAN);
+    }
+    for kind in REPLICATED {
+        metrics::gauge!(format!("leader.replication.{kind}.status")).set(f64::NAN);
+    }
 }
 
 /// Seconds until the first certificate of `pem` expires.

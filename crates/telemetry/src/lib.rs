@@ -135,6 +135,9 @@ fn prometheus_recorder(
 /// recorder. Fails on an unusable statsd address, or when a recorder is
 /// already installed.
 pub fn install(config: &TelemetryConfig) -> Result<&'static Telemetry, String> {
+    if INSTALLED.get().is_some() {
+        return Err("metrics are already installed".into());
+    }
     let (filter, ignored_filters) =
         names::PrefixFilter::new(&config.prefix_filter, config.filter_default);
     let naming = names::Naming {
@@ -164,7 +167,10 @@ pub fn install(config: &TelemetryConfig) -> Result<&'static Telemetry, String> {
         fanout = fanout.add_recorder(statsd::StatsdSink::start(address, statsd::Flavor::Statsd)?);
     }
     if let Some(address) = &config.dogstatsd_addr {
-        let flavor = statsd::Flavor::DogStatsd(config.dogstatsd_tags.clone());
+        let flavor = statsd::Flavor::DogStatsd {
+            tags: config.dogstatsd_tags.clone(),
+            hostname: naming.hostname.clone(),
+        };
         fanout = fanout.add_recorder(statsd::StatsdSink::start(address, flavor)?);
     }
     let telemetry = Telemetry {

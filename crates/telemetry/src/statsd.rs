@@ -27,8 +27,15 @@ const QUEUE: usize = 16_384;
 pub enum Flavor {
     /// Plain statsd: label values are flattened into the name.
     Statsd,
-    /// DogStatsD: labels become tags, after these global `key:value` tags.
-    DogStatsd(Vec<String>),
+    /// DogStatsD: labels become tags, after these global `key:value` tags;
+    /// the host name is taken out of gauge names again (go-metrics'
+    /// DogStatsD sink drops it from the name).
+    DogStatsd {
+        /// The global tags.
+        tags: Vec<String>,
+        /// The host name the naming layer spliced into gauge names.
+        hostname: Option<String>,
+    },
 }
 
 /// A statsd or DogStatsD sink.
@@ -107,7 +114,10 @@ impl StatsdSink {
                 }
                 (name, String::new())
             }
-            Flavor::DogStatsd(global) => {
+            Flavor::DogStatsd {
+                tags: global,
+                hostname,
+            } => {
                 let tags: Vec<String> = global
                     .iter()
                     .cloned()
@@ -121,7 +131,11 @@ impl StatsdSink {
                 } else {
                     format!("|#{}", tags.join(","))
                 };
-                (sanitize(key.name()), tags)
+                let mut name = key.name().to_string();
+                if let Some(host) = hostname.as_deref().filter(|_| kind == "g") {
+                    name = name.replacen(&format!(".{host}."), ".", 1);
+                }
+                (sanitize(&name), tags)
             }
         };
         Arc::new(LineHandle {
@@ -236,15 +250,20 @@ mod tests {
         let (socket, address) = listen();
         let sink = StatsdSink::start(
             &address,
-            Flavor::DogStatsd(vec!["env:test".into(), "team:mesh".into()]),
+            Flavor::DogStatsd {
+                tags: vec!["env:test".into(), "team:mesh".into()],
+                hostname: Some("node1".into()),
+            },
         )
         .unwrap();
         metrics::with_local_recorder(&sink, || {
             metrics::histogram!("consul.api.http", "method" => "PUT").record(2.0);
+            metrics::gauge!("consul.node1.runtime.sys_bytes").set(5.0);
         });
         assert_eq!(
             receive(&socket),
-            "consul.api.http:2.000000|ms|#env:test,team:mesh,method:PUT\n"
+            "consul.api.http:2.000000|ms|#env:test,team:mesh,method:PUT\n\
+             consul.runtime.sys_bytes:5.000000|g|#env:test,team:mesh\n"
         );
     }
 

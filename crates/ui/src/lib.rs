@@ -74,12 +74,11 @@ pub fn content_type_of(path: &str) -> &'static str {
     }
 }
 
-/// Whether a path under the content path names a file (an asset that may
-/// be missing: 404) rather than a client route (the app shell).
+/// Whether a path under the content path names a file (under `assets/`,
+/// or `robots.txt`: a missing one is a 404) rather than a client route
+/// (the app shell) — a route may hold dots, as service and node names do.
 pub fn names_a_file(path: &str) -> bool {
-    path.rsplit('/')
-        .next()
-        .is_some_and(|last| last.contains('.'))
+    path.starts_with("assets/") || path == "robots.txt"
 }
 
 /// What the index page is told (Consul's `uiTemplateData`).
@@ -140,8 +139,9 @@ fn script_safe_json(value: &Value) -> String {
 
 /// Renders an index template: `{{.ContentPath}}` and `{{jsonEncode .}}`,
 /// the two placeholders Consul's index uses for paths and settings. The
-/// content path is checked to be a plain path when the config is read, so
-/// it needs no escaping in an attribute.
+/// content path is refused when the config is read unless it is a plain
+/// path (letters, digits, `-._~/`), so it needs no escaping in an
+/// attribute.
 pub fn render_index(template: &str, data: &TemplateData) -> String {
     template
         .replace("{{.ContentPath}}", &data.content_path)
@@ -166,6 +166,8 @@ mod tests {
         assert!(names_a_file("assets/app.js"));
         assert!(names_a_file("assets/nope.css"));
         assert!(!names_a_file("dc1/services/web"));
+        assert!(!names_a_file("dc1/services/web.v2"));
+        assert!(!names_a_file("dc1/nodes/ip-10-0-0-1.ec2.internal"));
         assert!(!names_a_file(""));
     }
 

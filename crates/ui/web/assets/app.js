@@ -18,11 +18,18 @@ function NotFound() {
 function route(path) {
   const rest = path.startsWith(ROOT) ? path.slice(ROOT.length) : "";
   const raw = rest.split("/");
-  const parts = raw.filter(Boolean).map(decodeURIComponent);
+  let parts;
+  let tail;
+  try {
+    parts = raw.filter(Boolean).map(decodeURIComponent);
+    tail = raw.slice(2).map(decodeURIComponent).join("/");
+  } catch (_) {
+    // A malformed escape (`%E0`): not a page of ours.
+    return { dc: CONFIG.LocalDatacenter, page: html`<${NotFound} />` };
+  }
   if (parts.length === 0) return { redirect: `${ROOT}${enc(CONFIG.LocalDatacenter)}/services` };
   const [dc, section, name, view] = parts;
   if (!section) return { redirect: `${ROOT}${enc(dc)}/services` };
-  const tail = raw.slice(2).map(decodeURIComponent).join("/");
   switch (section) {
     case "services":
       if (name && view === "routing") return { dc, page: html`<${RoutingPage} dc=${dc} name=${name} />` };

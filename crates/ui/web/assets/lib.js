@@ -75,6 +75,8 @@ export function useLive(path, missing) {
           const next = Number(answer.index || 0);
           index = next > 0 && next >= Number(index || 0) ? answer.index : null;
           setState({ data: answer.status === 404 ? missing : answer.data, error: null });
+          // Without an index to block on, ask again after a pause, not at once.
+          if (!index) await new Promise((r) => setTimeout(r, 1000));
         } else {
           setState((s) => ({ data: s.data, error: answer }));
           index = null;

@@ -56,13 +56,19 @@ function Folder({ dc, prefix }) {
     `/v1/kv/${encKey(prefix)}?keys&separator=/&dc=${enc(dc)}`, []
   );
   const keys = (data || []).filter((k) => k !== prefix);
+  const [problem, setProblem] = useState(null);
   const remove = async (key) => {
-    await write("DELETE", `/v1/kv/${encKey(key)}?dc=${enc(dc)}${key.endsWith("/") ? "&recurse" : ""}`);
+    setProblem(null);
+    try {
+      await write("DELETE", `/v1/kv/${encKey(key)}?dc=${enc(dc)}${key.endsWith("/") ? "&recurse" : ""}`);
+    } catch (e) {
+      setProblem(e);
+    }
   };
   return html`<section>
     <${Breadcrumbs} dc=${dc} prefix=${prefix} />
     <h1>Key/Value</h1>
-    <${ErrorNote} error=${error} />
+    <${ErrorNote} error=${error || problem} />
     <table class="list" id="kv">
       <thead><tr><th>Key</th><th></th></tr></thead>
       <tbody>
