@@ -80,22 +80,6 @@ fn config_dir_json_and_flags_merge() {
     assert_eq!(node["Datacenter"], "east");
 }
 
-/// Runs `legate agent` that must refuse to start; kills it (and fails) if
-/// it is still running after 10 seconds.
-fn run_agent_expecting_failure(args: &[&str]) -> String {
-    let mut full: Vec<String> = vec!["agent".into()];
-    full.extend(args.iter().map(|a| a.to_string()));
-    full.push(format!("-http-port={}", common::free_port()));
-    let out = common::run_to_exit(&full, Duration::from_secs(10));
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
 #[test]
 fn bad_config_is_refused_with_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -104,8 +88,11 @@ fn bad_config_is_refused_with_file_line_and_key() {
         "unknown.hcl",
         "datacenter = \"dc1\"\nno_such_option = true\n",
     );
-    let err =
-        run_agent_expecting_failure(&["-dev", "-config-file", &unknown.display().to_string()]);
+    let err = common::run_agent_expecting_failure(&[
+        "-dev",
+        "-config-file",
+        &unknown.display().to_string(),
+    ]);
     assert!(
         err.contains("unknown.hcl") && err.contains("no_such_option"),
         "{err}"
@@ -116,12 +103,19 @@ fn bad_config_is_refused_with_file_line_and_key() {
         "broken.hcl",
         "services {\n  name = \"web\"\n  port = 80\n",
     );
-    let err = run_agent_expecting_failure(&["-dev", "-config-file", &broken.display().to_string()]);
+    let err = common::run_agent_expecting_failure(&[
+        "-dev",
+        "-config-file",
+        &broken.display().to_string(),
+    ]);
     assert!(err.contains("broken.hcl") && err.contains("line"), "{err}");
 
     let bad_type = write(dir.path(), "type.json", r#"{"ports": {"dns": "eighty"}}"#);
-    let err =
-        run_agent_expecting_failure(&["-dev", "-config-file", &bad_type.display().to_string()]);
+    let err = common::run_agent_expecting_failure(&[
+        "-dev",
+        "-config-file",
+        &bad_type.display().to_string(),
+    ]);
     assert!(err.contains("ports.dns"), "{err}");
 
     let bad_check = write(
@@ -129,17 +123,20 @@ fn bad_config_is_refused_with_file_line_and_key() {
         "check.hcl",
         "check {\n  name = \"c\"\n  http = \"http://x\"\n  interval = \"ten\"\n}\n",
     );
-    let err =
-        run_agent_expecting_failure(&["-dev", "-config-file", &bad_check.display().to_string()]);
+    let err = common::run_agent_expecting_failure(&[
+        "-dev",
+        "-config-file",
+        &bad_check.display().to_string(),
+    ]);
     assert!(
         err.contains("checks[0]") && err.contains("duration"),
         "{err}"
     );
 
-    let err = run_agent_expecting_failure(&["-dev", "-config-file", "/no/such/file.hcl"]);
+    let err = common::run_agent_expecting_failure(&["-dev", "-config-file", "/no/such/file.hcl"]);
     assert!(err.contains("/no/such/file.hcl"), "{err}");
 
-    let err = run_agent_expecting_failure(&["-server"]);
+    let err = common::run_agent_expecting_failure(&["-server"]);
     assert!(err.contains("data_dir"), "{err}");
 
     let out = Command::new(common::binary())
@@ -350,7 +347,7 @@ fn wan_federation_through_gateways_is_refused_where_consuls_is() {
             "primary_gateways: \"nowhere\" is not host:port",
         ),
     ] {
-        let err = run_agent_expecting_failure(&args);
+        let err = common::run_agent_expecting_failure(&args);
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
@@ -444,6 +441,6 @@ fn locality_goes_on_the_node_and_on_services_that_name_none() {
         .get("Locality")
         .is_none());
     // A key the block does not have stops the agent, as Consul's loader.
-    let err = run_agent_expecting_failure(&["-dev", "-hcl=locality { rack = \"7\" }"]);
+    let err = common::run_agent_expecting_failure(&["-dev", "-hcl=locality { rack = \"7\" }"]);
     assert!(err.contains("locality.rack"), "{err}");
 }

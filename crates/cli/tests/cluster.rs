@@ -35,26 +35,10 @@ fn cluster() -> Vec<Node> {
 fn cluster_of(ips: [&str; 3], masked: Option<usize>, extra: &[&str]) -> Vec<Node> {
     let serf: Vec<u16> = ips.iter().map(|_| free_port()).collect();
     let mut nodes = Vec::new();
-    for (i, ip) in ips.iter().enumerate() {
+    for i in 0..ips.len() {
         let data = tempfile::tempdir().unwrap();
-        let mut flags = vec![
-            "-server".to_string(),
-            "-bootstrap-expect=3".into(),
-            format!("-node=s{}", i + 1),
-            format!("-bind={ip}"),
-            "-client=127.0.0.1".into(),
-            format!("-data-dir={}", data.path().display()),
-            format!("-server-port={}", free_port()),
-            format!("-serf-lan-port={}", serf[i]),
-            format!("-serf-wan-port={}", free_port()),
-            "-retry-interval=1s".into(),
-        ];
+        let mut flags = common::loopback_server_flags(i, &ips, &serf, data.path());
         flags.extend(extra.iter().map(|f| f.to_string()));
-        for (j, other) in ips.iter().enumerate() {
-            if j != i {
-                flags.push(format!("-retry-join={other}:{}", serf[j]));
-            }
-        }
         let env: &[(&str, &str)] = if masked == Some(i) {
             &[("LEGATE_MASKED_FEATURES", "si")]
         } else {

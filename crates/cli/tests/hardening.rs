@@ -9,18 +9,6 @@ use std::time::{Duration, Instant};
 use common::TestAgent;
 use serde_json::{json, Value};
 
-/// Percent-encodes a query value.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn assert_alive(agent: &TestAgent) {
     let (status, _, body) = agent.request("GET", "/v1/status/leader", None);
     assert_eq!(status, 200, "the agent stopped answering: {body}");
@@ -49,8 +37,11 @@ fn a_deeply_nested_filter_is_refused_on_every_filtering_endpoint() {
             "/v1/agent/services",
             "/v1/agent/checks",
         ] {
-            let (status, _, body) =
-                agent.request("GET", &format!("{path}?filter={}", encode(filter)), None);
+            let (status, _, body) = agent.request(
+                "GET",
+                &format!("{path}?filter={}", common::percent_encode(filter)),
+                None,
+            );
             assert_eq!(status, 400, "{path}: {body}");
             assert!(
                 body.contains("Failed to create boolean expression evaluator")
@@ -64,7 +55,10 @@ fn a_deeply_nested_filter_is_refused_on_every_filtering_endpoint() {
     let chain: Vec<String> = (0..2000).map(|i| format!("Node == n{i}")).collect();
     let (status, _, body) = agent.request(
         "GET",
-        &format!("/v1/catalog/nodes?filter={}", encode(&chain.join(" or "))),
+        &format!(
+            "/v1/catalog/nodes?filter={}",
+            common::percent_encode(&chain.join(" or "))
+        ),
         None,
     );
     assert_eq!(status, 200, "{body}");
@@ -556,8 +550,11 @@ fn filters_on_unknown_fields_are_refused_as_go_bexpr_refuses_them() {
     let body = r#"{"Name":"web","Port":1,"Meta":{"version":"v1"},"Check":{"TTL":"30s","Status":"passing"}}"#;
     assert_eq!(agent.put("/v1/agent/service/register", body).0, 200);
     let refused = |path: &str, filter: &str, selector: &str| {
-        let (status, _, text) =
-            agent.request("GET", &format!("{path}?filter={}", encode(filter)), None);
+        let (status, _, text) = agent.request(
+            "GET",
+            &format!("{path}?filter={}", common::percent_encode(filter)),
+            None,
+        );
         assert_eq!(status, 400, "{path} {filter}: {text}");
         assert_eq!(
             text.trim(),
@@ -599,8 +596,11 @@ fn filters_on_unknown_fields_are_refused_as_go_bexpr_refuses_them() {
         ),
         ("/v1/health/service/web", "Checks.Status == critical", 0),
     ] {
-        let (status, _, text) =
-            agent.request("GET", &format!("{path}?filter={}", encode(filter)), None);
+        let (status, _, text) = agent.request(
+            "GET",
+            &format!("{path}?filter={}", common::percent_encode(filter)),
+            None,
+        );
         assert_eq!(status, 200, "{path} {filter}: {text}");
         let rows: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(

@@ -77,19 +77,10 @@ fn servers(dns: u16, grpc: u16) -> (Vec<TestAgent>, Vec<tempfile::TempDir>) {
     let serf: Vec<u16> = IPS.iter().map(|_| free_port()).collect();
     let mut agents = Vec::new();
     let mut dirs = Vec::new();
-    for (i, ip) in IPS.iter().enumerate() {
+    for i in 0..IPS.len() {
         let data = tempfile::tempdir().unwrap();
-        let mut flags = vec![
-            "-server".to_string(),
-            "-bootstrap-expect=3".into(),
-            format!("-node=s{}", i + 1),
-            format!("-bind={ip}"),
-            "-client=127.0.0.1".into(),
-            format!("-data-dir={}", data.path().display()),
-            format!("-server-port={}", free_port()),
-            format!("-serf-lan-port={}", serf[i]),
-            format!("-serf-wan-port={}", free_port()),
-            "-retry-interval=1s".into(),
+        let mut flags = common::loopback_server_flags(i, &IPS, &serf, data.path());
+        flags.extend([
             format!("-dns-port={}", if i == 0 { dns as i32 } else { -1 }),
             format!("-grpc-port={}", if i == 0 { grpc as i32 } else { -1 }),
             "-grpc-tls-port=-1".into(),
@@ -98,12 +89,7 @@ fn servers(dns: u16, grpc: u16) -> (Vec<TestAgent>, Vec<tempfile::TempDir>) {
             ),
             "-hcl=telemetry { prometheus_retention_time = \"10m\" disable_hostname = true }"
                 .into(),
-        ];
-        for (j, other) in IPS.iter().enumerate() {
-            if j != i {
-                flags.push(format!("-retry-join={other}:{}", serf[j]));
-            }
-        }
+        ]);
         let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
         agents.push(TestAgent::spawn(&refs, false));
         dirs.push(data);
@@ -180,20 +166,9 @@ fn prometheus(dir: &std::path::Path, targets: &[u16]) -> (Killed, u16) {
     (Killed(child), port)
 }
 
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The series a PromQL query returns now.
 fn query(port: u16, expression: &str) -> Vec<Value> {
-    let path = format!("/api/v1/query?query={}", percent_encode(expression));
+    let path = format!("/api/v1/query?query={}", common::percent_encode(expression));
     let Some((200, _, body)) = try_http_request(port, "GET", &path, None) else {
         return Vec::new();
     };

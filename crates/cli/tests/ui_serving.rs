@@ -119,23 +119,12 @@ fn the_content_path_moves_the_ui_and_the_ui_can_be_off() {
     assert_eq!(status, 200);
     assert!(body.starts_with("Consul Agent: UI disabled."), "{body}");
     // A content path that is not a plain path is refused.
-    let out = common::run_to_exit(
-        &[
-            "agent".into(),
-            "-dev".into(),
-            "-http-port=-1".into(),
-            "-dns-port=-1".into(),
-            "-grpc-port=-1".into(),
-            "-ui-content-path=/ui\"><script>".into(),
-        ],
-        std::time::Duration::from_secs(30),
-    );
-    assert!(!out.status.success());
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::run_agent_expecting_failure(&[
+        "-dev",
+        "-dns-port=-1",
+        "-grpc-port=-1",
+        "-ui-content-path=/ui\"><script>",
+    ]);
     assert!(text.contains("ui_config.content_path"), "{text}");
 }
 

@@ -646,3 +646,56 @@ pub fn run_to_exit(args: &[String], patience: Duration) -> std::process::Output 
     }
     child.wait_with_output().unwrap()
 }
+
+/// The flags of server `i` of a three-server (or larger) cluster on the
+/// loopback addresses `ips`, their LAN gossip on the ports `serf`, data in
+/// `data`: each retry-joins the others.
+pub fn loopback_server_flags(i: usize, ips: &[&str], serf: &[u16], data: &Path) -> Vec<String> {
+    let mut flags = vec![
+        "-server".to_string(),
+        format!("-bootstrap-expect={}", ips.len()),
+        format!("-node=s{}", i + 1),
+        format!("-bind={}", ips[i]),
+        "-client=127.0.0.1".into(),
+        format!("-data-dir={}", data.display()),
+        format!("-server-port={}", free_port()),
+        format!("-serf-lan-port={}", serf[i]),
+        format!("-serf-wan-port={}", free_port()),
+        "-retry-interval=1s".into(),
+    ];
+    for (j, other) in ips.iter().enumerate() {
+        if j != i {
+            flags.push(format!("-retry-join={other}:{}", serf[j]));
+        }
+    }
+    flags
+}
+
+/// Percent-encodes a query value.
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Runs `legate agent <args>` on a free HTTP port, expecting it to refuse
+/// to start (exit code 1; it is killed, and the test fails, if it still
+/// runs after 10 seconds); answers what it wrote to stderr.
+pub fn run_agent_expecting_failure(args: &[&str]) -> String {
+    let mut full: Vec<String> = vec!["agent".into()];
+    full.extend(args.iter().map(|a| a.to_string()));
+    full.push(format!("-http-port={}", free_port()));
+    let out = run_to_exit(&full, Duration::from_secs(10));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
