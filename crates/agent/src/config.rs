@@ -414,6 +414,29 @@ pub(crate) fn strings(value: Option<&Value>, name: &str) -> Result<Vec<String>, 
     }
 }
 
+/// `value` as an object of strings (absent: empty); `name` names it in
+/// errors.
+pub(crate) fn string_map(
+    value: Option<&Value>,
+    name: &str,
+) -> Result<std::collections::BTreeMap<String, String>, ConfigError> {
+    match value {
+        None => Ok(Default::default()),
+        Some(Value::Object(entries)) => entries
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(ConfigError(format!(
+                    "{name}.{k}: expected a string, got {other}"
+                ))),
+            })
+            .collect(),
+        Some(other) => Err(ConfigError(format!(
+            "{name}: expected an object, got {other}"
+        ))),
+    }
+}
+
 pub(crate) fn get_str(
     map: &Map<String, Value>,
     path: &[&str],
@@ -537,23 +560,7 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
             .map(|(i, v)| decode_check(v).map_err(|e| ConfigError(format!("checks[{i}]: {e}"))))
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let node_meta = match get(&map, &["node_meta"]) {
-        None => Default::default(),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                other => Err(ConfigError(format!(
-                    "node_meta.{k}: expected a string, got {other}"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(ConfigError(format!(
-                "node_meta: expected an object, got {other}"
-            )))
-        }
-    };
+    let node_meta = string_map(get(&map, &["node_meta"]), "node_meta")?;
     legate_types::meta::validate(&node_meta, false)
         .map_err(|e| ConfigError(format!("node_meta invalid: {e}")))?;
     let datacenter = get_str(&map, &["datacenter"])?.unwrap_or_else(|| "dc1".to_string());

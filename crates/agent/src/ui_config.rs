@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::config::{get, get_bool, get_str, ConfigError};
+use crate::config::{get, get_bool, get_str, string_map, ConfigError};
 
 /// The UI's settings.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -74,23 +74,11 @@ pub fn parse(map: &Map<String, Value>) -> Result<UiConfig, ConfigError> {
         .or(get_str(map, &["ui_dir"])?)
         .filter(|d| !d.is_empty())
         .map(PathBuf::from);
-    let templates = match get(map, &["ui_config", "dashboard_url_templates"]) {
-        None | Some(Value::Null) => BTreeMap::new(),
-        Some(Value::Object(entries)) => entries
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(url) => Ok((k.clone(), url.clone())),
-                other => Err(ConfigError(format!(
-                    "ui_config.dashboard_url_templates.{k}: expected a string, got {other}"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(ConfigError(format!(
-                "ui_config.dashboard_url_templates: expected an object, got {other}"
-            )))
-        }
-    };
+    // An explicit null is no templates.
+    let templates = string_map(
+        get(map, &["ui_config", "dashboard_url_templates"]).filter(|v| !v.is_null()),
+        "ui_config.dashboard_url_templates",
+    )?;
     Ok(UiConfig {
         enabled: get_bool(map, &["ui"])?
             .or(get_bool(map, &["ui_config", "enabled"])?)

@@ -98,17 +98,18 @@ async fn from_dir(st: &AppState, dir: &std::path::Path, rest: &str) -> Response 
     let Some(rest) = inside(rest) else {
         return not_found();
     };
-    let index_file = tokio::fs::read(dir.join("index.html")).await.ok();
-    if !rest.is_empty() && rest != "index.html" {
+    if !rest.is_empty() {
         if let Ok(bytes) = tokio::fs::read(dir.join(rest)).await {
             return page(StatusCode::OK, legate_ui::content_type_of(rest), bytes);
         }
+        if legate_ui::names_a_file(rest) {
+            return not_found();
+        }
     }
-    match index_file {
+    match tokio::fs::read(dir.join("index.html")).await {
+        Ok(template) => index(st, &template),
         // Without an index, the directory is served as plain files.
-        None => not_found(),
-        Some(_) if legate_ui::names_a_file(rest) && rest != "index.html" => not_found(),
-        Some(template) => index(st, &template),
+        Err(_) => not_found(),
     }
 }
 

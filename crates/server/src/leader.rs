@@ -41,10 +41,10 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             let leader = server.raft.is_leader();
             let usage_due =
                 last_usage.is_none_or(|at| at.elapsed() >= crate::usage_metrics::REPORT_EVERY);
-            if usage_due {
+            let sessions = usage_due.then(|| {
                 last_usage = Some(tokio::time::Instant::now());
-                crate::usage_metrics::report_inventory(&server);
-            }
+                crate::usage_metrics::report_inventory(&server)
+            });
             if !leader {
                 if was_leader {
                     crate::usage_metrics::report_not_leader();
@@ -99,8 +99,8 @@ pub(crate) fn spawn_leader_loop(server: Arc<Server>) {
             metrics::histogram!("leader.reconcile")
                 .record(legate_telemetry::millis_since(reconcile_started));
             server.autopilot_tick().await;
-            if usage_due {
-                crate::usage_metrics::report_leader(&server);
+            if let Some(sessions) = sessions {
+                crate::usage_metrics::report_leader(&server, sessions);
             }
             // Nodes the catalog keeps from an earlier membership (a full
             // restart) that gossip has not known for `reap_settle` are

@@ -40,9 +40,11 @@ const REPLICATED: &[&str] = &[
     "federation-state",
 ];
 
-/// Publishes the inventory of the store and the gossip membership.
-pub(crate) fn report_inventory(server: &Server) {
+/// Publishes the inventory of the store and the gossip membership;
+/// answers the number of sessions, which the leader also publishes.
+pub(crate) fn report_inventory(server: &Server) -> u64 {
     let inventory = server.store.read().inventory();
+    let sessions = inventory.sessions;
     metrics::gauge!("state.nodes").set(inventory.nodes as f64);
     metrics::gauge!("state.services").set(inventory.services as f64);
     metrics::gauge!("state.service_instances").set(inventory.service_instances as f64);
@@ -68,12 +70,14 @@ pub(crate) fn report_inventory(server: &Server) {
     let servers = members.iter().filter(|m| m.server_port.is_some()).count();
     metrics::gauge!("members.servers").set(servers.max(1) as f64);
     metrics::gauge!("members.clients").set((members.len() - servers) as f64);
+    sessions
 }
 
-/// The leader's own gauges: sessions with timers, autopilot, CA expiry.
-pub(crate) fn report_leader(server: &Server) {
+/// The leader's own gauges: its `sessions` (from the inventory just
+/// reported), autopilot, CA expiry.
+pub(crate) fn report_leader(server: &Server, sessions: u64) {
+    metrics::gauge!("session_ttl.active").set(sessions as f64);
     let state = server.store.read();
-    metrics::gauge!("session_ttl.active").set(state.inventory().sessions as f64);
     let (_, roots) = state.ca_roots();
     if let Some(active) = roots.iter().find(|r| r.root.active) {
         if let Some(left) = seconds_left_pem(&active.root.root_cert) {

@@ -30,22 +30,13 @@ fn mallinfo2() -> Option<libc::mallinfo2> {
     function.map(|f| unsafe { f() })
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn mallinfo2() -> Option<()> {
-    None
-}
-
 /// Bytes the allocator holds free (glibc's `mallinfo2().fordblks`), or
 /// `None` where that cannot be asked.
 pub fn free_heap_bytes() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        mallinfo2().map(|info| info.fordblks as u64)
-    }
+    return mallinfo2().map(|info| info.fordblks as u64);
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        mallinfo2().map(|_| 0)
-    }
+    return None;
 }
 
 /// Bytes allocated and in use (`mallinfo2().uordblks + hblkhd`: the heap's
@@ -53,13 +44,9 @@ pub fn free_heap_bytes() -> Option<u64> {
 /// be asked.
 pub fn allocated_heap_bytes() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        mallinfo2().map(|info| (info.uordblks + info.hblkhd) as u64)
-    }
+    return mallinfo2().map(|info| (info.uordblks + info.hblkhd) as u64);
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        mallinfo2().map(|_| 0)
-    }
+    return None;
 }
 
 /// The process's resident memory in bytes (`/proc/self/statm`).
