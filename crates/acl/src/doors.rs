@@ -543,6 +543,11 @@ pub const HTTP: &[Door] = &[
         "404 when the token may not read the node, as Consul's",
     ),
     row("GET /v1/internal/ui/catalog-overview", OPERATOR_READ),
+    noted(
+        "GET /v1/internal/ui/traffic/{service}",
+        Needs::All(&[read(R::Service, Path("service"))]),
+        "Legate's own; each edge is also filtered by service:read on its other service",
+    ),
     // Coordinates.
     row("GET /v1/coordinate/datacenters", Needs::Nothing),
     row(

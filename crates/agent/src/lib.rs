@@ -115,6 +115,7 @@ pub struct Agent {
     cached: cached_reads::CachedReads,
     query_cache: query_cache::QueryCache,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
+    traffic: Arc<legate_types::traffic::TrafficStore>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     federation_warnings: std::sync::OnceLock<tokio::sync::watch::Receiver<Vec<String>>>,
@@ -173,6 +174,7 @@ impl Agent {
             cached,
             query_cache,
             proxycfg: std::sync::OnceLock::new(),
+            traffic: Arc::default(),
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
             federation_warnings: std::sync::OnceLock::new(),
@@ -398,6 +400,11 @@ impl Agent {
     /// The proxy configuration manager, when proxies are served.
     pub fn proxycfg(&self) -> Option<&Arc<legate_proxycfg::Manager>> {
         self.proxycfg.get()
+    }
+
+    /// What the local proxies report of their traffic per edge.
+    pub fn traffic(&self) -> &Arc<legate_types::traffic::TrafficStore> {
+        &self.traffic
     }
 
     /// The intention cache (`/v1/agent/connect/authorize`).

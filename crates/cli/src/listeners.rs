@@ -158,9 +158,17 @@ pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners
     let Some(manager) = agent.proxycfg() else {
         return Ok(listeners);
     };
+    let stream_acl: Arc<dyn legate_xds::StreamAcl> =
+        Arc::new(crate::xds_acl::AgentStreamAcl(agent.clone()));
     let ads = legate_xds::AdsServer::new(manager.clone())
-        .with_acl(Arc::new(crate::xds_acl::AgentStreamAcl(agent.clone())))
+        .with_acl(stream_acl.clone())
         .with_update_rate(config.xds_update_max_per_second);
+    let sink = legate_xds::metrics_service::TrafficSink::new(
+        manager.clone(),
+        Some(stream_acl),
+        agent.traffic().clone(),
+    );
+    let services = GrpcServices { ads, sink };
     let per_client = config.limits.http_max_conns_per_client;
     if let Some(port) = config.ports.grpc {
         let address = SocketAddr::new(config.client_addr, port);
@@ -168,10 +176,10 @@ pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners
         tracing::info!(address = %address, "gRPC (xDS) server listening");
         let incoming =
             crate::grpc_incoming::incoming(legate_net::Acceptor::new(listener, per_client, "gRPC"));
-        let ads = ads.clone();
+        let services = services.clone();
         listeners
             .grpc
-            .push(spawn(|stop| serve_grpc(ads, incoming, stop)));
+            .push(spawn(|stop| serve_grpc(services, incoming, stop)));
     }
     // gRPC over TLS runs only with a certificate for it (Consul's default
     // port 8503 is otherwise left closed).
@@ -187,7 +195,7 @@ pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners
         );
         listeners
             .grpc
-            .push(spawn(|stop| serve_grpc(ads, incoming, stop)));
+            .push(spawn(|stop| serve_grpc(services, incoming, stop)));
     }
     Ok(listeners)
 }
@@ -203,8 +211,16 @@ where
     (stop_tx, tokio::spawn(run(stop)))
 }
 
-async fn serve_grpc<S, IO>(
+/// What the gRPC ports serve: xDS, and the metrics service local proxies
+/// report their traffic to.
+#[derive(Clone)]
+struct GrpcServices {
     ads: legate_xds::AdsServer,
+    sink: legate_xds::metrics_service::TrafficSink,
+}
+
+async fn serve_grpc<S, IO>(
+    services: GrpcServices,
     incoming: S,
     stop: futures::future::BoxFuture<'static, ()>,
 ) where
@@ -220,7 +236,8 @@ async fn serve_grpc<S, IO>(
         // Dead peers are noticed and their streams released.
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(ads.into_service())
+        .add_service(services.ads.into_service())
+        .add_service(services.sink.into_service())
         .serve_with_incoming_shutdown(incoming, stop)
         .await;
     if let Err(e) = result {

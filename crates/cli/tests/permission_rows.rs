@@ -436,7 +436,8 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         | "GET /v1/health/connect/{service}"
         | "GET /v1/health/ingress/{service}"
         | "GET /v1/discovery-chain/{service}"
-        | "GET /v1/catalog/gateway-services/{gateway}" => (fill(rest, SERVICE), None),
+        | "GET /v1/catalog/gateway-services/{gateway}"
+        | "GET /v1/internal/ui/traffic/{service}" => (fill(rest, SERVICE), None),
         "GET /v1/internal/ui/node/{node}" => (fill(rest, NODE), None),
         "POST /v1/discovery-chain/{service}" => (fill(rest, SERVICE), body(json!({}))),
         "PUT /v1/agent/service/maintenance/{id}" => (

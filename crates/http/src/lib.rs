@@ -28,6 +28,7 @@ mod serve;
 mod translate;
 mod ui_internal;
 mod ui_serve;
+mod ui_traffic;
 pub mod util;
 
 use std::sync::Arc;
@@ -261,6 +262,10 @@ fn routes() -> Routes {
         .get(
             "/v1/internal/ui/catalog-overview",
             ui_internal::catalog_overview,
+        )
+        .get(
+            "/v1/internal/ui/traffic/{service}",
+            ui_traffic::service_traffic,
         )
         .put("/v1/acl/bootstrap", acl::bootstrap)
         .get("/v1/acl/replication", acl::replication)

@@ -22,6 +22,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::config::{
     ClusterConfig, Destination, EndpointAddress, ListenerConfig, Runtime, TlsMaterial,
 };
+use crate::edges::Edge;
 
 /// Counters served on the admin port.
 #[derive(Debug, Default)]
@@ -43,6 +44,8 @@ pub struct Stats {
     pub sni_refusals: AtomicU64,
     /// Connections sent to each cluster.
     pub cluster_connections: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Counters per source and destination service (reported to the agent).
+    pub edges: crate::edges::EdgeStats,
 }
 
 impl Stats {
@@ -347,6 +350,7 @@ impl DataPlane {
                         self.stats
                             .handshake_failures
                             .fetch_add(1, Ordering::Relaxed);
+                        self.stats.edges.inbound_handshake_failed();
                         tracing::warn!(listener = %l.name, %peer, error = %e, "inbound TLS handshake failed");
                         return Err(e.to_string());
                     }
@@ -361,25 +365,41 @@ impl DataPlane {
                     .unwrap_or_default();
                 // Only services of our trust domain (default namespace) may connect.
                 let ours = trust_domain_of(&material.cert_chain).unwrap_or_default();
-                let same_domain = matches!(
-                    legate_ca::SpiffeId::parse(&uri),
-                    Ok(legate_ca::SpiffeId::Service { ref trust_domain, ref namespace, .. })
-                        if trust_domain.eq_ignore_ascii_case(&ours) && namespace == "default"
-                );
+                let source = match legate_ca::SpiffeId::parse(&uri) {
+                    Ok(legate_ca::SpiffeId::Service {
+                        trust_domain,
+                        namespace,
+                        service,
+                        ..
+                    }) if trust_domain.eq_ignore_ascii_case(&ours) && namespace == "default" => {
+                        Some(service)
+                    }
+                    _ => None,
+                };
+                // Counted per source service only once the source is one of ours.
+                let edge = source
+                    .as_deref()
+                    .and_then(|service| self.stats.edges.inbound(service));
                 let allowed =
-                    same_domain && l.authorization.as_ref().is_none_or(|a| a.allows(&uri));
+                    source.is_some() && l.authorization.as_ref().is_none_or(|a| a.allows(&uri));
                 if !allowed {
                     self.stats.rbac_denials.fetch_add(1, Ordering::Relaxed);
+                    if let Some(edge) = &edge {
+                        edge.denied();
+                    }
                     tracing::info!(listener = %l.name, peer = %uri, "connection denied by intentions");
                     let _ = tls.shutdown().await;
                     return Err(format!("{uri} is not allowed"));
                 }
-                let upstream = self.connect(l).await?;
-                self.pipe(tls, upstream).await
+                if let Some(edge) = &edge {
+                    edge.connected();
+                }
+                let (upstream, _) = self.connect(l).await?;
+                self.pipe(tls, upstream, edge).await
             }
             None => {
-                let upstream = self.connect(l).await?;
-                self.pipe(conn, upstream).await
+                let (upstream, edge) = self.connect(l).await?;
+                self.pipe(conn, upstream, edge).await
             }
         }
     }
@@ -446,7 +466,10 @@ impl DataPlane {
             tracing::info!(listener = %l.name, %peer, sni = sni.as_deref().unwrap_or(""), "no route for this server name; connection closed");
             return Err("no route for the connection's server name".into());
         };
-        let upstream = self.connect_cluster(&rt, &cluster).await?;
+        let upstream = self
+            .connect_cluster(&rt, &cluster)
+            .await
+            .map_err(String::from)?;
         self.stats.count_cluster(&cluster);
         let Upstream::Plain(mut up) = upstream else {
             return Err("a gateway cluster never originates TLS".into());
@@ -463,24 +486,48 @@ impl DataPlane {
         Ok(())
     }
 
-    async fn connect(&self, l: &ListenerConfig) -> Result<Upstream, String> {
+    /// A connection for listener `l`, with the edge to the destination
+    /// service it leads to (none for the local application).
+    async fn connect(&self, l: &ListenerConfig) -> Result<(Upstream, Option<Arc<Edge>>), String> {
         let rt = self.runtime.borrow().clone();
         let cluster_name = self
             .pick_cluster(&rt, l)
             .ok_or_else(|| format!("no cluster for listener {}", l.name))?;
-        let upstream = self.connect_cluster(&rt, &cluster_name).await?;
+        let edge = rt
+            .clusters
+            .get(&cluster_name)
+            .and_then(|c| destination_service(c))
+            .and_then(|service| self.stats.edges.outbound(&service));
+        let upstream = self
+            .connect_cluster(&rt, &cluster_name)
+            .await
+            .inspect_err(|failure| {
+                if let Some(edge) = &edge {
+                    match failure {
+                        ConnectError::Handshake(_) => edge.handshake_failed(),
+                        ConnectError::Connect(_) => edge.connect_failed(),
+                    }
+                }
+            })?;
         self.stats.count_cluster(&cluster_name);
-        Ok(upstream)
+        if let Some(edge) = &edge {
+            edge.connected();
+        }
+        Ok((upstream, edge))
     }
 
     /// A connection to a healthy endpoint of `cluster_name`, over mTLS
     /// when the cluster originates it.
-    async fn connect_cluster(&self, rt: &Runtime, cluster_name: &str) -> Result<Upstream, String> {
+    async fn connect_cluster(
+        &self,
+        rt: &Runtime,
+        cluster_name: &str,
+    ) -> Result<Upstream, ConnectError> {
         let cluster: Arc<ClusterConfig> = rt
             .clusters
             .get(cluster_name)
             .cloned()
-            .ok_or_else(|| format!("unknown cluster {cluster_name}"))?;
+            .ok_or_else(|| ConnectError::Connect(format!("unknown cluster {cluster_name}")))?;
         // The first priority with a healthy endpoint (failover), round robin within it.
         let endpoints = rt
             .endpoints_of(cluster_name)
@@ -488,7 +535,7 @@ impl DataPlane {
             .find(|p| !p.is_empty())
             .ok_or_else(|| {
                 self.stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
-                format!("no healthy endpoint in {cluster_name}")
+                ConnectError::Connect(format!("no healthy endpoint in {cluster_name}"))
             })?;
         let n = self.round_robin.fetch_add(1, Ordering::Relaxed);
         let (addr, _) = &endpoints[n % endpoints.len()];
@@ -498,18 +545,20 @@ impl DataPlane {
             .and_then(|r| r.map_err(|e| format!("connecting to {addr}: {e}")))
             .inspect_err(|_| {
                 self.stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
-            })?;
+            })
+            .map_err(ConnectError::Connect)?;
         let _ = tcp.set_nodelay(true);
         match &cluster.tls {
             None => Ok(Upstream::Plain(tcp)),
             Some(material) => {
-                let connector = TlsConnector::from(self.tls.client(material)?);
+                let connector =
+                    TlsConnector::from(self.tls.client(material).map_err(ConnectError::Handshake)?);
                 let name = ServerName::try_from(if material.sni.is_empty() {
                     "upstream.invalid".to_string()
                 } else {
                     material.sni.clone()
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ConnectError::Handshake(e.to_string()))?;
                 // An upstream that never finishes its handshake must not
                 // hold the connection (and the client) forever.
                 let handshake = within_deadline(connector.connect(name, tcp)).await;
@@ -520,14 +569,19 @@ impl DataPlane {
                             .handshake_failures
                             .fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(cluster = %cluster_name, %addr, error = %e, "outbound TLS handshake failed");
-                        Err(e.to_string())
+                        Err(ConnectError::Handshake(e.to_string()))
                     }
                 }
             }
         }
     }
 
-    async fn pipe<D>(&self, mut down: D, up: Upstream) -> Result<(), String>
+    async fn pipe<D>(
+        &self,
+        mut down: D,
+        up: Upstream,
+        edge: Option<Arc<Edge>>,
+    ) -> Result<(), String>
     where
         D: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
@@ -555,6 +609,9 @@ impl DataPlane {
             Ok((to_up, to_down)) => {
                 self.stats.bytes_up.fetch_add(to_up, Ordering::Relaxed);
                 self.stats.bytes_down.fetch_add(to_down, Ordering::Relaxed);
+                if let Some(edge) = edge {
+                    edge.carried(to_up, to_down);
+                }
                 Ok(())
             }
             Err(e) => Err(e.to_string()),
@@ -612,6 +669,34 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// Copy buffer per direction: large enough for a full TLS record, so bulk
 /// transfers make few, full records and few system calls.
 const COPY_BUFFER: usize = 64 * 1024;
+
+/// Why an upstream connection was not made.
+#[derive(Debug)]
+enum ConnectError {
+    /// No endpoint, or the TCP connection failed.
+    Connect(String),
+    /// The TLS handshake (or its set-up) failed.
+    Handshake(String),
+}
+
+impl From<ConnectError> for String {
+    fn from(e: ConnectError) -> String {
+        match e {
+            ConnectError::Connect(s) | ConnectError::Handshake(s) => s,
+        }
+    }
+}
+
+/// The service a cluster leads to: the one its certificate must name.
+fn destination_service(cluster: &ClusterConfig) -> Option<String> {
+    let tls = cluster.tls.as_ref()?;
+    tls.expected_sans
+        .iter()
+        .find_map(|uri| match legate_ca::SpiffeId::parse(uri) {
+            Ok(legate_ca::SpiffeId::Service { service, .. }) => Some(service),
+            _ => None,
+        })
+}
 
 enum Upstream {
     Plain(TcpStream),

@@ -2,12 +2,15 @@
 //! the agent serves Envoy (one delta ADS stream as the proxy's node id) and
 //! serves it: mTLS public listener with intentions enforced per connection
 //! before any byte reaches the application, upstream listeners proxied over
-//! mTLS to healthy endpoints (failover by priority), and an admin port
-//! with counters. HTTP listeners are proxied as TCP; a source whose
-//! intention needs L7 is denied.
+//! mTLS to healthy endpoints (failover by priority), an admin port with
+//! counters, and its traffic per edge reported to the agent (`report`).
+//! HTTP listeners are proxied as TCP; a source whose intention needs L7 is
+//! denied.
 
 pub mod config;
 pub mod data;
+pub mod edges;
+pub mod report;
 pub mod sni;
 pub mod splice;
 pub mod xds;
@@ -40,17 +43,24 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let (tx, rx) = watch::channel(Arc::new(config::Runtime::default()));
+    let agent = xds::AgentLink {
+        grpc_addr: options.grpc_addr.clone(),
+        ca_pem: options.grpc_ca_pem.clone(),
+    };
     let follow = tokio::spawn(xds::follow(
-        xds::AgentLink {
-            grpc_addr: options.grpc_addr.clone(),
-            ca_pem: options.grpc_ca_pem.clone(),
-        },
+        agent.clone(),
         options.proxy_id.clone(),
         options.token.clone(),
         tx,
     ));
     let plane = data::DataPlane::new(rx);
     let serve = tokio::spawn(plane.clone().serve());
+    let report = tokio::spawn(report::run(
+        agent,
+        options.proxy_id.clone(),
+        options.token.clone(),
+        plane.clone(),
+    ));
     let admin = match options.admin_bind {
         Some(addr) => {
             let socket = tokio::net::TcpListener::bind(addr)
@@ -69,6 +79,7 @@ pub async fn run(
     shutdown.await;
     follow.abort();
     serve.abort();
+    report.abort();
     if let Some(a) = admin {
         a.abort();
     }

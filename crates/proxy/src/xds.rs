@@ -162,7 +162,7 @@ pub struct AgentLink {
 
 impl AgentLink {
     /// A gRPC channel to the agent (over TLS when a CA is given).
-    async fn channel(&self) -> Result<tonic::transport::Channel, String> {
+    pub(crate) async fn channel(&self) -> Result<tonic::transport::Channel, String> {
         let Some(ca) = &self.ca_pem else {
             return tonic::transport::Endpoint::from_shared(self.grpc_addr.clone())
                 .map_err(|e| e.to_string())?

@@ -30,6 +30,7 @@ pub mod query;
 pub mod rpc;
 pub mod session;
 pub mod sorted_map;
+pub mod traffic;
 pub mod txn;
 pub mod ui;
 pub mod wan_relay;

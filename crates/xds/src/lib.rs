@@ -10,6 +10,7 @@ pub mod grpc;
 pub mod json;
 pub mod l7;
 pub mod mesh_gateway;
+pub mod metrics_service;
 pub mod prepared_query;
 pub mod resources;
 pub mod server;
