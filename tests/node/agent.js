@@ -48,4 +48,4 @@ async function startAgent(extra = []) {
   throw new Error(`legate agent did not start${failed ? `: ${failed.message}` : ""}`);
 }
 
-module.exports = { startAgent };
+module.exports = { startAgent, freePort, legate };

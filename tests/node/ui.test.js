@@ -121,6 +121,18 @@ test("a key is created, edited and deleted in the UI", async () => {
   }
 });
 
+// Fills the intentions page's form with a web -> db deny; its row once listed.
+async function denyInUi(page, description) {
+  await page.fill('#intention-create input[name="source"]', "web");
+  await page.fill('#intention-create input[name="destination"]', "db");
+  await page.selectOption('#intention-create select[name="action"]', "deny");
+  await page.fill('#intention-create input[name="description"]', description);
+  await page.click('#intention-create button[type="submit"]');
+  const row = page.locator('#intentions tr[data-intention="web>db"]');
+  await row.waitFor();
+  return row;
+}
+
 test("an intention created in the UI denies and its deletion restores", async () => {
   const { child, port } = await startAgent();
   const chrome = await browser();
@@ -132,13 +144,7 @@ test("an intention created in the UI denies and its deletion restores", async ()
     assert.equal(await check(), true);
     const page = await chrome.newPage({ viewport: { width: 1100, height: 700 } });
     await page.goto(`http://127.0.0.1:${port}/ui/dc1/intentions`);
-    await page.fill('#intention-create input[name="source"]', "web");
-    await page.fill('#intention-create input[name="destination"]', "db");
-    await page.selectOption('#intention-create select[name="action"]', "deny");
-    await page.fill('#intention-create input[name="description"]', "<i>no</i> web to db");
-    await page.click('#intention-create button[type="submit"]');
-    const row = page.locator('#intentions tr[data-intention="web>db"]');
-    await row.waitFor();
+    const row = await denyInUi(page, "<i>no</i> web to db");
     assert.match(await row.innerText(), /<i>no<\/i> web to db/);
     assert.equal(await check(), false);
     await page.screenshot({ path: path.join(SHOTS, "intentions.png") });
@@ -243,5 +249,154 @@ test("the discovery chain of a splitter over two subsets is drawn with both bran
   } finally {
     await chrome.close();
     child.kill();
+  }
+});
+
+// The seed demo's two built-in sidecars (web -> db), an echo server as db,
+// and a client through web's upstream listener.
+async function seedDemo() {
+  const os = require("node:os");
+  const net = require("node:net");
+  const { spawn } = require("node:child_process");
+  const { freePort, legate } = require("./agent");
+  const [grpc, webSidecar, dbSidecar, upstream] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  const echoServer = net.createServer((conn) => conn.pipe(conn));
+  await new Promise((r) => echoServer.listen(0, "127.0.0.1", r));
+  const echoPort = echoServer.address().port;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "legate-ui-demo-"));
+  const config = path.join(dir, "demo.hcl");
+  fs.writeFileSync(config, `
+services {
+  name = "web"
+  port = 8080
+  connect { sidecar_service {
+    port = ${webSidecar}
+    proxy { upstreams { destination_name = "db" local_bind_port = ${upstream} } }
+  } }
+}
+services {
+  name = "db"
+  port = ${echoPort}
+  connect { sidecar_service { port = ${dbSidecar} } }
+}
+`);
+  const agent = await startAgent([`-grpc-port=${grpc}`, "-config-file", config]);
+  const proxies = ["web", "db"].map((service) => spawn(
+    legate, ["connect", "proxy", "-sidecar-for", service],
+    { stdio: "ignore", env: { ...process.env, CONSUL_HTTP_ADDR: `127.0.0.1:${agent.port}` } },
+  ));
+  // One connection through web's upstream: the echoed line, or null.
+  const echo = (line) => new Promise((resolve) => {
+    const socket = net.connect(upstream, "127.0.0.1");
+    let got = "";
+    const done = (value) => { socket.destroy(); clearTimeout(timer); resolve(value); };
+    const timer = setTimeout(() => done(null), 1000);
+    socket.on("connect", () => socket.write(line));
+    socket.on("data", (d) => {
+      got += d.toString();
+      if (got.length >= line.length) done(got);
+    });
+    socket.on("error", () => done(null));
+    socket.on("close", () => done(got.length >= line.length ? got : null));
+  });
+  const stop = () => {
+    for (const p of proxies) p.kill();
+    agent.child.kill();
+    echoServer.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  return { ...agent, echo, stop };
+}
+
+async function until(what, timeoutMs, probe) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await probe()) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+test("the topology shows the seed demo's traffic, and an intention made in the UI denies it", async () => {
+  const demo = await seedDemo();
+  const chrome = await browser();
+  const line = "0123456789abcdef\n";
+  // The web -> db edge as the agent serves it, once two reads 2.5 s apart
+  // (more than the proxies' 2 s report interval) agree.
+  const edgeNow = async () => {
+    const res = await fetch(`http://127.0.0.1:${demo.port}/v1/internal/ui/traffic/db`);
+    return ((await res.json()).Downstreams || []).find((e) => e.Source === "web");
+  };
+  const settled = async () => {
+    let last = null;
+    for (let i = 0; i < 12; i++) {
+      const now = await edgeNow();
+      const key = (e) => e && [e.Connections, e.Denied, e.BytesToDestination, e.BytesToSource].join();
+      if (last && now && key(last) === key(now)) return now;
+      last = now;
+      await new Promise((r) => setTimeout(r, 2500));
+    }
+    throw new Error(`the edge never settled: ${JSON.stringify(last)}`);
+  };
+  // The UI's table row of the edge, as numbers.
+  const shown = async (page) => {
+    const row = page.locator('#edges tr[data-edge="web->db"]');
+    if ((await row.count()) === 0) return null;
+    const cell = async (field) => Number(await row.locator(`td[data-field="${field}"]`).innerText());
+    return {
+      Connections: await cell("Connections"), Denied: await cell("Denied"),
+      BytesToDestination: await cell("BytesToDestination"), BytesToSource: await cell("BytesToSource"),
+    };
+  };
+  try {
+    await until("echo through web -> db", 30000, async () => (await demo.echo("warm up\n")) === "warm up\n");
+    const before = await settled();
+
+    const page = await chrome.newPage({ viewport: { width: 1200, height: 700 } });
+    const problems = [];
+    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+    page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+    await page.goto(`http://127.0.0.1:${demo.port}/ui/dc1/services/db`);
+    await page.click(".tabs >> text=Topology");
+    await page.waitForURL(/\/services\/db\/topology$/);
+    await page.waitForSelector('#edges tr[data-edge="web->db"]');
+
+    // Three echoed connections of 17 bytes each way show on the edge.
+    for (let i = 0; i < 3; i++) assert.equal(await demo.echo(line), line);
+    await until("the three connections in the UI", 15000, async () => {
+      const s = await shown(page);
+      return s && s.Connections === before.Connections + 3
+        && s.BytesToDestination === before.BytesToDestination + 51
+        && s.BytesToSource === before.BytesToSource + 51;
+    });
+    await page.waitForSelector('#topology svg g[data-from="down:web"][data-to="service"] line', { state: "attached" });
+    await page.screenshot({ path: path.join(SHOTS, "topology.png") });
+
+    // A deny intention created in the UI stops the demo's traffic.
+    await page.click("nav >> text=Intentions");
+    const row = await denyInUi(page, "");
+    await until("the deny to reach db's sidecar", 15000, async () => (await demo.echo("probe\n")) === null);
+    const denied = await settled();
+    assert.equal(await demo.echo("secret\n"), null);
+
+    // One more denied connection, and nothing more let through.
+    await page.goto(`http://127.0.0.1:${demo.port}/ui/dc1/services/db/topology`);
+    await until("the denial in the UI", 15000, async () => {
+      const s = await shown(page);
+      return s && s.Denied === denied.Denied + 1 && s.Connections === denied.Connections;
+    });
+    const label = await page.locator('#topology svg g[data-from="down:web"] text').textContent();
+    assert.match(label, /denied/);
+    await page.screenshot({ path: path.join(SHOTS, "topology-denied.png") });
+
+    // Deleting the intention in the UI restores the traffic.
+    await page.click("nav >> text=Intentions");
+    await row.locator("button").click();
+    await row.waitFor({ state: "detached" });
+    await until("echo once the intention is gone", 15000, async () => (await demo.echo("back\n")) === "back\n");
+    assert.deepEqual(problems, []);
+  } finally {
+    await chrome.close();
+    demo.stop();
   }
 });

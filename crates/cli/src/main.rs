@@ -25,7 +25,11 @@ use clap::{Parser, Subcommand};
 
 /// Legate: a Consul-compatible service discovery and service mesh control plane.
 #[derive(Parser, Debug)]
-#[command(name = "legate", disable_version_flag = true)]
+#[command(
+    name = "legate",
+    disable_version_flag = true,
+    args_override_self = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -444,3 +444,46 @@ fn locality_goes_on_the_node_and_on_services_that_name_none() {
     let err = common::run_agent_expecting_failure(&["-dev", "-hcl=locality { rack = \"7\" }"]);
     assert!(err.contains("locality.rack"), "{err}");
 }
+
+/// Go's flag package lets a flag be given twice, the last value winning
+/// (scripts append overrides that way); flags that collect values
+/// (`-config-file`, `-hcl`) keep every one.
+#[test]
+fn a_repeated_flag_takes_its_last_value_and_collecting_flags_keep_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = write(
+        dir.path(),
+        "one.hcl",
+        r#"services { name = "one" port = 1 }"#,
+    );
+    let two = write(
+        dir.path(),
+        "two.hcl",
+        r#"services { name = "two" port = 2 }"#,
+    );
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-node=first-name",
+            "-node=last-name",
+            "-config-file",
+            &one.display().to_string(),
+            "-config-file",
+            &two.display().to_string(),
+            "-hcl",
+            r#"node_meta { a = "1" }"#,
+            "-hcl",
+            r#"node_meta { b = "2" }"#,
+        ],
+        false,
+    );
+    let me = agent.get("/v1/agent/self").unwrap();
+    assert_eq!(me["Config"]["NodeName"], "last-name");
+    assert_eq!(me["Meta"]["a"], "1", "{}", me["Meta"]);
+    assert_eq!(me["Meta"]["b"], "2");
+    let services = agent.get("/v1/agent/services").unwrap();
+    assert!(
+        services.get("one").is_some() && services.get("two").is_some(),
+        "{services}"
+    );
+}

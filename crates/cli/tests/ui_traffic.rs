@@ -104,6 +104,20 @@ fn the_seed_demo_traffic_shows_on_its_edge() {
     let db = agent.get("/v1/internal/ui/traffic/db").unwrap();
     assert_eq!(db["ReportedBy"], serde_json::json!(["db-sidecar-proxy"]));
     assert_eq!(db["FilteredByACLs"], false);
+    // The sidecar's own TCP check connects and closes: not a failed handshake.
+    assert_eq!(db["InboundHandshakeFailures"], 0, "{db}");
+    // Bytes that are no TLS at db's public listener are one.
+    let sidecar = agent.get("/v1/agent/service/db-sidecar-proxy").unwrap();
+    let port = sidecar["Port"].as_u64().unwrap() as u16;
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut raw, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let _ = std::io::Read::read(&mut raw, &mut [0u8; 64]);
+    eventually(
+        "the failed handshake counted",
+        Duration::from_secs(10),
+        &logs,
+        || agent.get("/v1/internal/ui/traffic/db").unwrap()["InboundHandshakeFailures"] == 1,
+    );
 
     // A deny intention: once it holds, exactly one more denied connection.
     let out = agent.cli(&["intention", "create", "-deny", "web", "db"]);

@@ -342,6 +342,13 @@ impl DataPlane {
         }
         match &l.tls {
             Some(material) => {
+                // A connection closed before its first byte is a TCP
+                // health check (the sidecar's own), not a failed handshake.
+                let mut first = [0u8; 1];
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.peek(&mut first)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return Ok(()),
+                    _ => {}
+                }
                 let acceptor = TlsAcceptor::from(self.tls.server(material)?);
                 let handshake = within_deadline(acceptor.accept(conn)).await;
                 let mut tls = match handshake {

@@ -38,6 +38,8 @@ assets! {
     "robots.txt" => "text/plain; charset=utf-8",
     "assets/app.js" => "text/javascript; charset=utf-8",
     "assets/lib.js" => "text/javascript; charset=utf-8",
+    "assets/graph.js" => "text/javascript; charset=utf-8",
+    "assets/pages/topology.js" => "text/javascript; charset=utf-8",
     "assets/pages/catalog.js" => "text/javascript; charset=utf-8",
     "assets/pages/kv.js" => "text/javascript; charset=utf-8",
     "assets/pages/intentions.js" => "text/javascript; charset=utf-8",

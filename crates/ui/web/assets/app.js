@@ -8,6 +8,7 @@ import { KvPage } from "./pages/kv.js";
 import { IntentionsPage } from "./pages/intentions.js";
 import { SettingsPage } from "./pages/settings.js";
 import { RoutingPage } from "./pages/routing.js";
+import { TopologyPage } from "./pages/topology.js";
 
 function NotFound() {
   return html`<section><h1>Page not found</h1>
@@ -33,6 +34,7 @@ function route(path) {
   switch (section) {
     case "services":
       if (name && view === "routing") return { dc, page: html`<${RoutingPage} dc=${dc} name=${name} />` };
+      if (name && view === "topology") return { dc, page: html`<${TopologyPage} dc=${dc} name=${name} />` };
       return { dc, page: name ? html`<${ServicePage} dc=${dc} name=${name} />` : html`<${ServicesPage} dc=${dc} />` };
     case "nodes":
       return { dc, page: html`<${NodesPage} dc=${dc} />` };

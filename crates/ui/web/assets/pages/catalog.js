@@ -52,7 +52,10 @@ export function ServicePage({ dc, name }) {
   return html`<section>
     <p><${Link} href=${`${ROOT}${enc(dc)}/services`}>← All services</${Link}></p>
     <h1>${name}</h1>
-    <p class="tabs"><${Link} href=${`${ROOT}${enc(dc)}/services/${enc(name)}/routing`}>Routing</${Link}></p>
+    <p class="tabs">
+      <${Link} href=${`${ROOT}${enc(dc)}/services/${enc(name)}/topology`}>Topology</${Link}>${" · "}
+      <${Link} href=${`${ROOT}${enc(dc)}/services/${enc(name)}/routing`}>Routing</${Link}>
+    </p>
     <${ErrorNote} error=${error} />
     <h2>Instances</h2>
     <table class="list" id="instances">

@@ -2,8 +2,9 @@
 // draws it: the service, then its routers, splitters, resolvers and the
 // targets they resolve to, in columns, with a line for each edge (a
 // route's match, a split's weight, a failover) drawn in an SVG over them.
-import { html, useState, useLayoutEffect, useRef } from "../vendor/htm-preact-3.1.1.js";
+import { html } from "../vendor/htm-preact-3.1.1.js";
 import { ROOT, useLive, Link, ErrorNote, enc } from "../lib.js";
+import { Graph } from "../graph.js";
 
 const COLUMNS = ["service", "router", "splitter", "resolver", "target"];
 
@@ -42,7 +43,7 @@ function layout(chain) {
       if (resolver.Target) edges.push({ from: id, to: `target:${resolver.Target}`, label: "" });
       for (const target of (resolver.Failover && resolver.Failover.Targets) || []) {
         box.lines.push(`failover → ${target}`);
-        edges.push({ from: id, to: `target:${target}`, label: "failover", failover: true });
+        edges.push({ from: id, to: `target:${target}`, label: "failover", kind: "failover" });
       }
     }
     (boxes[node.Type] || []).push(box);
@@ -57,44 +58,10 @@ function layout(chain) {
 
 function Chain({ chain }) {
   const { boxes, edges } = layout(chain);
-  const container = useRef(null);
-  const [lines, setLines] = useState([]);
-  const signature = JSON.stringify(edges);
-  useLayoutEffect(() => {
-    const root = container.current;
-    if (!root) return;
-    const origin = root.getBoundingClientRect();
-    const at = (id) => root.querySelector(`[data-node="${CSS.escape(id)}"]`);
-    const drawn = [];
-    for (const edge of edges) {
-      const from = at(edge.from);
-      const to = at(edge.to);
-      if (!from || !to) continue;
-      const a = from.getBoundingClientRect();
-      const b = to.getBoundingClientRect();
-      drawn.push({
-        ...edge,
-        x1: a.right - origin.left, y1: a.top + a.height / 2 - origin.top,
-        x2: b.left - origin.left, y2: b.top + b.height / 2 - origin.top,
-      });
-    }
-    setLines(drawn);
-  }, [signature]);
-  return html`<div class="chain" ref=${container} id="chain">
-    <svg class="edges" aria-hidden="true">
-      ${lines.map((l) => html`<g data-from=${l.from} data-to=${l.to}>
-        <line x1=${l.x1} y1=${l.y1} x2=${l.x2} y2=${l.y2} class=${l.failover ? "failover" : ""} />
-        ${l.label && html`<text x=${(l.x1 + l.x2) / 2} y=${(l.y1 + l.y2) / 2 - 4}>${l.label}</text>`}
-      </g>`)}
-    </svg>
-    ${COLUMNS.map((column) => html`<div class="column" data-column=${column}>
-      <h3>${column === "service" ? "service" : `${column}s`}</h3>
-      ${boxes[column].map((box) => html`<div class=${`box ${column}`} data-node=${box.id}>
-        <strong>${box.title}</strong>
-        ${box.lines.map((line) => html`<div class="detail">${line}</div>`)}
-      </div>`)}
-    </div>`)}
-  </div>`;
+  const columns = COLUMNS.map((key) => ({
+    key, title: key === "service" ? "service" : `${key}s`, boxes: boxes[key],
+  }));
+  return html`<${Graph} id="chain" columns=${columns} edges=${edges} />`;
 }
 
 export function RoutingPage({ dc, name }) {
