@@ -167,6 +167,27 @@ impl PolicyAuthorizer {
     }
 }
 
+impl PolicyAuthorizer {
+    /// `access` to every `resource` name (Consul's `NodeReadAll`,
+    /// `ServiceReadAll`): the rule governing the empty prefix must grant
+    /// it and no rule anywhere may grant less.
+    pub fn decide_all(&self, resource: Resource, access: Access) -> Decision {
+        let Some(table) = self.tables.get(&resource) else {
+            return Decision::Default;
+        };
+        let grants = |level: Level| enforce(level, access) == Decision::Allow;
+        let governing = table.longest_prefix("");
+        if governing.is_some_and(|l| !grants(l)) || table.under("").any(|l| !grants(l)) {
+            return Decision::Deny;
+        }
+        if governing.is_some() {
+            Decision::Allow
+        } else {
+            Decision::Default
+        }
+    }
+}
+
 /// What undecided requests get: `acl.default_policy`, or management.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DefaultPolicy {
@@ -222,6 +243,15 @@ impl Authorizer {
             Decision::Allow => true,
             Decision::Deny => false,
             Decision::Default => self.default == DefaultPolicy::Manage,
+        }
+    }
+
+    /// Whether `access` to every `resource` name is allowed.
+    pub fn all_allowed(&self, resource: Resource, access: Access) -> bool {
+        match self.policies.decide_all(resource, access) {
+            Decision::Allow => true,
+            Decision::Deny => false,
+            Decision::Default => self.default.decide(resource),
         }
     }
 

@@ -30,6 +30,9 @@ pub enum Name {
     /// Something stored with the object the request names (the session's
     /// node, the check's service, the intention's destination).
     Stored(&'static str),
+    /// Every name: a rule on the empty prefix and none granting less
+    /// (Consul's `NodeReadAll`, `ServiceReadAll`).
+    Every,
 }
 
 /// One permission: a resource, the access asked for, and on which name.
@@ -69,6 +72,12 @@ impl Need {
             | Resource::Peering => format!("{} = \"{level}\"\n", self.resource.as_str()),
             Resource::Intention => {
                 format!("service {name:?} {{ policy = \"deny\" intentions = \"{level}\" }}\n")
+            }
+            other if self.name == Name::Every => {
+                format!(
+                    "{}_prefix \"\" {{ policy = \"{level}\" }}\n",
+                    other.as_str()
+                )
             }
             other => format!("{} {name:?} {{ policy = \"{level}\" }}\n", other.as_str()),
         }
@@ -169,6 +178,10 @@ const KEYRING_READ: Needs = Needs::All(&[read(R::Keyring, Name::None)]);
 const KEYRING_WRITE: Needs = Needs::All(&[write(R::Keyring, Name::None)]);
 const SNAPSHOT: Needs = Needs::All(&[write(R::Acl, Name::None)]);
 const SERVICE_CHECK_WRITE: Needs = Needs::All(&[write(R::Service, Stored("the check's service"))]);
+const METRICS_PROXY: Needs =
+    Needs::All(&[read(R::Node, Name::Every), read(R::Service, Name::Every)]);
+const METRICS_PROXY_NOTE: &str =
+    "404 before any check with the UI off or no metrics_proxy.base_url; the token from headers only";
 const CHECK_NOTE: &str = "node:write on this agent's node for a check of the node itself";
 const HEALTH_ROWS: Needs = Needs::Filtered(&[
     read(R::Node, Each("Node")),
@@ -543,6 +556,12 @@ pub const HTTP: &[Door] = &[
         "404 when the token may not read the node, as Consul's",
     ),
     row("GET /v1/internal/ui/catalog-overview", OPERATOR_READ),
+    noted("GET /v1/internal/ui/metrics-proxy/", METRICS_PROXY, METRICS_PROXY_NOTE),
+    noted(
+        "GET /v1/internal/ui/metrics-proxy/{*path}",
+        METRICS_PROXY,
+        METRICS_PROXY_NOTE,
+    ),
     noted(
         "GET /v1/internal/ui/traffic/{service}",
         Needs::All(&[read(R::Service, Path("service"))]),

@@ -259,3 +259,32 @@ fn identities_expand_to_consuls_synthetic_policies() {
     assert!(!valid_identity_name("Web"));
     assert!(!valid_identity_name(&"a".repeat(257)));
 }
+
+/// Consul's `NodeReadAll`/`ServiceReadAll` (the UI's metrics proxy): read on
+/// the empty prefix and no rule granting less, else the default decides.
+#[test]
+fn read_of_every_name_needs_the_empty_prefix_and_no_lesser_rule() {
+    let all = authorizer(
+        &[r#"service_prefix "" { policy = "read" }"#],
+        DefaultPolicy::Deny,
+    );
+    assert!(all.all_allowed(Resource::Service, Access::Read));
+    assert!(!all.all_allowed(Resource::Service, Access::Write));
+    assert!(!all.all_allowed(Resource::Node, Access::Read));
+    let one_denied = authorizer(
+        &[r#"service_prefix "" { policy = "write" } service "db" { policy = "deny" }"#],
+        DefaultPolicy::Deny,
+    );
+    assert!(!one_denied.all_allowed(Resource::Service, Access::Read));
+    let only_some = authorizer(
+        &[r#"service "web" { policy = "read" }"#],
+        DefaultPolicy::Allow,
+    );
+    assert!(only_some.all_allowed(Resource::Service, Access::Read));
+    let narrow = authorizer(
+        &[r#"service_prefix "w" { policy = "deny" }"#],
+        DefaultPolicy::Allow,
+    );
+    assert!(!narrow.all_allowed(Resource::Service, Access::Read));
+    assert!(Authorizer::management().all_allowed(Resource::Node, Access::Read));
+}

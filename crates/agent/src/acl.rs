@@ -41,18 +41,31 @@ impl ResolvedToken {
         if self.authorizer.allowed(resource, name, access) {
             return Ok(());
         }
+        Err(self.denied(resource, name, access))
+    }
+
+    /// `Ok` when this token may have `access` to every `resource` name
+    /// (Consul's `NodeReadAll`); Consul's unnamed permission error when not.
+    pub fn check_all(&self, resource: Resource, access: Access) -> Result<(), RpcError> {
+        if self.authorizer.all_allowed(resource, access) {
+            return Ok(());
+        }
+        Err(self.denied(resource, "", access))
+    }
+
+    fn denied(&self, resource: Resource, name: &str, access: Access) -> RpcError {
         let accessor = if self.accessor_id.is_empty() {
             ANONYMOUS_TOKEN_ID
         } else {
             &self.accessor_id
         };
-        Err(RpcError::PermissionDenied(legate_acl::denial(
+        RpcError::PermissionDenied(legate_acl::denial(
             accessor,
             accessor == ANONYMOUS_TOKEN_ID,
             resource,
             access,
             name,
-        )))
+        ))
     }
 }
 

@@ -137,10 +137,14 @@ struct Harness {
 
 impl Harness {
     fn start(acl_extra: &str) -> Harness {
+        // A metrics proxy to a closed port: its row answers 502 once allowed.
         let acl = Acl::start_full(
             acl_extra,
             &format!("agent = \"{ROOT}\""),
-            &[&format!("-node={NODE}")],
+            &[
+                &format!("-node={NODE}"),
+                "-hcl=ui_config { metrics_proxy { base_url = \"http://127.0.0.1:9\" } }",
+            ],
         );
         let mut h = Harness {
             acl,
@@ -597,6 +601,7 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         ),
         "GET /v1/acl/role/name/{*name}" => (fill(rest, &fx.role.1), None),
         "GET /v1/acl/templated-policy/name/{*name}" => (fill(rest, "builtin/dns"), None),
+        "GET /v1/internal/ui/metrics-proxy/{*path}" => (fill(rest, "api/v1/query"), None),
         "PUT /v1/acl/auth-method" => (
             rest.to_string(),
             body(json!({"Name": fx.unique, "Type": "jwt",

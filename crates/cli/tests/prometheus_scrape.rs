@@ -10,9 +10,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::prometheus::Killed;
 use common::{free_port, http_request_full, try_http_request, TestAgent};
 use serde_json::Value;
 
@@ -45,15 +46,6 @@ const DASHBOARD: &[&str] = &[
     "consul_xds_server_push_latency_count > 0",
     "sum by (le) (consul_xds_server_push_latency_bucket) > 0",
 ];
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn call(agent: &TestAgent, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
     let (status, _, text) = http_request_full(
@@ -139,7 +131,6 @@ fn workload(agent: &TestAgent, dns: u16) {
 
 /// A Prometheus scraping `targets` every second.
 fn prometheus(dir: &std::path::Path, targets: &[u16]) -> (Killed, u16) {
-    let port = free_port();
     let targets: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
     let config = format!(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
@@ -149,21 +140,7 @@ fn prometheus(dir: &std::path::Path, targets: &[u16]) -> (Killed, u16) {
          \x20   static_configs:\n      - targets: [{}]\n",
         targets.join(", ")
     );
-    let file = common::write(dir, "prometheus.yml", &config);
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", file.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("prometheus (Debian's package) must be installed: scripts/test installs it");
-    (Killed(child), port)
+    common::prometheus::start(dir, |_| config)
 }
 
 /// The series a PromQL query returns now.

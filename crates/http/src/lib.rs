@@ -27,6 +27,7 @@ mod prepared_query;
 mod serve;
 mod translate;
 mod ui_internal;
+mod ui_metrics_proxy;
 mod ui_serve;
 mod ui_traffic;
 pub mod util;
@@ -262,6 +263,14 @@ fn routes() -> Routes {
         .get(
             "/v1/internal/ui/catalog-overview",
             ui_internal::catalog_overview,
+        )
+        .get(
+            "/v1/internal/ui/metrics-proxy/",
+            ui_metrics_proxy::metrics_proxy,
+        )
+        .get(
+            "/v1/internal/ui/metrics-proxy/{*path}",
+            ui_metrics_proxy::metrics_proxy,
         )
         .get(
             "/v1/internal/ui/traffic/{service}",

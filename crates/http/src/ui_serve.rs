@@ -64,9 +64,7 @@ fn template_data(st: &AppState) -> legate_ui::TemplateData {
             config.primary_datacenter.clone()
         },
         metrics_provider: config.ui.metrics_provider.clone(),
-        // `/v1/internal/ui/metrics-proxy/` is not built yet: a UI told
-        // the proxy is on would only meet 404s.
-        metrics_proxy_enabled: false,
+        metrics_proxy_enabled: !config.ui.metrics_proxy.base_url.is_empty(),
         dashboard_url_templates: config
             .ui
             .dashboard_url_templates

@@ -1,6 +1,41 @@
 //! Reading Prometheus text exposition in tests: the cumulative counters
 //! that `/v1/agent/metrics?format=prometheus` carries (the JSON form only
-//! shows the last 10 s interval, as Consul's does).
+//! shows the last 10 s interval, as Consul's does); and a real Prometheus
+//! (Debian's package) started for a test.
+
+use std::process::{Child, Command, Stdio};
+
+/// A child process killed when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A Prometheus server on a free loopback port with the config (YAML)
+/// `config` writes for that port, keeping its data and log
+/// (`prometheus.log`) in `dir`.
+pub fn start(dir: &std::path::Path, config: impl FnOnce(u16) -> String) -> (Killed, u16) {
+    let port = super::free_port();
+    let file = super::write(dir, "prometheus.yml", &config(port));
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus (Debian's package) must be installed: scripts/test installs it");
+    (Killed(child), port)
+}
 
 /// The agent flag that turns the Prometheus format on.
 pub const RETENTION: &str = "-hcl=telemetry { prometheus_retention_time = \"1h\" }";
