@@ -370,6 +370,8 @@ test("the topology shows the seed demo's traffic, and an intention made in the U
         && s.BytesToSource === before.BytesToSource + 51;
     });
     await page.waitForSelector('#topology svg g[data-from="down:web"][data-to="service"] line', { state: "attached" });
+    // The catalog's view of the edge (service-topology): how it is known, allowed.
+    await page.waitForSelector('#topology [data-node="down:web"]:has-text("proxy-registration · allowed")');
     await page.screenshot({ path: path.join(SHOTS, "topology.png") });
 
     // A deny intention created in the UI stops the demo's traffic.
@@ -387,6 +389,7 @@ test("the topology shows the seed demo's traffic, and an intention made in the U
     });
     const label = await page.locator('#topology svg g[data-from="down:web"] text').textContent();
     assert.match(label, /denied/);
+    await page.waitForSelector('#topology [data-node="down:web"]:has-text("denied by intentions")');
     await page.screenshot({ path: path.join(SHOTS, "topology-denied.png") });
 
     // Deleting the intention in the UI restores the traffic.

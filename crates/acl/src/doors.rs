@@ -555,6 +555,16 @@ pub const HTTP: &[Door] = &[
         Needs::Filtered(&[read(R::Node, Path("node"))]),
         "404 when the token may not read the node, as Consul's",
     ),
+    noted(
+        "GET /v1/internal/ui/service-topology/",
+        Needs::Nothing,
+        "Consul's 400 for a missing name",
+    ),
+    noted(
+        "GET /v1/internal/ui/service-topology/{service}",
+        Needs::All(&[read(R::Service, Path("service"))]),
+        "the neighbours' instances filtered by service:read and node:read (FilteredByACLs)",
+    ),
     row("GET /v1/internal/ui/catalog-overview", OPERATOR_READ),
     noted("GET /v1/internal/ui/metrics-proxy/", METRICS_PROXY, METRICS_PROXY_NOTE),
     noted(
@@ -888,6 +898,11 @@ pub const RPC: &[Door] = &[
         "catalog_node_dump",
         Needs::Filtered(&[read(R::Node, Each("Node"))]),
         "and within a node, its services and their checks by service:read",
+    ),
+    noted(
+        "catalog_service_topology",
+        Needs::All(&[read(R::Service, Body("service"))]),
+        "instances of its neighbours filtered by service:read and node:read",
     ),
     row("catalog_overview", OPERATOR_READ),
     noted(

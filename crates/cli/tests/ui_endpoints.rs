@@ -47,25 +47,11 @@ fn services_rows_are_consuls_summaries() {
     assert_eq!(names, ["api", "api-sidecar-proxy", "consul", "term"]);
     let api = &rows[0];
     let keys: Vec<&String> = api.as_object().unwrap().keys().collect();
-    assert_eq!(
-        keys,
-        [
-            "Name",
-            "Datacenter",
-            "Tags",
-            "Nodes",
-            "ExternalSources",
-            "InstanceCount",
-            "ChecksPassing",
-            "ChecksWarning",
-            "ChecksCritical",
-            "GatewayConfig",
-            "TransparentProxy",
-            "ConnectNative",
-            "ConnectedWithProxy",
-            "ConnectedWithGateway"
-        ]
-    );
+    let expected: Vec<&str> = common::SERVICE_SUMMARY_KEYS
+        .into_iter()
+        .chain(["ConnectedWithProxy", "ConnectedWithGateway"])
+        .collect();
+    assert_eq!(keys, expected);
     assert_eq!(api["Datacenter"], "dc1");
     assert_eq!(api["Tags"], json!(["v1", "v2"]));
     assert_eq!(api["ExternalSources"], json!(["kubernetes"]));

@@ -29,6 +29,7 @@ mod translate;
 mod ui_internal;
 mod ui_metrics_proxy;
 mod ui_serve;
+mod ui_topology;
 mod ui_traffic;
 pub mod util;
 
@@ -260,6 +261,14 @@ fn routes() -> Routes {
         .get("/v1/internal/ui/nodes", ui_internal::nodes)
         .get("/v1/internal/ui/node/", ui_internal::node_missing)
         .get("/v1/internal/ui/node/{node}", ui_internal::node)
+        .get(
+            "/v1/internal/ui/service-topology/",
+            ui_topology::missing_name,
+        )
+        .get(
+            "/v1/internal/ui/service-topology/{service}",
+            ui_topology::service_topology,
+        )
         .get(
             "/v1/internal/ui/catalog-overview",
             ui_internal::catalog_overview,

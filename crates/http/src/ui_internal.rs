@@ -16,8 +16,8 @@ use crate::{AppState, Req};
 
 /// One service's row as Consul's `summarizeServices` builds it.
 #[derive(Default)]
-struct Summary {
-    kind: String,
+pub(crate) struct Summary {
+    pub(crate) kind: String,
     datacenter: String,
     tags: BTreeSet<String>,
     nodes: BTreeSet<String>,
@@ -34,6 +34,14 @@ struct Summary {
 }
 
 impl Summary {
+    /// A row with no instances (an upstream known only from routing config).
+    pub(crate) fn empty_in(datacenter: &str) -> Summary {
+        Summary {
+            datacenter: datacenter.to_string(),
+            ..Default::default()
+        }
+    }
+
     fn add_checks(&mut self, csn: &CheckServiceNode) {
         for check in &csn.checks {
             self.checks
@@ -57,7 +65,7 @@ impl Summary {
 
 /// The rows of every service (sidecars are rows of their own; their checks
 /// also count toward the service they front).
-fn summarize(instances: &[CheckServiceNode]) -> BTreeMap<String, Summary> {
+pub(crate) fn summarize(instances: &[CheckServiceNode]) -> BTreeMap<String, Summary> {
     let mut rows: BTreeMap<String, Summary> = BTreeMap::new();
     for csn in instances {
         let service = &csn.service;
@@ -143,6 +151,43 @@ fn gateway_links(
     links.into_iter().collect()
 }
 
+/// A service's row in Consul's `ServiceSummary` keys and order.
+pub(crate) fn summary_fields(name: &str, row: &Summary) -> serde_json::Map<String, Value> {
+    let (passing, warning, critical) = row.counts();
+    let mut value = serde_json::Map::new();
+    if !row.kind.is_empty() {
+        value.insert("Kind".into(), json!(row.kind));
+    }
+    let gateway = if row.associated_services > 0 {
+        json!({"AssociatedServiceCount": row.associated_services})
+    } else {
+        json!({})
+    };
+    for (key, field) in [
+        ("Name", json!(name)),
+        ("Datacenter", json!(row.datacenter)),
+        ("Tags", list_or_null(row.tags.iter().collect())),
+        ("Nodes", list_or_null(row.nodes.iter().collect())),
+        (
+            "ExternalSources",
+            list_or_null(row.external_sources.clone()),
+        ),
+        ("InstanceCount", json!(row.instances)),
+        ("ChecksPassing", json!(passing)),
+        ("ChecksWarning", json!(warning)),
+        ("ChecksCritical", json!(critical)),
+        ("GatewayConfig", gateway),
+        (
+            "TransparentProxy",
+            json!(row.transparent_proxy.unwrap_or(false)),
+        ),
+        ("ConnectNative", json!(row.connect_native)),
+    ] {
+        value.insert(key.into(), field);
+    }
+    value
+}
+
 /// `GET /v1/internal/ui/services`: one row per service name, sorted by
 /// name; `[]` when there is none.
 pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
@@ -171,43 +216,12 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     let out: Vec<Value> = rows
         .into_iter()
         .map(|(name, row)| {
-            let (passing, warning, critical) = row.counts();
-            let mut value = serde_json::Map::new();
-            if !row.kind.is_empty() {
-                value.insert("Kind".into(), json!(row.kind));
-            }
-            let gateway = if row.associated_services > 0 {
-                json!({"AssociatedServiceCount": row.associated_services})
-            } else {
-                json!({})
-            };
-            for (key, field) in [
-                ("Name", json!(name)),
-                ("Datacenter", json!(row.datacenter)),
-                ("Tags", list_or_null(row.tags.iter().collect())),
-                ("Nodes", list_or_null(row.nodes.iter().collect())),
-                (
-                    "ExternalSources",
-                    list_or_null(row.external_sources.clone()),
-                ),
-                ("InstanceCount", json!(row.instances)),
-                ("ChecksPassing", json!(passing)),
-                ("ChecksWarning", json!(warning)),
-                ("ChecksCritical", json!(critical)),
-                ("GatewayConfig", gateway),
-                (
-                    "TransparentProxy",
-                    json!(row.transparent_proxy.unwrap_or(false)),
-                ),
-                ("ConnectNative", json!(row.connect_native)),
-                ("ConnectedWithProxy", json!(row.has_proxy)),
-                (
-                    "ConnectedWithGateway",
-                    json!(linked.contains(&name) && row.instances > 0),
-                ),
-            ] {
-                value.insert(key.into(), field);
-            }
+            let mut value = summary_fields(&name, &row);
+            value.insert("ConnectedWithProxy".into(), json!(row.has_proxy));
+            value.insert(
+                "ConnectedWithGateway".into(),
+                json!(linked.contains(&name) && row.instances > 0),
+            );
             Value::Object(value)
         })
         .collect();

@@ -757,6 +757,7 @@ server_rpc_calls! {
     catalog_service_dump(opts: &QueryOptions; kind: String) -> Queried<Vec<CheckServiceNode>>;
     catalog_service_dump_all(opts: &QueryOptions;) -> Queried<Vec<CheckServiceNode>>;
     catalog_node_dump(opts: &QueryOptions; node: Option<String>) -> Queried<Vec<legate_types::ui::NodeInfo>>;
+    catalog_service_topology(opts: &QueryOptions; service: String, kind: String) -> Queried<legate_types::ui::ServiceTopology>;
     catalog_overview(opts: &QueryOptions;) -> legate_types::ui::CatalogSummary;
     acl_authorize(opts: &QueryOptions; checks: Vec<legate_types::acl::AclAuthorizationCheck>) -> Vec<legate_types::acl::AclAuthorizationCheck>;
     intention_apply(opts: &WriteOptions; op: IntentionOp) -> String;

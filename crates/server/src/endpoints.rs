@@ -910,6 +910,15 @@ impl ServerRpc for Server {
         self.node_dump_of(opts, node).await
     }
 
+    async fn catalog_service_topology(
+        &self,
+        opts: &QueryOptions,
+        service: String,
+        kind: String,
+    ) -> Result<Queried<legate_types::ui::ServiceTopology>, RpcError> {
+        self.service_topology(opts, service, kind).await
+    }
+
     async fn catalog_overview(
         &self,
         opts: &QueryOptions,

@@ -127,7 +127,7 @@ pub fn sort_intentions(list: &mut [Intention]) {
     });
 }
 
-fn all_intentions(tables: &Tables) -> (u64, Vec<Intention>) {
+pub(crate) fn all_intentions(tables: &Tables) -> (u64, Vec<Intention>) {
     let (index, entries) = tables.config_entries_of_kind(INTENTIONS_KIND);
     let mut list: Vec<Intention> = entries.iter().flat_map(intentions_of).collect();
     sort_intentions(&mut list);

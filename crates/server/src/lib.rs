@@ -36,6 +36,7 @@ mod replication;
 mod session_endpoints;
 mod sessions;
 mod snapshot;
+mod topology;
 mod txn;
 mod ui_endpoints;
 mod usage_metrics;

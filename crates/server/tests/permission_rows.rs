@@ -591,6 +591,10 @@ impl Harness {
             }
             "catalog_service_dump_all" => queried(rpc.catalog_service_dump_all(&q).await),
             "catalog_node_dump" => queried(rpc.catalog_node_dump(&q, None).await),
+            "catalog_service_topology" => queried(
+                rpc.catalog_service_topology(&q, SERVICE.into(), String::new())
+                    .await,
+            ),
             "catalog_overview" => plain(rpc.catalog_overview(&q).await),
             "acl_authorize" => plain(rpc.acl_authorize(&q, Vec::new()).await),
             "intention_apply" => plain(

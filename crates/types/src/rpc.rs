@@ -799,6 +799,15 @@ pub trait ServerRpc: Send + Sync + 'static {
         opts: &QueryOptions,
         node: Option<String>,
     ) -> Result<Queried<Vec<crate::ui::NodeInfo>>, RpcError>;
+    /// A service's upstreams and downstreams with what intentions decide
+    /// for each edge (Consul's `Internal.ServiceTopology`; blocking):
+    /// `service:read` on the service, instances filtered by the token.
+    async fn catalog_service_topology(
+        &self,
+        opts: &QueryOptions,
+        service: String,
+        kind: String,
+    ) -> Result<Queried<crate::ui::ServiceTopology>, RpcError>;
     /// The catalog's health overview (`operator:read`).
     async fn catalog_overview(
         &self,

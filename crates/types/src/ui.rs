@@ -57,3 +57,60 @@ pub struct CatalogSummary {
     /// Checks by check name.
     pub checks: Option<Vec<HealthSummary>>,
 }
+
+/// What intentions decide for one topology edge
+/// (`structs.IntentionDecisionSummary`, in its key order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct IntentionDecisionSummary {
+    /// Whether the edge's connections are allowed (an intention with L7
+    /// permissions counts as not allowed here).
+    pub allowed: bool,
+    /// Whether the deciding intention has L7 permissions.
+    pub has_permissions: bool,
+    /// The deciding intention's `external-source` meta.
+    pub external_source: String,
+    /// Whether the deciding intention names both services (no wildcard).
+    pub has_exact: bool,
+    /// What the default policy decides.
+    pub default_allow: bool,
+}
+
+/// How a topology edge is known (Consul's `TopologySource*`).
+pub mod topology_source {
+    /// An upstream in a proxy's registration.
+    pub const REGISTRATION: &str = "proxy-registration";
+    /// An intention naming both services.
+    pub const SPECIFIC_INTENTION: &str = "specific-intention";
+    /// A wildcard intention.
+    pub const WILDCARD_INTENTION: &str = "wildcard-intention";
+    /// No intention: the default policy allows it.
+    pub const DEFAULT_ALLOW: &str = "default-allow";
+    /// A routing config entry of an upstream with no instances.
+    pub const ROUTING_CONFIG: &str = "routing-config";
+}
+
+/// A service's neighbours as the servers find them (Consul's
+/// `structs.ServiceTopology`): the instances of its upstreams and
+/// downstreams (with their sidecars), how each edge is known and what
+/// intentions decide for it, keyed by service name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServiceTopology {
+    /// Instances of the upstreams and of their sidecars.
+    pub upstreams: Vec<crate::catalog::CheckServiceNode>,
+    /// Instances of the downstreams and of their sidecars.
+    pub downstreams: Vec<crate::catalog::CheckServiceNode>,
+    /// How each upstream is known.
+    pub upstream_sources: BTreeMap<String, String>,
+    /// How each downstream is known.
+    pub downstream_sources: BTreeMap<String, String>,
+    /// Intentions' decision for the service → each upstream.
+    pub upstream_decisions: BTreeMap<String, IntentionDecisionSummary>,
+    /// Intentions' decision for each downstream → the service.
+    pub downstream_decisions: BTreeMap<String, IntentionDecisionSummary>,
+    /// The service's protocol (`tcp` unless configured).
+    pub metrics_protocol: String,
+    /// Whether every proxy of the service runs in transparent mode.
+    pub transparent_proxy: bool,
+}

@@ -699,3 +699,20 @@ pub fn run_agent_expecting_failure(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stderr).to_string()
 }
+
+/// The keys of Consul's `ServiceSummary` for a typical service, in order
+/// (the UI endpoints' rows start with them).
+pub const SERVICE_SUMMARY_KEYS: [&str; 12] = [
+    "Name",
+    "Datacenter",
+    "Tags",
+    "Nodes",
+    "ExternalSources",
+    "InstanceCount",
+    "ChecksPassing",
+    "ChecksWarning",
+    "ChecksCritical",
+    "GatewayConfig",
+    "TransparentProxy",
+    "ConnectNative",
+];

@@ -1,6 +1,7 @@
 // A service's topology with live traffic: the services that call it, the
-// service, and the services it calls (its proxies' declared upstreams and
-// any it was seen calling), with a line per edge labelled with what the
+// service, and the services it calls (as /v1/internal/ui/service-topology
+// finds them — registrations, intentions, routing config — and any it was
+// seen calling), with a line per edge labelled with what the
 // built-in proxies report to this agent — connections let through and
 // denied by intentions, bytes both ways, failed handshakes and the rates
 // of the last interval. The counters come from
@@ -34,15 +35,12 @@ function edgeKind(e) {
   return e.Denied > 0 ? "denied" : "";
 }
 
-// The upstreams the service's proxies declare.
-function declaredUpstreams(proxies) {
-  const names = new Set();
-  for (const row of proxies || []) {
-    for (const u of (row.ServiceProxy && row.ServiceProxy.Upstreams) || []) {
-      if (u.DestinationType !== "prepared_query") names.add(u.DestinationName);
-    }
-  }
-  return names;
+// One neighbour's line under its name: how it is known, what intentions say.
+function known(summary) {
+  if (!summary) return [];
+  const intention = summary.Intention || {};
+  const verdict = intention.HasPermissions ? "L7 permissions" : intention.Allowed ? "allowed" : "denied by intentions";
+  return [`${summary.Source || "seen in traffic"} · ${verdict}`];
 }
 
 function EdgeTable({ edges }) {
@@ -71,21 +69,26 @@ function EdgeTable({ edges }) {
 export function TopologyPage({ dc, name }) {
   const local = dc === CONFIG.LocalDatacenter;
   const traffic = useLive(local ? `/v1/internal/ui/traffic/${enc(name)}` : null);
-  const proxies = useLive(`/v1/catalog/connect/${enc(name)}?dc=${enc(dc)}`);
+  const declared = useLive(`/v1/internal/ui/service-topology/${enc(name)}?kind=&dc=${enc(dc)}`);
   const t = traffic.data || { Upstreams: [], Downstreams: [], ReportedBy: [] };
-  const upstreams = new Map([...declaredUpstreams(proxies.data)].map((u) => [u, null]));
+  const topo = declared.data || { Upstreams: [], Downstreams: [] };
+  const summaries = { up: new Map(topo.Upstreams.map((s) => [s.Name, s])), down: new Map(topo.Downstreams.map((s) => [s.Name, s])) };
+  const upstreams = new Map([...summaries.up.keys()].map((u) => [u, null]));
   for (const e of t.Upstreams) upstreams.set(e.Destination, e);
-  const downstreams = new Map(t.Downstreams.map((e) => [e.Source, e]));
+  const downstreams = new Map([...summaries.down.keys()].map((d) => [d, null]));
+  for (const e of t.Downstreams) downstreams.set(e.Source, e);
   const link = (service) => `${ROOT}${enc(dc)}/services/${enc(service)}/topology`;
   const box = (prefix, service, e) => ({
     id: `${prefix}:${service}`, title: service, kind: e ? "" : "idle",
-    lines: [e ? `${rate(e.ConnectionsPerSecond)} conn/s · ${bytes(Math.round(e.BytesPerSecond))}/s` : "no traffic seen"],
+    lines: [e ? `${rate(e.ConnectionsPerSecond)} conn/s · ${bytes(Math.round(e.BytesPerSecond))}/s` : "no traffic seen",
+      ...known(summaries[prefix].get(service))],
   });
   const columns = [
     { key: "downstream", title: "called by", boxes: [...downstreams].map(([s, e]) => box("down", s, e)) },
     { key: "service", title: "service", boxes: [{
       id: "service", title: name,
-      lines: [t.ReportedBy.length ? `${t.ReportedBy.length} proxy reporting` : "no local proxy reporting",
+      lines: [`protocol ${topo.Protocol || "tcp"}`,
+        t.ReportedBy.length ? `${t.ReportedBy.length} proxy reporting` : "no local proxy reporting",
         ...(t.InboundHandshakeFailures ? [`${t.InboundHandshakeFailures} inbound TLS failures`] : [])],
     }] },
     { key: "upstream", title: "calls", boxes: [...upstreams].map(([s, e]) => box("up", s, e)) },
@@ -98,7 +101,7 @@ export function TopologyPage({ dc, name }) {
   return html`<section>
     <p><${Link} href=${`${ROOT}${enc(dc)}/services/${enc(name)}`}>← ${name}</${Link}></p>
     <h1>Topology of ${name}</h1>
-    <${ErrorNote} error=${traffic.error || proxies.error} />
+    <${ErrorNote} error=${traffic.error || declared.error} />
     ${!local && html`<p class="note">Live traffic is shown for this agent's datacenter only.</p>`}
     <${Graph} id="topology" columns=${columns} edges=${edges} />
     <p class="links">${[...downstreams.keys(), ...upstreams.keys()].map((s) => html`<${Link} href=${link(s)}>${s}</${Link}> `)}</p>
@@ -106,6 +109,6 @@ export function TopologyPage({ dc, name }) {
     ${all.length === 0
       ? html`<p class="note">No traffic reported yet: the counters come from the built-in proxies registered with this agent, every 2 s.</p>`
       : html`<${EdgeTable} edges=${all} />`}
-    ${t.FilteredByACLs && html`<p class="note">Some edges are hidden: this token may not read their other service.</p>`}
+    ${(t.FilteredByACLs || topo.FilteredByACLs) && html`<p class="note">Some edges are hidden: this token may not read their other service.</p>`}
   </section>`;
 }
