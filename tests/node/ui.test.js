@@ -160,20 +160,26 @@ test("an intention created in the UI denies and its deletion restores", async ()
   }
 });
 
+// Calls the agent's API with `token`; the decoded answer, failing the test
+// on an error status.
+function apiAs(port, token) {
+  return async (method, p, body) => {
+    const res = await fetch(`http://127.0.0.1:${port}${p}`, {
+      method, headers: { "X-Consul-Token": token }, body: body && JSON.stringify(body),
+    });
+    const text = await res.text();
+    assert.ok(res.ok, `${method} ${p}: ${res.status} ${text}`);
+    return text ? JSON.parse(text) : null;
+  };
+}
+
 test("with ACLs on, the UI asks for a token and shows only what it may read", async () => {
   const root = "8c6f2d9e-3a51-4b7c-9d0e-1f2a3b4c5d6e";
   const { child, port } = await startAgent([
     `-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = "${root}" } }`,
   ]);
   const chrome = await browser();
-  const api = async (method, p, body) => {
-    const res = await fetch(`http://127.0.0.1:${port}${p}`, {
-      method, headers: { "X-Consul-Token": root }, body: body && JSON.stringify(body),
-    });
-    const text = await res.text();
-    assert.ok(res.ok, `${method} ${p}: ${res.status} ${text}`);
-    return text ? JSON.parse(text) : null;
-  };
+  const api = apiAs(port, root);
   try {
     // ACL bootstrapping takes a moment after the leader is known.
     for (let i = 0; i < 100; i++) {
@@ -401,5 +407,78 @@ test("the topology shows the seed demo's traffic, and an intention made in the U
   } finally {
     await chrome.close();
     demo.stop();
+  }
+});
+
+test("config entries, ACL pages, the datacenter switcher, a dashboard link and an L7 intention", async () => {
+  const root = "5d0c8e4a-1b2f-4c3d-8e9f-0a1b2c3d4e5f";
+  const { child, port } = await startAgent([
+    `-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = "${root}" } }`,
+    '-hcl=ui_config { dashboard_url_templates { service = "https://grafana.example/d/x?var-service={{Service.Name}}&dc={{ Datacenter }}" } }',
+  ]);
+  const chrome = await browser();
+  const api = apiAs(port, root);
+  try {
+    await until("ACLs bootstrapped", 10000, async () =>
+      (await fetch(`http://127.0.0.1:${port}/v1/acl/token/self`, { headers: { "X-Consul-Token": root } })).ok);
+    await api("PUT", "/v1/agent/service/register", { Name: "web", Port: 80 });
+    await api("PUT", "/v1/config", { Kind: "proxy-defaults", Name: "global", Config: { protocol: "http" } });
+    const page = await chrome.newPage({ viewport: { width: 1100, height: 700 } });
+    const problems = [];
+    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/settings`);
+    await page.fill('#login input[name="token"]', root);
+    await page.click('#login button[type="submit"]');
+    await page.waitForSelector('#login .status:has-text("Logged in")');
+
+    // The datacenter switcher lists the servers' datacenters.
+    await page.waitForSelector('#datacenter option[value="dc1"]', { state: "attached" });
+
+    // A service's dashboard link, its placeholders filled and encoded.
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/services/web`);
+    const dashboard = page.locator("#dashboard");
+    await dashboard.waitFor();
+    assert.equal(await dashboard.getAttribute("href"), "https://grafana.example/d/x?var-service=web&dc=dc1");
+
+    // Config entries, and one entry's raw JSON.
+    await page.click("nav >> text=Config");
+    await page.click('#config-entries tr[data-entry="proxy-defaults/global"] a');
+    await page.waitForSelector("#config-json");
+    assert.match(await page.locator("#config-json").innerText(), /"protocol": "http"/);
+    await page.screenshot({ path: path.join(SHOTS, "config.png") });
+
+    // ACL tokens (secrets hidden) and policies with their rules.
+    await page.click("nav >> text=ACLs");
+    await page.waitForSelector("#acl-list tbody tr");
+    await page.locator("#acl-list tbody tr a").first().click();
+    await page.waitForSelector("#acl-json");
+    const tokenJson = await page.locator("#acl-json").innerText();
+    assert.match(tokenJson, /"SecretID": "\(hidden\)"/);
+    assert.ok(!tokenJson.includes(root), "a token's secret is never shown");
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/acls/policies`);
+    await page.click('#acl-list tr >> text=global-management');
+    await page.waitForSelector("#acl-rules");
+    await page.screenshot({ path: path.join(SHOTS, "acl-policy.png") });
+
+    // An L7 intention: bad JSON is refused in the page, good JSON lands in
+    // db's service-intentions entry.
+    await page.click("nav >> text=Intentions");
+    await page.fill('#intention-create input[name="source"]', "web");
+    await page.fill('#intention-create input[name="destination"]', "db");
+    await page.selectOption('#intention-create select[name="action"]', "l7");
+    await page.fill('#intention-create textarea[name="permissions"]', "[not json");
+    await page.click('#intention-create button[type="submit"]');
+    await page.waitForSelector('#intention-create .error:has-text("Permissions are not JSON")');
+    await page.fill('#intention-create textarea[name="permissions"]', '[{"Action": "deny", "HTTP": {"PathPrefix": "/admin"}}]');
+    await page.click('#intention-create button[type="submit"]');
+    const row = page.locator('#intentions tr[data-intention="web>db"]');
+    await row.waitFor();
+    assert.match(await row.innerText(), /L7: 1 permission/);
+    const entry = await api("GET", "/v1/config/service-intentions/db");
+    assert.equal(entry.Sources[0].Permissions[0].HTTP.PathPrefix, "/admin");
+    assert.deepEqual(problems, []);
+  } finally {
+    await chrome.close();
+    child.kill();
   }
 });

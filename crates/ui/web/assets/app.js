@@ -2,13 +2,15 @@
 // reading the agent's /v1 API. Lists stay current through blocking queries
 // (?index=), as Consul's UI does. Every value is rendered as text.
 import { html, render, useState, useEffect } from "./vendor/htm-preact-3.1.1.js";
-import { CONFIG, ROOT, Link, token, enc } from "./lib.js";
+import { CONFIG, ROOT, Link, token, enc, navigate, useOnce } from "./lib.js";
 import { ServicesPage, ServicePage, NodesPage } from "./pages/catalog.js";
 import { KvPage } from "./pages/kv.js";
 import { IntentionsPage } from "./pages/intentions.js";
 import { SettingsPage } from "./pages/settings.js";
 import { RoutingPage } from "./pages/routing.js";
 import { TopologyPage } from "./pages/topology.js";
+import { ConfigPage } from "./pages/config.js";
+import { AclsPage } from "./pages/acls.js";
 
 function NotFound() {
   return html`<section><h1>Page not found</h1>
@@ -42,11 +44,26 @@ function route(path) {
       return { dc, page: html`<${KvPage} dc=${dc} rest=${tail} />` };
     case "intentions":
       return { dc, page: html`<${IntentionsPage} dc=${dc} />` };
+    case "config":
+      return { dc, page: html`<${ConfigPage} dc=${dc} kind=${name} name=${view} />` };
+    case "acls":
+      return { dc, page: html`<${AclsPage} dc=${dc} section=${name} id=${view} />` };
     case "settings":
       return { dc, page: html`<${SettingsPage} />` };
     default:
       return { dc, page: html`<${NotFound} />` };
   }
+}
+
+// The datacenter switcher: every datacenter the servers know, nearest first;
+// choosing one shows its services.
+function Datacenters({ dc }) {
+  const data = useOnce("/v1/catalog/datacenters");
+  const all = data && data.length ? data : [dc];
+  const choose = (event) => navigate(`${ROOT}${enc(event.target.value)}/services`);
+  return html`<select class="dc" id="datacenter" aria-label="Datacenter" value=${dc} onChange=${choose}>
+    ${(all.includes(dc) ? all : [dc, ...all]).map((name) => html`<option value=${name}>${name}</option>`)}
+  </select>`;
 }
 
 function App() {
@@ -72,8 +89,10 @@ function App() {
       <${Link} href=${at("nodes")}>Nodes</${Link}>
       <${Link} href=${at("kv/")}>Key/Value</${Link}>
       <${Link} href=${at("intentions")}>Intentions</${Link}>
+      <${Link} href=${at("config")}>Config</${Link}>
+      ${CONFIG.ACLsEnabled && html`<${Link} href=${at("acls/tokens")}>ACLs</${Link}>`}
       <${Link} href=${at("settings")}>Settings</${Link}>
-      <span class="dc" title="datacenter">${found.dc}</span>
+      <${Datacenters} dc=${found.dc} />
     </nav>
     ${CONFIG.ACLsEnabled && !token() && html`<p class="banner">ACLs are on:
       <${Link} href=${at("settings")}>log in with a token</${Link}> to see what it may read.</p>`}

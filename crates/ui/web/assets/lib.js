@@ -89,6 +89,20 @@ export function useLive(path, missing) {
   return state;
 }
 
+// The value of a /v1 path read once (lists that rarely change and carry
+// no index to block on, such as the datacenters).
+export function useOnce(path) {
+  const [data, setData] = useState(null);
+  useEffect(() => {
+    const abort = new AbortController();
+    request("GET", path, undefined, abort.signal)
+      .then((answer) => { if (answer.status === 200) setData(answer.data); })
+      .catch(() => {});
+    return () => abort.abort();
+  }, [path]);
+  return data;
+}
+
 export function navigate(href) {
   window.history.pushState(null, "", href);
   window.dispatchEvent(new Event("popstate"));

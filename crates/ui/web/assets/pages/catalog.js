@@ -1,7 +1,19 @@
 // The catalog's pages: services (health, instances, kinds, tags; search and
 // a kind filter), one service's instances with their checks, and nodes.
 import { html, useState } from "../vendor/htm-preact-3.1.1.js";
-import { ROOT, useLive, Link, ErrorNote, Health, Tags, worst, enc } from "../lib.js";
+import { CONFIG, ROOT, useLive, Link, ErrorNote, Health, Tags, worst, enc } from "../lib.js";
+
+// The service's dashboard link from `ui_config.dashboard_url_templates`
+// (`{{Service.Name}}`, `{{Service.Namespace}}`, `{{Service.Partition}}`,
+// `{{Datacenter}}`, each URL-encoded); only http(s) links are shown.
+export function dashboardUrl(name, dc) {
+  const template = ((CONFIG.UIConfig || {}).dashboard_url_templates || {}).service;
+  if (typeof template !== "string" || !/^https?:\/\//i.test(template)) return null;
+  const values = {
+    "Service.Name": name, "Service.Namespace": "default", "Service.Partition": "default", Datacenter: dc,
+  };
+  return template.replace(/\{\{\s*([A-Za-z.]+)\s*\}\}/g, (all, key) => (key in values ? enc(values[key]) : all));
+}
 
 export function ServicesPage({ dc }) {
   const { data, error } = useLive(`/v1/internal/ui/services?dc=${enc(dc)}`);
@@ -55,6 +67,7 @@ export function ServicePage({ dc, name }) {
     <p class="tabs">
       <${Link} href=${`${ROOT}${enc(dc)}/services/${enc(name)}/topology`}>Topology</${Link}>${" · "}
       <${Link} href=${`${ROOT}${enc(dc)}/services/${enc(name)}/routing`}>Routing</${Link}>
+      ${dashboardUrl(name, dc) && html`${" · "}<a id="dashboard" href=${dashboardUrl(name, dc)} target="_blank" rel="noopener noreferrer">Open dashboard</a>`}
     </p>
     <${ErrorNote} error=${error} />
     <h2>Instances</h2>

@@ -1,9 +1,37 @@
 // Intentions: every intention with its precedence (Consul's order), and a
-// form that creates or replaces the one between two services (allow or
-// deny) through `/v1/connect/intentions/exact`; each can be deleted.
-// Intentions with L7 permissions are shown, and edited through the API.
+// form that creates or replaces the one between two services: allow or
+// deny through `/v1/connect/intentions/exact`, or L7 permissions (JSON,
+// Consul's `Permissions` list) written into the destination's
+// `service-intentions` config entry, as Consul's UI does (the legacy API
+// refuses permissions); each can be deleted.
 import { html, useState } from "../vendor/htm-preact-3.1.1.js";
-import { useLive, ErrorNote, write, enc } from "../lib.js";
+import { useLive, ErrorNote, write, request, enc } from "../lib.js";
+
+// Puts `source`'s permissions into `destination`'s service-intentions
+// entry (created if missing; written with check-and-set when it exists).
+async function writeL7(dc, source, destination, permissionsText, description) {
+  let permissions;
+  try {
+    permissions = JSON.parse(permissionsText);
+  } catch (e) {
+    throw { status: 400, text: `Permissions are not JSON: ${e.message}` };
+  }
+  if (!Array.isArray(permissions) || permissions.length === 0) {
+    throw { status: 400, text: "Permissions must be a non-empty JSON list" };
+  }
+  const path = `/v1/config/service-intentions/${enc(destination)}?dc=${enc(dc)}`;
+  const current = await request("GET", path);
+  if (current.status !== 200 && current.status !== 404) throw current;
+  const entry = current.status === 200
+    ? current.data
+    : { Kind: "service-intentions", Name: destination, Sources: [] };
+  const sources = (entry.Sources || []).filter((s) => s.Name !== source);
+  sources.push({ Name: source, Permissions: permissions, Description: description, Type: "consul" });
+  const body = { Kind: "service-intentions", Name: destination, Meta: entry.Meta, Sources: sources };
+  const cas = current.status === 200 ? `&cas=${entry.ModifyIndex}` : "";
+  const answer = await write("PUT", `/v1/config?dc=${enc(dc)}${cas}`, body);
+  if (answer.data === false) throw { status: 409, text: "The entry changed meanwhile: try again" };
+}
 
 function exact(source, destination, dc) {
   return `/v1/connect/intentions/exact?source=${enc(source)}&destination=${enc(destination)}&dc=${enc(dc)}`;
@@ -14,15 +42,20 @@ function IntentionForm({ dc }) {
   const [destination, setDestination] = useState("");
   const [action, setAction] = useState("deny");
   const [description, setDescription] = useState("");
+  const [permissions, setPermissions] = useState('[{"Action": "deny", "HTTP": {"PathPrefix": "/admin"}}]');
   const [error, setError] = useState(null);
   const submit = async (event) => {
     event.preventDefault();
     setError(null);
     try {
-      await write("PUT", exact(source, destination, dc), {
-        SourceName: source, DestinationName: destination, SourceType: "consul",
-        Action: action, Description: description,
-      });
+      if (action === "l7") {
+        await writeL7(dc, source, destination, permissions, description);
+      } else {
+        await write("PUT", exact(source, destination, dc), {
+          SourceName: source, DestinationName: destination, SourceType: "consul",
+          Action: action, Description: description,
+        });
+      }
       setSource("");
       setDestination("");
       setDescription("");
@@ -40,8 +73,12 @@ function IntentionForm({ dc }) {
       <label>Action <select name="action" value=${action} onChange=${(e) => setAction(e.target.value)}>
         <option value="allow">allow</option>
         <option value="deny">deny</option>
+        <option value="l7">L7 permissions</option>
       </select></label>
     </div>
+    ${action === "l7" && html`<label>Permissions (JSON, first match wins; the destination must speak HTTP)
+      <textarea name="permissions" rows="4" value=${permissions}
+        onInput=${(e) => setPermissions(e.target.value)} /></label>`}
     <label>Description <input name="description" value=${description}
       onInput=${(e) => setDescription(e.target.value)} /></label>
     <button type="submit">Save</button>
