@@ -380,6 +380,14 @@ test("the topology shows the seed demo's traffic, and an intention made in the U
     await page.waitForSelector('#topology [data-node="down:web"]:has-text("proxy-registration · allowed")');
     await page.screenshot({ path: path.join(SHOTS, "topology.png") });
 
+    // db's sidecar page: its configuration and the pushes it acknowledged.
+    await page.click('#reporting a:has-text("db-sidecar-proxy")');
+    await page.waitForURL(/\/proxies\/db-sidecar-proxy$/);
+    await page.waitForSelector("#proxy-resources tbody tr");
+    await page.waitForSelector('#proxy-pushes tr[data-status="acked"]');
+    await page.screenshot({ path: path.join(SHOTS, "proxy.png") });
+    await page.goto(`http://127.0.0.1:${demo.port}/ui/dc1/services/db/topology`);
+
     // A deny intention created in the UI stops the demo's traffic.
     await page.click("nav >> text=Intentions");
     const row = await denyInUi(page, "");

@@ -573,6 +573,11 @@ pub const HTTP: &[Door] = &[
         METRICS_PROXY_NOTE,
     ),
     noted(
+        "GET /v1/internal/ui/proxy/{id}",
+        Needs::All(&[read(R::Service, Stored("the local service's name"))]),
+        "Legate's own; 404 for a service this agent does not run",
+    ),
+    noted(
         "GET /v1/internal/ui/traffic/{service}",
         Needs::All(&[read(R::Service, Path("service"))]),
         "Legate's own; each edge is also filtered by service:read on its other service",

@@ -116,6 +116,7 @@ pub struct Agent {
     query_cache: query_cache::QueryCache,
     proxycfg: std::sync::OnceLock<Arc<legate_proxycfg::Manager>>,
     traffic: Arc<legate_types::traffic::TrafficStore>,
+    proxy_status: std::sync::OnceLock<Arc<dyn legate_types::proxy_status::ProxyStatusSource>>,
     membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     wan_membership: std::sync::OnceLock<Arc<dyn membership::Membership>>,
     federation_warnings: std::sync::OnceLock<tokio::sync::watch::Receiver<Vec<String>>>,
@@ -175,6 +176,7 @@ impl Agent {
             query_cache,
             proxycfg: std::sync::OnceLock::new(),
             traffic: Arc::default(),
+            proxy_status: std::sync::OnceLock::new(),
             membership: std::sync::OnceLock::new(),
             wan_membership: std::sync::OnceLock::new(),
             federation_warnings: std::sync::OnceLock::new(),
@@ -405,6 +407,21 @@ impl Agent {
     /// What the local proxies report of their traffic per edge.
     pub fn traffic(&self) -> &Arc<legate_types::traffic::TrafficStore> {
         &self.traffic
+    }
+
+    /// Plugs in where local proxies' xDS status is read (once; later
+    /// calls are ignored).
+    pub fn set_proxy_status(&self, source: Arc<dyn legate_types::proxy_status::ProxyStatusSource>) {
+        let _ = self.proxy_status.set(source);
+    }
+
+    /// A local proxy's xDS status, when this agent serves xDS and has
+    /// served that proxy.
+    pub fn proxy_status(
+        &self,
+        proxy_id: &str,
+    ) -> Option<legate_types::proxy_status::ProxyXdsStatus> {
+        self.proxy_status.get()?.status(proxy_id)
     }
 
     /// The intention cache (`/v1/agent/connect/authorize`).

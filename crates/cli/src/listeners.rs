@@ -163,6 +163,7 @@ pub async fn start(config: &AgentConfig, agent: &Arc<Agent>) -> Result<Listeners
     let ads = legate_xds::AdsServer::new(manager.clone())
         .with_acl(stream_acl.clone())
         .with_update_rate(config.xds_update_max_per_second);
+    agent.set_proxy_status(ads.status_source());
     let sink = legate_xds::metrics_service::TrafficSink::new(
         manager.clone(),
         Some(stream_acl),

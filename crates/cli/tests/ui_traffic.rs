@@ -143,6 +143,31 @@ fn the_seed_demo_traffic_shows_on_its_edge() {
     let after = edge(&agent, "db", "Downstreams").unwrap();
     assert_eq!(count(&after, "Connections"), count(&denied, "Connections"));
 
+    // The proxy's page: its configuration's resources and its pushes,
+    // which the built-in proxy acknowledged.
+    let status = agent
+        .get("/v1/internal/ui/proxy/web-sidecar-proxy")
+        .unwrap();
+    let resources = status["Resources"].as_array().unwrap();
+    let cluster = resources
+        .iter()
+        .find(|r| {
+            r["TypeUrl"].as_str().unwrap().ends_with("Cluster")
+                && r["Name"].as_str().unwrap().starts_with("db.")
+        })
+        .unwrap_or_else(|| panic!("db's cluster in {status}"));
+    assert!(
+        cluster["Bytes"].as_u64().unwrap() > 0 && !cluster["Version"].as_str().unwrap().is_empty()
+    );
+    let pushes = status["Pushes"].as_array().unwrap();
+    assert!(pushes.iter().any(|p| p["Status"] == "acked"), "{status}");
+    assert!(
+        !status.to_string().contains("PRIVATE KEY"),
+        "no content is shown"
+    );
+    let (code, _, body) = agent.request("GET", "/v1/internal/ui/proxy/nobody", None);
+    assert_eq!((code, body.as_str()), (404, "unknown service ID: nobody"));
+
     // A service nobody reports for: no edges, an empty list.
     let empty = agent.get("/v1/internal/ui/traffic/nothing-here").unwrap();
     assert_eq!(empty["Upstreams"], serde_json::json!([]));

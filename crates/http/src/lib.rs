@@ -28,6 +28,7 @@ mod serve;
 mod translate;
 mod ui_internal;
 mod ui_metrics_proxy;
+mod ui_proxy;
 mod ui_serve;
 mod ui_topology;
 mod ui_traffic;
@@ -281,6 +282,7 @@ fn routes() -> Routes {
             "/v1/internal/ui/metrics-proxy/{*path}",
             ui_metrics_proxy::metrics_proxy,
         )
+        .get("/v1/internal/ui/proxy/{id}", ui_proxy::proxy_status)
         .get(
             "/v1/internal/ui/traffic/{service}",
             ui_traffic::service_traffic,

@@ -26,6 +26,7 @@ pub mod locality;
 pub mod memory;
 pub mod meta;
 pub mod prepared_query;
+pub mod proxy_status;
 pub mod query;
 pub mod rpc;
 pub mod session;

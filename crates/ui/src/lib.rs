@@ -42,6 +42,7 @@ assets! {
     "assets/pages/topology.js" => "text/javascript; charset=utf-8",
     "assets/pages/config.js" => "text/javascript; charset=utf-8",
     "assets/pages/acls.js" => "text/javascript; charset=utf-8",
+    "assets/pages/proxy.js" => "text/javascript; charset=utf-8",
     "assets/pages/catalog.js" => "text/javascript; charset=utf-8",
     "assets/pages/kv.js" => "text/javascript; charset=utf-8",
     "assets/pages/intentions.js" => "text/javascript; charset=utf-8",

@@ -7,6 +7,7 @@
 
 pub mod bootstrap;
 pub mod grpc;
+pub mod history;
 pub mod json;
 pub mod l7;
 pub mod mesh_gateway;

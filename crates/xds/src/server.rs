@@ -87,6 +87,8 @@ impl SnapshotView for SeeAll {
 pub struct Metrics {
     /// Streams open now.
     streams: AtomicU64,
+    /// Each proxy's recent pushes and last configuration.
+    history: Arc<crate::history::PushHistory>,
 }
 
 impl Metrics {
@@ -191,6 +193,12 @@ impl AdsServer {
         self
     }
 
+    /// Each proxy's recent pushes and last configuration, as the agent's
+    /// per-proxy page reads them.
+    pub fn status_source(&self) -> Arc<dyn legate_types::proxy_status::ProxyStatusSource> {
+        self.metrics.history.clone()
+    }
+
     /// The tonic service.
     pub fn into_service(self) -> AggregatedDiscoveryServiceServer<AdsServer> {
         AggregatedDiscoveryServiceServer::new(self)
@@ -217,7 +225,7 @@ fn version_of<'a>(items: impl Iterator<Item = (&'a String, &'a Any)>) -> String 
     format!("{hash:016x}")
 }
 
-fn resource_version(name: &String, any: &Any) -> String {
+pub(crate) fn resource_version(name: &String, any: &Any) -> String {
     version_of(std::iter::once((name, any)))
 }
 
@@ -370,13 +378,27 @@ impl<R: Send> Common<R> {
         }
     }
 
-    /// Sends one response of `type_url` and records the push; `false` when
-    /// the stream is gone.
-    async fn send(&mut self, type_url: &str, response: R) -> bool {
+    /// Sends one response of `type_url` (its nonce, how many resources it
+    /// carries and removes) and records the push; `false` when the stream
+    /// is gone.
+    async fn send(&mut self, type_url: &str, shape: (&str, usize, usize), response: R) -> bool {
         let sent = self.tx.send(Ok(response)).await.is_ok();
         self.metrics
             .observe_push(&self.node_id, type_url, self.changed_at);
+        let (nonce, count, removed) = shape;
+        self.metrics.history.sent(
+            &self.node_id,
+            self.resources.as_ref(),
+            (type_url, nonce, count, removed),
+        );
         sent
+    }
+
+    /// Records the proxy's answer (ACK, or NACK with `error`) to `nonce`.
+    fn answered(&self, type_url: &str, nonce: &str, error: Option<&str>) {
+        self.metrics
+            .history
+            .answered(&self.node_id, type_url, nonce, error);
     }
 
     fn new(
@@ -612,6 +634,9 @@ impl SotwSession {
                 // An answer to an older response: ignore it entirely.
                 return true;
             }
+            let error = request.error_detail.as_ref().map(|e| e.message.as_str());
+            self.common
+                .answered(&type_url, &request.response_nonce, error);
             if let Some(error) = &request.error_detail {
                 self.common.metrics.observe_nack(&self.common.node_id);
                 tracing::warn!(node = %self.common.node_id, type_url = %type_url, version = %request.version_info, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
@@ -672,14 +697,17 @@ impl SotwSession {
         let nonce = self.common.next_nonce();
         state.sent_version = Some(version.clone());
         state.nonce = nonce.clone();
+        let count = selected.len();
         let response = DiscoveryResponse {
             version_info: version,
             resources: selected.into_iter().map(|(_, a)| a.clone()).collect(),
             type_url: type_url.to_string(),
-            nonce,
+            nonce: nonce.clone(),
             ..Default::default()
         };
-        self.common.send(type_url, response).await
+        self.common
+            .send(type_url, (&nonce, count, 0), response)
+            .await
     }
 }
 
@@ -739,6 +767,9 @@ impl DeltaSession {
         // The nonce only classifies ACK/NACK; subscription changes always apply
         // (Envoy attaches them to ACKs, possibly of an older response).
         if !request.response_nonce.is_empty() && request.response_nonce == state.nonce {
+            let error = request.error_detail.as_ref().map(|e| e.message.as_str());
+            self.common
+                .answered(&type_url, &request.response_nonce, error);
             if let Some(error) = &request.error_detail {
                 self.common.metrics.observe_nack(&self.common.node_id);
                 tracing::warn!(node = %self.common.node_id, type_url = %type_url, error = %error.message, "xDS NACK: the proxy rejected the config; keeping the last good one");
@@ -841,15 +872,18 @@ impl DeltaSession {
         }
         let nonce = self.common.next_nonce();
         state.nonce = nonce.clone();
+        let shape = (updated.len(), removed.len());
         let response = DeltaDiscoveryResponse {
             system_version_info: version_of(all.iter()),
             resources: updated,
             type_url: type_url.to_string(),
             removed_resources: removed,
-            nonce,
+            nonce: nonce.clone(),
             ..Default::default()
         };
-        self.common.send(type_url, response).await
+        self.common
+            .send(type_url, (&nonce, shape.0, shape.1), response)
+            .await
     }
 }
 

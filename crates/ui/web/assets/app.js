@@ -11,6 +11,7 @@ import { RoutingPage } from "./pages/routing.js";
 import { TopologyPage } from "./pages/topology.js";
 import { ConfigPage } from "./pages/config.js";
 import { AclsPage } from "./pages/acls.js";
+import { ProxyPage } from "./pages/proxy.js";
 
 function NotFound() {
   return html`<section><h1>Page not found</h1>
@@ -44,6 +45,8 @@ function route(path) {
       return { dc, page: html`<${KvPage} dc=${dc} rest=${tail} />` };
     case "intentions":
       return { dc, page: html`<${IntentionsPage} dc=${dc} />` };
+    case "proxies":
+      return { dc, page: html`<${ProxyPage} dc=${dc} id=${name} />` };
     case "config":
       return { dc, page: html`<${ConfigPage} dc=${dc} kind=${name} name=${view} />` };
     case "acls":

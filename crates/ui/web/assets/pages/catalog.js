@@ -75,7 +75,9 @@ export function ServicePage({ dc, name }) {
       <thead><tr><th>ID</th><th>Node</th><th>Address</th><th>Health</th><th>Tags</th></tr></thead>
       <tbody>
         ${(data || []).map((i) => html`<tr>
-          <td>${i.Service.ID}</td>
+          <td>${i.Service.Kind === "connect-proxy"
+            ? html`<${Link} href=${`${ROOT}${enc(dc)}/proxies/${enc(i.Service.ID)}`}>${i.Service.ID}</${Link}>`
+            : i.Service.ID}</td>
           <td>${i.Node.Node}</td>
           <td>${i.Service.Address || i.Node.Address}:${i.Service.Port}</td>
           <td class=${worst(i.Checks)}>

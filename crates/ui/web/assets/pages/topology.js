@@ -105,6 +105,8 @@ export function TopologyPage({ dc, name }) {
     ${!local && html`<p class="note">Live traffic is shown for this agent's datacenter only.</p>`}
     <${Graph} id="topology" columns=${columns} edges=${edges} />
     <p class="links">${[...downstreams.keys(), ...upstreams.keys()].map((s) => html`<${Link} href=${link(s)}>${s}</${Link}> `)}</p>
+    ${t.ReportedBy.length > 0 && html`<p class="links" id="reporting">Proxies: ${t.ReportedBy.map((p) =>
+      html`<${Link} href=${`${ROOT}${enc(dc)}/proxies/${enc(p)}`}>${p}</${Link}> `)}</p>`}
     <h2>Traffic</h2>
     ${all.length === 0
       ? html`<p class="note">No traffic reported yet: the counters come from the built-in proxies registered with this agent, every 2 s.</p>`
