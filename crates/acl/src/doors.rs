@@ -565,6 +565,26 @@ pub const HTTP: &[Door] = &[
         Needs::All(&[read(R::Service, Path("service"))]),
         "the neighbours' instances filtered by service:read and node:read (FilteredByACLs)",
     ),
+    noted(
+        "GET /v1/internal/ui/gateway-intentions/",
+        Needs::Nothing,
+        "Consul's 400 for a missing name",
+    ),
+    noted(
+        "GET /v1/internal/ui/gateway-intentions/{gateway}",
+        Needs::All(&[read(R::Service, Path("gateway"))]),
+        "each intention is also filtered by intentions read on its destination",
+    ),
+    noted(
+        "GET /v1/internal/ui/gateway-services-nodes/",
+        Needs::Nothing,
+        "Consul's 400 for a missing name",
+    ),
+    noted(
+        "GET /v1/internal/ui/gateway-services-nodes/{gateway}",
+        Needs::All(&[read(R::Service, Path("gateway"))]),
+        "each linked service is also filtered by service:read, its instances by node:read",
+    ),
     row("GET /v1/internal/ui/catalog-overview", OPERATOR_READ),
     noted("GET /v1/internal/ui/metrics-proxy/", METRICS_PROXY, METRICS_PROXY_NOTE),
     noted(

@@ -441,7 +441,9 @@ fn example(door: &str, fx: &Fixtures) -> Option<(&'static str, String, Option<Ve
         | "GET /v1/health/ingress/{service}"
         | "GET /v1/discovery-chain/{service}"
         | "GET /v1/catalog/gateway-services/{gateway}"
-        | "GET /v1/internal/ui/traffic/{service}" => (fill(rest, SERVICE), None),
+        | "GET /v1/internal/ui/traffic/{service}"
+        | "GET /v1/internal/ui/gateway-services-nodes/{gateway}"
+        | "GET /v1/internal/ui/gateway-intentions/{gateway}" => (fill(rest, SERVICE), None),
         "GET /v1/internal/ui/node/{node}" => (fill(rest, NODE), None),
         "GET /v1/internal/ui/proxy/{id}" => (fill(rest, "fx-gateway"), None),
         "GET /v1/internal/ui/service-topology/{service}" => {

@@ -125,3 +125,36 @@ fn an_unusable_statsd_address_stops_the_agent() {
     ]);
     assert!(text.contains("invalid statsd address"), "{text}");
 }
+
+/// `rpc.query` counts every read a server answers and
+/// `rpc.queries_blocking` the blocking queries it holds now.
+#[test]
+fn reads_and_blocking_queries_in_flight_are_counted() {
+    let agent = TestAgent::dev(&[
+        "-hcl=telemetry { prometheus_retention_time = \"1h\" disable_hostname = true }",
+    ]);
+    let scrape = || {
+        agent
+            .get_text("/v1/agent/metrics?format=prometheus")
+            .unwrap()
+    };
+    let blocking = || common::prometheus::sum(&scrape(), "consul_rpc_queries_blocking", &[]);
+    // The agent's own watches hold blocking queries too: count from theirs.
+    let before = blocking();
+    let port = agent.http_port;
+    let waiting = std::thread::spawn(move || {
+        common::http_request(port, "GET", "/v1/kv/held?index=100000&wait=3s", None)
+    });
+    common::eventually(Duration::from_secs(3), || {
+        (blocking() == before + 1.0).then_some(())
+    });
+    waiting.join().unwrap();
+    common::eventually(Duration::from_secs(3), || {
+        (blocking() == before).then_some(())
+    });
+    let text = scrape();
+    assert!(
+        common::prometheus::sum(&text, "consul_rpc_query", &[]) >= 2.0,
+        "{text}"
+    );
+}

@@ -167,3 +167,35 @@ fn a_ui_dir_is_served_instead_and_never_outside_itself() {
         assert!(!body.contains("outside"), "{escape}: {status} {body}");
     }
 }
+
+/// Built-in text assets go gzipped to a client that accepts it, unchanged
+/// to one that does not (or refuses gzip with `q=0`), with `Vary`.
+#[test]
+fn built_in_assets_go_gzipped_to_clients_that_accept_it() {
+    use std::io::Read;
+    let agent = TestAgent::dev(&[]);
+    let fetch = |accept: &[(&str, &str)]| {
+        common::try_http_request_full(agent.http_port, "GET", "/ui/assets/lib.js", accept, None)
+            .unwrap()
+    };
+    let (status, headers, plain) = fetch(&[]);
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "content-encoding"), None);
+    assert_eq!(header(&headers, "vary"), Some("Accept-Encoding"));
+    let (status, headers, packed) = fetch(&[("Accept-Encoding", "gzip, deflate, br")]);
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "content-encoding"), Some("gzip"));
+    let mut unpacked = Vec::new();
+    flate2::read::GzDecoder::new(&packed[..])
+        .read_to_end(&mut unpacked)
+        .unwrap();
+    assert_eq!(unpacked, plain);
+    assert!(
+        packed.len() * 2 < plain.len(),
+        "{} of {}",
+        packed.len(),
+        plain.len()
+    );
+    let (_, headers, body) = fetch(&[("Accept-Encoding", "gzip;q=0")]);
+    assert_eq!((header(&headers, "content-encoding"), body), (None, plain));
+}

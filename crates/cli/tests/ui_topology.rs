@@ -186,3 +186,84 @@ fn consuls_400s_and_the_blocking_index() {
         "{headers:?}"
     );
 }
+
+/// `/v1/internal/ui/gateway-services-nodes/:gateway`: a summary per
+/// linked service (one with no instances too), an ingress gateway's
+/// addresses, `[]` for an unknown gateway, and Consul's 400.
+#[test]
+fn a_gateways_services_as_summaries() {
+    let agent = TestAgent::dev(&[]);
+    for (name, port) in [("web", 80), ("api", 81)] {
+        let (status, body) = agent.put(
+            "/v1/agent/service/register",
+            &format!(r#"{{"Name":"{name}","Port":{port}}}"#),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    for entry in [
+        r#"{"Kind":"ingress-gateway","Name":"ing","Listeners":[{"Port":8080,"Protocol":"tcp","Services":[{"Name":"web"}]}]}"#,
+        r#"{"Kind":"terminating-gateway","Name":"term","Services":[{"Name":"api"},{"Name":"ghost"}]}"#,
+    ] {
+        let (status, body) = agent.put("/v1/config", entry);
+        assert_eq!(status, 200, "{body}");
+    }
+    let ingress = agent
+        .get("/v1/internal/ui/gateway-services-nodes/ing")
+        .unwrap();
+    assert_eq!(names(&ingress), ["web"]);
+    assert_eq!(ingress[0]["InstanceCount"], 1);
+    assert_eq!(
+        ingress[0]["GatewayConfig"],
+        json!({"Addresses": ["web.ingress.dc1.consul:8080"]})
+    );
+    let terminating = agent
+        .get("/v1/internal/ui/gateway-services-nodes/term")
+        .unwrap();
+    assert_eq!(names(&terminating), ["api", "ghost"]);
+    let ghost = find(&terminating, "ghost");
+    assert_eq!(
+        (
+            ghost["InstanceCount"].clone(),
+            ghost["Nodes"].clone(),
+            ghost["GatewayConfig"].clone()
+        ),
+        (json!(0), Value::Null, json!({}))
+    );
+    assert_eq!(
+        agent
+            .get("/v1/internal/ui/gateway-services-nodes/nobody")
+            .unwrap(),
+        json!([])
+    );
+    let (status, _, body) = agent.request("GET", "/v1/internal/ui/gateway-services-nodes/", None);
+    assert_eq!((status, body.as_str()), (400, "Missing gateway name"));
+
+    // The intentions whose destination the terminating gateway links.
+    for (source, destination) in [("web", "api"), ("web", "other"), ("*", "*")] {
+        let out = agent.cli(&["intention", "create", "-deny", source, destination]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let intentions = agent
+        .get("/v1/internal/ui/gateway-intentions/term")
+        .unwrap();
+    let pairs: Vec<(&str, &str)> = intentions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["SourceName"].as_str().unwrap(),
+                i["DestinationName"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(pairs, [("web", "api"), ("*", "*")]);
+    assert_eq!(
+        agent
+            .get("/v1/internal/ui/gateway-intentions/nobody")
+            .unwrap(),
+        json!([])
+    );
+    let (status, _, body) = agent.request("GET", "/v1/internal/ui/gateway-intentions/", None);
+    assert_eq!((status, body.as_str()), (400, "Missing gateway name"));
+}

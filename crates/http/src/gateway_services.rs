@@ -13,10 +13,10 @@ use serde_json::{json, Map, Value};
 use crate::util::{json_meta, ApiError, ApiResult};
 use crate::{AppState, Req};
 
-const INGRESS: &str = "ingress-gateway";
-const TERMINATING: &str = "terminating-gateway";
+pub(crate) const INGRESS: &str = "ingress-gateway";
+pub(crate) const TERMINATING: &str = "terminating-gateway";
 
-fn text<'a>(v: &'a Value, key: &str) -> &'a str {
+pub(crate) fn text<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
@@ -188,7 +188,7 @@ async fn gateway_entries(
 }
 
 /// Whether the request's token may read `service` (always, without ACLs).
-async fn may_read(st: &AppState, req: &Req, service: &str) -> Result<bool, ApiError> {
+pub(crate) async fn may_read(st: &AppState, req: &Req, service: &str) -> Result<bool, ApiError> {
     let token = st
         .agent
         .acl()
@@ -200,6 +200,38 @@ async fn may_read(st: &AppState, req: &Req, service: &str) -> Result<bool, ApiEr
     }))
 }
 
+/// One gateway's rows (the services its entry links, wildcards expanded)
+/// once the token may read the gateway (else 403): the config entries'
+/// query meta, the gateway's kind (empty without an entry) and the rows.
+pub(crate) async fn gateway_rows(
+    st: &AppState,
+    req: &Req,
+    opts: &QueryOptions,
+    gateway: &str,
+) -> Result<(legate_types::QueryMeta, String, Vec<Value>), ApiError> {
+    crate::agent_acl::check(st, req, Resource::Service, gateway, Access::Read).await?;
+    let entries = gateway_entries(st, opts).await?;
+    let Some(entry) = entries
+        .value
+        .iter()
+        .find(|e| (e.kind == INGRESS || e.kind == TERMINATING) && e.name == gateway)
+    else {
+        return Ok((entries.meta, String::new(), Vec::new()));
+    };
+    let rows = rows_of(st, opts, entry, &entries.value).await?;
+    Ok((entries.meta, entry.kind.clone(), rows))
+}
+
+/// `opts` without blocking: for the second read of a request that blocked
+/// on its first.
+pub(crate) fn non_blocking(opts: &QueryOptions) -> QueryOptions {
+    QueryOptions {
+        min_index: 0,
+        max_wait: None,
+        ..opts.clone()
+    }
+}
+
 /// `GET /v1/catalog/gateway-services/:gateway`: `service:read` on the
 /// gateway (else 403), rows of the services the token may read; `[]` for
 /// a gateway without an entry.
@@ -209,25 +241,15 @@ pub async fn gateway_services(
     req: Req,
 ) -> ApiResult {
     let opts = req.query_options()?;
-    crate::agent_acl::check(&st, &req, Resource::Service, &gateway, Access::Read).await?;
-    let entries = gateway_entries(&st, &opts).await?;
+    let (mut meta, _, all) = gateway_rows(&st, &req, &opts, &gateway).await?;
     let mut rows = Vec::new();
-    let mut filtered = false;
-    if let Some(entry) = entries
-        .value
-        .iter()
-        .find(|e| (e.kind == INGRESS || e.kind == TERMINATING) && e.name == gateway)
-    {
-        for row in rows_of(&st, &opts, entry, &entries.value).await? {
-            if may_read(&st, &req, text(&row["Service"], "Name")).await? {
-                rows.push(row);
-            } else {
-                filtered = true;
-            }
+    for row in all {
+        if may_read(&st, &req, text(&row["Service"], "Name")).await? {
+            rows.push(row);
+        } else {
+            meta.results_filtered_by_acls = true;
         }
     }
-    let mut meta = entries.meta;
-    meta.results_filtered_by_acls |= filtered;
     Ok(json_meta(&req.params, &meta, &rows))
 }
 

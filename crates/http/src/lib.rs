@@ -26,6 +26,7 @@ mod monitor;
 mod prepared_query;
 mod serve;
 mod translate;
+mod ui_gateway;
 mod ui_internal;
 mod ui_metrics_proxy;
 mod ui_proxy;
@@ -271,6 +272,22 @@ fn routes() -> Routes {
             ui_topology::service_topology,
         )
         .get(
+            "/v1/internal/ui/gateway-intentions/",
+            ui_gateway::intentions_missing_name,
+        )
+        .get(
+            "/v1/internal/ui/gateway-intentions/{gateway}",
+            ui_gateway::gateway_intentions,
+        )
+        .get(
+            "/v1/internal/ui/gateway-services-nodes/",
+            ui_gateway::missing_name,
+        )
+        .get(
+            "/v1/internal/ui/gateway-services-nodes/{gateway}",
+            ui_gateway::gateway_services_nodes,
+        )
+        .get(
             "/v1/internal/ui/catalog-overview",
             ui_internal::catalog_overview,
         )
@@ -487,6 +504,7 @@ async fn fallback(
     axum::extract::State(st): axum::extract::State<AppState>,
     method: Method,
     uri: axum::http::Uri,
+    headers: HeaderMap,
 ) -> Response {
     let path = uri.path();
     let config = st.agent.config();
@@ -502,7 +520,12 @@ async fn fallback(
             .into_response();
     }
     if matches!(method, Method::GET | Method::HEAD) && !path.starts_with("/v1/") {
-        if let Some(response) = ui_serve::answer(&st, path).await {
+        let gzip = headers
+            .get_all(axum::http::header::ACCEPT_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(ui_serve::accepts_gzip);
+        if let Some(response) = ui_serve::answer(&st, path, gzip).await {
             return response;
         }
     }

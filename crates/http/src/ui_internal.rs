@@ -194,11 +194,7 @@ pub async fn services(State(st): State<AppState>, req: Req) -> ApiResult {
     let opts = req.query_options()?;
     let rpc = st.agent.rpc();
     let dump = rpc.catalog_service_dump_all(&opts).await?;
-    let plain = legate_types::QueryOptions {
-        min_index: 0,
-        max_wait: None,
-        ..opts.clone()
-    };
+    let plain = crate::gateway_services::non_blocking(&opts);
     let kinds = ["terminating-gateway", "ingress-gateway"];
     let entries = rpc
         .config_list_all(&plain, kinds.iter().map(|k| k.to_string()).collect())

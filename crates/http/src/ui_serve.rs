@@ -6,6 +6,8 @@
 //!
 //! Every page carries a strict Content-Security-Policy: scripts, styles
 //! and connections from the agent only, no inline code, no frames.
+//! Built-in text assets go gzipped to clients that accept it (compressed
+//! once, on first use).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -111,9 +113,59 @@ async fn from_dir(st: &AppState, dir: &std::path::Path, rest: &str) -> Response 
     }
 }
 
-/// The UI's answer for `path`, or `None` when the path is not the UI's
-/// (or the UI is off).
-pub async fn answer(st: &AppState, path: &str) -> Option<Response> {
+/// Whether an `Accept-Encoding` value accepts gzip (`gzip;q=0` does not).
+pub fn accepts_gzip(value: &str) -> bool {
+    value.split(',').any(|part| {
+        let mut pieces = part.split(';').map(str::trim);
+        let coding = pieces.next().unwrap_or("");
+        let refused = pieces.any(|p| {
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q == 0.0)
+        });
+        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+    })
+}
+
+/// The gzip form of each built-in text asset larger than 1 KiB.
+fn gzipped(path: &str) -> Option<&'static [u8]> {
+    static CACHE: std::sync::OnceLock<std::collections::HashMap<&'static str, Vec<u8>>> =
+        std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(|| {
+        legate_ui::assets()
+            .filter(|(_, asset)| {
+                asset.bytes.len() > 1024 && asset.content_type.starts_with("text/")
+            })
+            .filter_map(|(path, asset)| {
+                use std::io::Write;
+                let mut encoder =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+                encoder.write_all(asset.bytes).ok()?;
+                Some((path, encoder.finish().ok()?))
+            })
+            .collect()
+    });
+    cache.get(path).map(Vec::as_slice)
+}
+
+fn built_in(rest: &str, asset: legate_ui::Asset, gzip: bool) -> Response {
+    let compressed = gzip.then(|| gzipped(rest)).flatten();
+    let mut response = page(
+        StatusCode::OK,
+        asset.content_type,
+        compressed.unwrap_or(asset.bytes).to_vec(),
+    );
+    let headers = response.headers_mut();
+    headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    if compressed.is_some() {
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
+}
+
+/// The UI's answer for `path` (gzipped where the client accepts it and it
+/// helps), or `None` when the path is not the UI's (or the UI is off).
+pub async fn answer(st: &AppState, path: &str, gzip: bool) -> Option<Response> {
     let config = st.agent.config();
     let ui = &config.ui;
     if !ui.serves() {
@@ -139,15 +191,26 @@ pub async fn answer(st: &AppState, path: &str) -> Option<Response> {
         return Some(from_dir(st, dir, rest).await);
     }
     if let Some(asset) = legate_ui::asset(rest) {
-        return Some(page(
-            StatusCode::OK,
-            asset.content_type,
-            asset.bytes.to_vec(),
-        ));
+        return Some(built_in(rest, asset, gzip));
     }
     if legate_ui::names_a_file(rest) {
         return Some(not_found());
     }
     let template = legate_ui::asset("index.html")?;
     Some(index(st, template.bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepts_gzip;
+
+    #[test]
+    fn accept_encoding_is_read_with_its_weights() {
+        assert!(accepts_gzip("gzip, deflate, br"));
+        assert!(accepts_gzip("br;q=1.0, GZIP;q=0.5"));
+        assert!(accepts_gzip("*"));
+        assert!(!accepts_gzip("gzip;q=0"));
+        assert!(!accepts_gzip("br, deflate"));
+        assert!(!accepts_gzip(""));
+    }
 }

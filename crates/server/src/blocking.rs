@@ -69,6 +69,8 @@ impl Server {
     ) -> Result<Queried<T>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.check_consistency(opts.consistency).await?;
+        metrics::counter!("rpc.query").increment(1);
+        let _blocking = (opts.min_index > 0).then(BlockingGuard::enter);
         let deadline = if opts.min_index > 0 {
             let wait = opts.effective_wait().min(self.config.max_query_time);
             let jitter_cap = (wait / 16).as_millis() as u64;
@@ -282,4 +284,25 @@ fn changed_positions(tables: &Tables, watched: &[(Watched, u64)]) -> (u64, Vec<u
         }
     }
     (current, changed)
+}
+
+/// Blocking queries in flight on this server (`rpc.queries_blocking`).
+static BLOCKING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Counts one blocking query while it lives.
+struct BlockingGuard;
+
+impl BlockingGuard {
+    fn enter() -> BlockingGuard {
+        let now = BLOCKING.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        metrics::gauge!("rpc.queries_blocking").set(now as f64);
+        BlockingGuard
+    }
+}
+
+impl Drop for BlockingGuard {
+    fn drop(&mut self) {
+        let now = BLOCKING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) - 1;
+        metrics::gauge!("rpc.queries_blocking").set(now as f64);
+    }
 }

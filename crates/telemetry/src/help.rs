@@ -32,6 +32,10 @@ pub const COUNTERS: &[(&str, &str)] = &[
         "TLS connections dialled to other servers, by protocol.",
     ),
     ("rpc.cross-dc", "RPC calls sent to another datacenter."),
+    (
+        "rpc.query",
+        "Read requests this server received (blocking or not).",
+    ),
     ("client.rpc", "RPC calls this agent made to servers."),
     (
         "client.rpc.failed",
@@ -137,6 +141,10 @@ pub const GAUGES: &[(&str, &str)] = &[
     (
         "members.clients",
         "Client agents of this datacenter in gossip.",
+    ),
+    (
+        "rpc.queries_blocking",
+        "Blocking queries this server is holding now.",
     ),
     ("session_ttl.active", "Sessions the leader keeps."),
     (

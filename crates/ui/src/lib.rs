@@ -55,6 +55,11 @@ assets! {
     "assets/vendor/README.md" => "text/markdown; charset=utf-8",
 }
 
+/// Every built-in file with its path (relative to the content path).
+pub fn assets() -> impl Iterator<Item = (&'static str, Asset)> {
+    ASSETS.iter().map(|(path, asset)| (*path, *asset))
+}
+
 /// The built-in file at `path` (relative to the content path).
 pub fn asset(path: &str) -> Option<Asset> {
     ASSETS
@@ -164,6 +169,18 @@ mod tests {
         }
         assert!(asset("assets/app.js").is_some());
         assert!(asset("assets/missing.js").is_none());
+    }
+
+    #[test]
+    fn every_module_is_preloaded_by_the_index() {
+        let index = String::from_utf8_lossy(asset("index.html").unwrap().bytes).to_string();
+        for (path, _) in ASSETS {
+            if path.ends_with(".js") && *path != "assets/app.js" {
+                let link =
+                    format!("<link rel=\"modulepreload\" href=\"{{{{.ContentPath}}}}{path}\">");
+                assert!(index.contains(&link), "{path} is not preloaded");
+            }
+        }
     }
 
     #[test]
