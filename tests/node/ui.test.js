@@ -418,7 +418,7 @@ test("the topology shows the seed demo's traffic, and an intention made in the U
   }
 });
 
-test("config entries, ACL pages, the datacenter switcher, a dashboard link and an L7 intention", async () => {
+test("config entries, ACL pages, the datacenter switcher, a dashboard link, node round trips and an L7 intention on its service", async () => {
   const root = "5d0c8e4a-1b2f-4c3d-8e9f-0a1b2c3d4e5f";
   const { child, port } = await startAgent([
     `-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = "${root}" } }`,
@@ -447,6 +447,18 @@ test("config entries, ACL pages, the datacenter switcher, a dashboard link and a
     const dashboard = page.locator("#dashboard");
     await dashboard.waitFor();
     assert.equal(await dashboard.getAttribute("href"), "https://grafana.example/d/x?var-service=web&dc=dc1");
+
+    // Nodes with the round trip from this agent's coordinate: origin to
+    // 10 ms along one axis, plus both heights (10 µs each).
+    const me = (await api("GET", "/v1/agent/self")).Config.NodeName;
+    await api("PUT", "/v1/catalog/register", { Node: "ext", Address: "10.0.0.9" });
+    const coord = (x) => ({ Vec: [x, 0, 0, 0, 0, 0, 0, 0], Error: 1.5, Adjustment: 0, Height: 1e-5 });
+    await api("PUT", "/v1/coordinate/update", { Node: me, Coord: coord(0) });
+    await api("PUT", "/v1/coordinate/update", { Node: "ext", Coord: coord(0.01) });
+    await page.click("nav >> text=Nodes");
+    const rtt = page.locator('#nodes tr[data-node="ext"] td[data-field="rtt"]');
+    await until("the node's round trip", 20000, async () =>
+      (await rtt.count()) > 0 && (await rtt.innerText()) === "10.02 ms");
 
     // Config entries, and one entry's raw JSON.
     await page.click("nav >> text=Config");
@@ -484,6 +496,11 @@ test("config entries, ACL pages, the datacenter switcher, a dashboard link and a
     assert.match(await row.innerText(), /L7: 1 permission/);
     const entry = await api("GET", "/v1/config/service-intentions/db");
     assert.equal(entry.Sources[0].Permissions[0].HTTP.PathPrefix, "/admin");
+    // The service's page lists the intentions that name it.
+    await page.goto(`http://127.0.0.1:${port}/ui/dc1/services/web`);
+    const named = page.locator('#service-intentions tr[data-intention="web>db"]');
+    await named.waitFor();
+    assert.match(await named.innerText(), /L7: 1 permission/);
     assert.deepEqual(problems, []);
   } finally {
     await chrome.close();

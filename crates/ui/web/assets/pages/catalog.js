@@ -1,7 +1,9 @@
 // The catalog's pages: services (health, instances, kinds, tags; search and
-// a kind filter), one service's instances with their checks, and nodes.
+// a kind filter), one service's instances with their checks and the
+// intentions that name it, and nodes with their round-trip time from this
+// agent (network coordinates).
 import { html, useState } from "../vendor/htm-preact-3.1.1.js";
-import { CONFIG, ROOT, useLive, Link, ErrorNote, Health, Tags, worst, enc } from "../lib.js";
+import { CONFIG, ROOT, useLive, useOnce, Link, ErrorNote, Health, Tags, worst, enc } from "../lib.js";
 
 // The service's dashboard link from `ui_config.dashboard_url_templates`
 // (`{{Service.Name}}`, `{{Service.Namespace}}`, `{{Service.Partition}}`,
@@ -59,6 +61,22 @@ export function ServicesPage({ dc }) {
   </section>`;
 }
 
+// The intentions whose source or destination is `name` (or `*`).
+function ServiceIntentions({ dc, name }) {
+  const { data } = useLive(`/v1/connect/intentions?dc=${enc(dc)}`);
+  const rows = (data || []).filter((i) => [i.SourceName, i.DestinationName].some((n) => n === name || n === "*"));
+  return html`<h2>Intentions</h2>
+    ${rows.length === 0
+      ? html`<p class="note">No intention names ${name}: the default policy decides.</p>`
+      : html`<table class="list" id="service-intentions">
+        <thead><tr><th>Source</th><th>Destination</th><th>Action</th><th>Precedence</th></tr></thead>
+        <tbody>${rows.map((i) => html`<tr data-intention=${`${i.SourceName}>${i.DestinationName}`}>
+          <td>${i.SourceName}</td><td>${i.DestinationName}</td>
+          <td class=${i.Action === "deny" ? "critical" : "passing"}>${i.Action || `L7: ${(i.Permissions || []).length} permission(s)`}</td>
+          <td>${i.Precedence}</td></tr>`)}</tbody>
+      </table>`}`;
+}
+
 export function ServicePage({ dc, name }) {
   const { data, error } = useLive(`/v1/health/service/${enc(name)}?dc=${enc(dc)}`);
   return html`<section>
@@ -87,22 +105,44 @@ export function ServicePage({ dc, name }) {
         </tr>`)}
       </tbody>
     </table>
+    <${ServiceIntentions} dc=${dc} name=${name} />
   </section>`;
+}
+
+// Serf's estimate of the round trip between two coordinates, in ms
+// (Consul's ComputeDistance: Euclidean distance plus both heights, plus
+// both adjustments when that stays positive).
+export function rttMs(a, b) {
+  if (!a || !b || !a.Vec || !b.Vec || a.Vec.length !== b.Vec.length) return null;
+  const sum = a.Vec.reduce((acc, x, i) => acc + (x - b.Vec[i]) ** 2, 0);
+  let seconds = Math.sqrt(sum) + a.Height + b.Height;
+  const adjusted = seconds + a.Adjustment + b.Adjustment;
+  if (adjusted > 0) seconds = adjusted;
+  return seconds * 1000;
 }
 
 export function NodesPage({ dc }) {
   const { data, error } = useLive(`/v1/internal/ui/nodes?dc=${enc(dc)}`);
+  const coordinates = useLive(`/v1/coordinate/nodes?dc=${enc(dc)}`).data || [];
+  const self = useOnce("/v1/agent/self");
+  const coordOf = (node) => (coordinates.find((c) => c.Node === node) || {}).Coord;
+  const here = self && dc === CONFIG.LocalDatacenter ? coordOf(self.Config.NodeName) : null;
+  const rtt = (node) => {
+    const ms = rttMs(here, coordOf(node));
+    return ms === null ? "–" : `${ms.toFixed(2)} ms`;
+  };
   return html`<section>
     <h1>Nodes <span class="count">${data ? data.length : ""}</span></h1>
     <${ErrorNote} error=${error} />
     <table class="list" id="nodes">
-      <thead><tr><th>Node</th><th>Address</th><th>Health</th><th>Services</th></tr></thead>
+      <thead><tr><th>Node</th><th>Address</th><th>Health</th><th>Services</th><th class="number">RTT from this agent</th></tr></thead>
       <tbody>
         ${(data || []).map((n) => html`<tr data-node=${n.Node}>
           <td>${n.Node}</td>
           <td>${n.Address}</td>
           <td class=${worst(n.Checks)}>${worst(n.Checks)}</td>
           <td>${n.Services.map((s) => s.Service).join(", ")}</td>
+          <td class="number" data-field="rtt">${rtt(n.Node)}</td>
         </tr>`)}
       </tbody>
     </table>
