@@ -101,14 +101,21 @@ fn the_token_stays_behind_headers_are_added_and_acls_need_read_of_everything() {
         "",
         "",
         &[&format!(
-            "-hcl=ui_config {{ metrics_proxy {{ base_url = \"http://127.0.0.1:{backend}/prefix\" add_headers = [{{ name = \"Authorization\", value = \"Bearer backend-secret\" }}] path_allowlist = [\"/prefix/api/v1/query\"] }} }}"
+            "-hcl=ui_config {{ metrics_proxy {{ base_url = \"http://127.0.0.1:{backend}/prefix\" add_headers = [{{ name = \"Authorization\", value = \"Bearer backend-secret\" }}, {{ name = \"X-Scope-OrgID\", value = \"tenant-a\" }}] path_allowlist = [\"/prefix/api/v1/query\"] }} }}"
         )],
     );
     let agent = &acl.agent;
     let path = "/v1/internal/ui/metrics-proxy/api/v1/query?query=up&token=abc";
-    let (status, body) = get(agent, path, &[("X-Consul-Token", ROOT)]);
+    let (status, body) = get(
+        agent,
+        path,
+        &[("X-Consul-Token", ROOT), ("X-Scope-OrgID", "someone-else")],
+    );
     assert_eq!((status, body.as_str()), (201, "{}"));
     let head = seen.lock().unwrap().last().cloned().unwrap();
+    // A configured header replaces the caller's of the same name.
+    assert!(head.contains("x-scope-orgid: tenant-a"), "{head}");
+    assert!(!head.contains("someone-else"), "{head}");
     assert!(
         head.starts_with("get /prefix/api/v1/query?query=up&token=abc "),
         "{head}"

@@ -82,13 +82,23 @@ pub fn target_url(
     allowlist: &[String],
 ) -> Result<reqwest::Url, Option<ApiError>> {
     let invalid = || Some(ApiError::bad_request("Invalid path."));
+    let base = reqwest::Url::parse(base_url).map_err(|_| invalid())?;
     let mut url = reqwest::Url::parse(&format!("{base_url}{sub_path}")).map_err(|_| invalid())?;
     let cleaned = clean_path(url.path());
     url.set_path(&cleaned);
     if !allowlist.is_empty() && !allowlist.contains(&cleaned) {
         return Err(None);
     }
-    if !url.as_str().starts_with(base_url) {
+    // Still the base's server, and within its path segment by segment
+    // (`/prefix` does not cover `/prefix-admin`).
+    let base_path = base.path().trim_end_matches('/');
+    let within = cleaned == base_path
+        || base_path.is_empty()
+        || cleaned.starts_with(&format!("{base_path}/"));
+    let same_server = url.scheme() == base.scheme()
+        && url.host_str() == base.host_str()
+        && url.port_or_known_default() == base.port_or_known_default();
+    if !within || !same_server {
         return Err(invalid());
     }
     Ok(url)
@@ -134,8 +144,15 @@ pub async fn metrics_proxy(
     };
     url.set_query(uri.query());
     let mut request = client().get(url.clone());
+    // The configured headers replace the caller's of the same name.
+    let configured = |name: &str| {
+        proxy
+            .add_headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
+    };
     for (name, value) in &headers {
-        if !HOP_BY_HOP.contains(&name.as_str()) {
+        if !HOP_BY_HOP.contains(&name.as_str()) && !configured(name.as_str()) {
             request = request.header(name, value);
         }
     }
@@ -199,5 +216,12 @@ mod tests {
         assert!(matches!(escaped, Err(Some(ref e)) if e.message == "Invalid path."));
         let within = target_url("http://prom:9090/prefix", "/x/../api/v1/query", &[]).unwrap();
         assert_eq!(within.path(), "/prefix/api/v1/query");
+        // A sibling path sharing the base's letters is outside it.
+        let sibling = target_url("http://prom:9090/prefix", "/../prefix-admin/x", &[]);
+        assert!(matches!(sibling, Err(Some(_))), "{sibling:?}");
+        // Bases the URL parser rewrites still hold their own paths.
+        for base in ["http://PROM:80", "http://prom/", "http://prom:9090/p/"] {
+            assert!(target_url(base, "/api/v1/query", &[]).is_ok(), "{base}");
+        }
     }
 }

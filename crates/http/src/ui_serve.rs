@@ -113,18 +113,27 @@ async fn from_dir(st: &AppState, dir: &std::path::Path, rest: &str) -> Response 
     }
 }
 
-/// Whether an `Accept-Encoding` value accepts gzip (`gzip;q=0` does not).
+/// Whether an `Accept-Encoding` value accepts gzip: a `gzip` entry
+/// decides (refused with `q=0`), else a `*` entry does.
 pub fn accepts_gzip(value: &str) -> bool {
-    value.split(',').any(|part| {
+    let mut wildcard = None;
+    for part in value.split(',') {
         let mut pieces = part.split(';').map(str::trim);
         let coding = pieces.next().unwrap_or("");
         let refused = pieces.any(|p| {
+            let p = p.to_ascii_lowercase();
             p.strip_prefix("q=")
-                .and_then(|q| q.parse::<f32>().ok())
+                .and_then(|q| q.trim().parse::<f32>().ok())
                 .is_some_and(|q| q == 0.0)
         });
-        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
-    })
+        if coding.eq_ignore_ascii_case("gzip") {
+            return !refused;
+        }
+        if coding == "*" {
+            wildcard = Some(!refused);
+        }
+    }
+    wildcard.unwrap_or(false)
 }
 
 /// The gzip form of each built-in text asset larger than 1 KiB.
@@ -210,6 +219,8 @@ mod tests {
         assert!(accepts_gzip("br;q=1.0, GZIP;q=0.5"));
         assert!(accepts_gzip("*"));
         assert!(!accepts_gzip("gzip;q=0"));
+        assert!(!accepts_gzip("gzip;Q=0, *"));
+        assert!(!accepts_gzip("*;q=0"));
         assert!(!accepts_gzip("br, deflate"));
         assert!(!accepts_gzip(""));
     }

@@ -344,13 +344,22 @@ impl DataPlane {
             Some(material) => {
                 // A connection closed before its first byte is a TCP
                 // health check (the sidecar's own), not a failed handshake.
+                // The wait for a first byte and the handshake share one deadline.
+                let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
                 let mut first = [0u8; 1];
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.peek(&mut first)).await {
+                match tokio::time::timeout_at(deadline, conn.peek(&mut first)).await {
                     Ok(Ok(0)) | Ok(Err(_)) => return Ok(()),
                     _ => {}
                 }
                 let acceptor = TlsAcceptor::from(self.tls.server(material)?);
-                let handshake = within_deadline(acceptor.accept(conn)).await;
+                let handshake = tokio::time::timeout_at(deadline, acceptor.accept(conn))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "TLS handshake timed out",
+                        ))
+                    });
                 let mut tls = match handshake {
                     Ok(t) => t,
                     Err(e) => {

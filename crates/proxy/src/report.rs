@@ -93,11 +93,13 @@ fn family(name: &str, metric: Vec<Metric>) -> MetricFamily {
 pub async fn run(agent: AgentLink, proxy_id: String, token: String, plane: Arc<DataPlane>) {
     let mut backoff = Duration::from_millis(500);
     loop {
-        match stream(&agent, &proxy_id, &token, &plane).await {
-            Ok(()) => backoff = Duration::from_millis(500),
-            Err(e) => {
-                tracing::debug!(error = %e, "metrics stream to the agent ended; opening it again")
-            }
+        let mut reported = false;
+        if let Err(e) = stream(&agent, &proxy_id, &token, &plane, &mut reported).await {
+            tracing::debug!(error = %e, "metrics stream to the agent ended; opening it again");
+        }
+        if reported {
+            // The stream worked for a while: start the backoff over.
+            backoff = Duration::from_millis(500);
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -109,6 +111,7 @@ async fn stream(
     proxy_id: &str,
     token: &str,
     plane: &DataPlane,
+    reported: &mut bool,
 ) -> Result<(), String> {
     let channel = agent.channel().await?;
     let mut client = MetricsServiceClient::new(channel);
@@ -142,8 +145,10 @@ async fn stream(
                     envoy_metrics: families(&plane.stats.edges.report()),
                 };
                 // A full queue means the agent is not reading: skip this one.
-                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(message) {
-                    return Err("the stream closed".into());
+                match tx.try_send(message) {
+                    Ok(()) => *reported = true,
+                    Err(mpsc::error::TrySendError::Closed(_)) => return Err("the stream closed".into()),
+                    Err(mpsc::error::TrySendError::Full(_)) => {}
                 }
             }
         }

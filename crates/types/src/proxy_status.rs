@@ -16,6 +16,8 @@ pub const PUSHES_KEPT: usize = 32;
 pub struct PushRecord {
     /// When it was sent (Unix milliseconds).
     pub sent_at_ms: u64,
+    /// The xDS stream it went on (numbered by the agent).
+    pub stream: u64,
     /// Its resource type (`type.googleapis.com/envoy.config.cluster.v3.Cluster`).
     pub type_url: String,
     /// Its nonce on the stream.
@@ -24,7 +26,8 @@ pub struct PushRecord {
     pub resources: usize,
     /// Resources it removed (delta streams).
     pub removed: usize,
-    /// `sent`, then `acked` or `nacked` once the proxy answered.
+    /// `sent`, then `acked` or `nacked` once the proxy answered, or
+    /// `superseded` when a newer push of its type went out unanswered.
     pub status: String,
     /// The proxy's error for a NACK.
     pub error: String,

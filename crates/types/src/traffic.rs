@@ -20,6 +20,10 @@ pub const MAX_EDGES: usize = 512;
 /// How long a proxy's last report is kept once it stops reporting.
 pub const FORGET_AFTER: Duration = Duration::from_secs(300);
 
+/// A report older than this gives no rates (its proxy stopped reporting;
+/// proxies report every 2 s).
+pub const RATES_FRESH_FOR: Duration = Duration::from_secs(6);
+
 /// The counters a proxy streams to its agent, as Envoy's metrics service
 /// carries them (`envoy.service.metrics.v3.MetricsService/StreamMetrics`,
 /// Prometheus metric families, the edge's service as a label).
@@ -280,8 +284,11 @@ impl TrafficStore {
                 continue;
             }
             let (at, latest) = &r.latest;
-            let previous = r.previous.as_ref();
+            // No rates from a proxy that went quiet: its totals only.
+            let fresh = now.saturating_duration_since(*at) < RATES_FRESH_FOR;
+            let previous = r.previous.as_ref().filter(|_| fresh);
             let seconds = previous.map_or(0.0, |(then, _)| (*at - *then).as_secs_f64());
+            let zero = EdgeCounters::default();
             if r.service == service {
                 reporters.insert(id.clone());
                 out.inbound_handshake_failures += latest.inbound_handshake_failures;
@@ -290,7 +297,8 @@ impl TrafficStore {
                 if r.service != service && destination != service {
                     continue;
                 }
-                let before = previous.and_then(|(_, p)| p.outbound.get(destination));
+                // An edge new since the previous report grew from zero.
+                let before = previous.map(|(_, p)| p.outbound.get(destination).unwrap_or(&zero));
                 let key = (r.service.clone(), destination.clone());
                 edges
                     .entry(key)
@@ -302,7 +310,7 @@ impl TrafficStore {
                 if r.service != service && source != service {
                     continue;
                 }
-                let before = previous.and_then(|(_, p)| p.inbound.get(source));
+                let before = previous.map(|(_, p)| p.inbound.get(source).unwrap_or(&zero));
                 let key = (source.clone(), r.service.clone());
                 edges
                     .entry(key)
@@ -357,6 +365,28 @@ mod tests {
         store.record("web-proxy", "web", web(6, 50), t0 + Duration::from_secs(2));
         store.record("db-proxy", "db", db(4, 2, 50), t0 + Duration::from_secs(2));
         let now = t0 + Duration::from_secs(3);
+        // A proxy silent for longer than a few intervals has no rates.
+        let quiet = store.service("db", t0 + RATES_FRESH_FOR + Duration::from_secs(2));
+        assert_eq!(quiet.downstreams[0].connections_per_second, 0.0);
+        assert_eq!(quiet.downstreams[0].counters.connections, 4);
+        // An edge first seen in the latest report grew from zero.
+        store.record(
+            "web-proxy",
+            "web",
+            ProxyReport {
+                outbound: [
+                    ("db".to_string(), counters(6, 0, 50)),
+                    ("cache".to_string(), counters(4, 0, 0)),
+                ]
+                .into(),
+                ..Default::default()
+            },
+            t0 + Duration::from_secs(4),
+        );
+        let cache = &store
+            .service("cache", t0 + Duration::from_secs(4))
+            .downstreams[0];
+        assert_eq!(cache.connections_per_second, 2.0);
 
         let db_view = store.service("db", now);
         assert_eq!(db_view.reported_by, vec!["db-proxy"]);
@@ -374,7 +404,11 @@ mod tests {
         assert_eq!(e.bytes_per_second, 40.0);
         assert_eq!(e.measured_at, vec!["destination", "source"]);
         // The same edge from web's side.
-        assert_eq!(store.service("web", now).upstreams, vec![e.clone()]);
+        let web_view = store.service("web", now);
+        assert_eq!(
+            web_view.upstreams.iter().find(|u| u.destination == "db"),
+            Some(e)
+        );
     }
 
     #[test]

@@ -46,10 +46,13 @@ fn now_ms() -> u64 {
 }
 
 impl PushHistory {
-    /// Records a response sent to `proxy` from `resources`.
+    /// Records a response sent to `proxy` on stream `stream` from
+    /// `resources`; an unanswered push of the same type on that stream is
+    /// superseded.
     pub fn sent(
         &self,
         proxy: &str,
+        stream: u64,
         resources: Option<&Arc<Resources>>,
         record: (&str, &str, usize, usize),
     ) {
@@ -71,7 +74,15 @@ impl PushHistory {
         let at = now_ms();
         entry.last_push_ms = at;
         entry.resources = resources.cloned();
+        for older in entry
+            .pushes
+            .iter_mut()
+            .filter(|p| p.stream == stream && p.type_url == type_url && p.status == "sent")
+        {
+            older.status = "superseded".into();
+        }
         entry.pushes.push_front(PushRecord {
+            stream,
             sent_at_ms: at,
             type_url: type_url.to_string(),
             nonce: nonce.to_string(),
@@ -83,9 +94,10 @@ impl PushHistory {
         entry.pushes.truncate(PUSHES_KEPT);
     }
 
-    /// Records the proxy's answer to the response `nonce` of `type_url`:
-    /// an ACK, or a NACK with its error.
-    pub fn answered(&self, proxy: &str, type_url: &str, nonce: &str, error: Option<&str>) {
+    /// Records the proxy's answer on `stream` to the response `nonce` of
+    /// `type_url`: an ACK, or a NACK with its error.
+    pub fn answered(&self, proxy: &str, stream: u64, answer: (&str, &str, Option<&str>)) {
+        let (type_url, nonce, error) = answer;
         let mut proxies = self.proxies.lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = proxies.get_mut(proxy) else {
             return;
@@ -93,7 +105,7 @@ impl PushHistory {
         if let Some(push) = entry
             .pushes
             .iter_mut()
-            .find(|p| p.nonce == nonce && p.type_url == type_url)
+            .find(|p| p.stream == stream && p.nonce == nonce && p.type_url == type_url)
         {
             match error {
                 Some(error) => {
@@ -103,6 +115,16 @@ impl PushHistory {
                 None => push.status = "acked".into(),
             }
         }
+    }
+}
+
+impl PushHistory {
+    /// Forgets a proxy that was deregistered.
+    pub fn forget(&self, proxy: &str) {
+        self.proxies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(proxy);
     }
 }
 
@@ -139,28 +161,37 @@ mod tests {
     fn pushes_are_bounded_newest_first_and_answers_land_on_their_push() {
         let history = PushHistory::default();
         for n in 0..PUSHES_KEPT + 5 {
-            history.sent("p", None, ("t", &n.to_string(), 1, 0));
+            let nonce = n.to_string();
+            history.sent("p", 1, None, ("t", &nonce, 1, 0));
+            let error = (n % 2 == 1).then_some("bad listener");
+            history.answered("p", 1, ("t", &nonce, error));
         }
-        history.answered("p", "t", &(PUSHES_KEPT + 4).to_string(), None);
-        history.answered(
-            "p",
-            "t",
-            &(PUSHES_KEPT + 3).to_string(),
-            Some("bad listener"),
-        );
-        history.answered("unknown", "t", "1", None);
+        // Another stream of the same proxy reuses nonces: its answers are its own.
+        history.sent("p", 2, None, ("t", "1", 1, 0));
+        history.sent("p", 2, None, ("u", "2", 1, 0));
+        history.sent("p", 2, None, ("u", "3", 1, 0));
+        history.answered("p", 2, ("u", "3", None));
+        history.answered("unknown", 1, ("t", "1", None));
         let status = history.status("p").unwrap();
         assert_eq!(status.pushes.len(), PUSHES_KEPT);
-        assert_eq!(status.pushes[0].status, "acked");
+        let states: Vec<(u64, &str)> = status.pushes[..5]
+            .iter()
+            .map(|p| (p.stream, p.status.as_str()))
+            .collect();
         assert_eq!(
-            (
-                status.pushes[1].status.as_str(),
-                status.pushes[1].error.as_str()
-            ),
-            ("nacked", "bad listener")
+            states,
+            [
+                (2, "acked"),
+                (2, "superseded"),
+                (2, "sent"),
+                (1, "acked"),
+                (1, "nacked")
+            ]
         );
-        assert_eq!(status.pushes[2].status, "sent");
+        assert_eq!(status.pushes[4].error, "bad listener");
         assert!(history.status("unknown").is_none());
         assert!(status.resources.is_empty());
+        history.forget("p");
+        assert!(history.status("p").is_none());
     }
 }

@@ -24,6 +24,12 @@ use crate::server::{SnapshotSource, StreamAcl};
 /// The largest message a proxy may send.
 const MAX_MESSAGE: usize = 1 << 20;
 
+/// How long a new stream has to name its proxy.
+const FIRST_MESSAGE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reports closer together than this are ignored (rates need an interval).
+const MIN_REPORT_GAP: std::time::Duration = std::time::Duration::from_millis(900);
+
 /// The metrics service: counters from local proxies into a [`TrafficStore`].
 #[derive(Clone)]
 pub struct TrafficSink {
@@ -137,7 +143,10 @@ impl MetricsService for TrafficSink {
             .unwrap_or_default()
             .to_string();
         let mut inbound = request.into_inner();
-        let Some(first) = inbound.message().await? else {
+        let first = tokio::time::timeout(FIRST_MESSAGE_WITHIN, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no message named the proxy in time"))??;
+        let Some(first) = first else {
             return Ok(Response::new(StreamMetricsResponse {}));
         };
         let proxy_id = first
@@ -151,20 +160,24 @@ impl MetricsService for TrafficSink {
                     "the first message must name its node (identifier.node.id)",
                 )
             })?;
-        let Some(snapshots) = self.source.watch(&proxy_id) else {
-            return Err(Status::not_found(format!(
-                "no proxy {proxy_id:?} is registered with this agent"
-            )));
-        };
         let mut changes = self.acl.as_ref().map(|acl| {
             let mut changes = acl.changes();
             changes.borrow_and_update();
             changes
         });
+        // The token first: a caller that may not configure the proxy
+        // learns nothing about which proxies exist.
         self.admit(&proxy_id, &token).await?;
+        let Some(snapshots) = self.source.watch(&proxy_id) else {
+            return Err(Status::not_found(format!(
+                "no proxy {proxy_id:?} is registered with this agent"
+            )));
+        };
         let mut next: Option<StreamMetricsMessage> = Some(first);
+        let mut last_recorded: Option<Instant> = None;
         loop {
-            if let Some(message) = next.take() {
+            let due = last_recorded.is_none_or(|at| at.elapsed() >= MIN_REPORT_GAP);
+            if let Some(message) = next.take().filter(|_| due) {
                 let service = snapshots
                     .borrow()
                     .as_ref()
@@ -173,6 +186,7 @@ impl MetricsService for TrafficSink {
                     let (report, _) = report_of(&message.envoy_metrics).bounded();
                     self.store
                         .record(&proxy_id, &service, report, Instant::now());
+                    last_recorded = Some(Instant::now());
                 }
             }
             let acl_changed: Pin<Box<dyn std::future::Future<Output = bool> + Send>> =

@@ -388,6 +388,7 @@ impl<R: Send> Common<R> {
         let (nonce, count, removed) = shape;
         self.metrics.history.sent(
             &self.node_id,
+            self.session,
             self.resources.as_ref(),
             (type_url, nonce, count, removed),
         );
@@ -398,7 +399,7 @@ impl<R: Send> Common<R> {
     fn answered(&self, type_url: &str, nonce: &str, error: Option<&str>) {
         self.metrics
             .history
-            .answered(&self.node_id, type_url, nonce, error);
+            .answered(&self.node_id, self.session, (type_url, nonce, error));
     }
 
     fn new(
@@ -572,6 +573,7 @@ where
                     // Deregistered: end the stream.
                     Some(None) | None => {
                         c.memo.forget(&c.node_id);
+                        c.metrics.history.forget(&c.node_id);
                         let _ = c.tx.send(Err(Status::not_found("the proxy was deregistered"))).await;
                         break;
                     }

@@ -27,8 +27,10 @@ async function writeL7(dc, source, destination, permissionsText, description) {
     : { Kind: "service-intentions", Name: destination, Sources: [] };
   const sources = (entry.Sources || []).filter((s) => s.Name !== source);
   sources.push({ Name: source, Permissions: permissions, Description: description, Type: "consul" });
-  const body = { Kind: "service-intentions", Name: destination, Meta: entry.Meta, Sources: sources };
-  const cas = current.status === 200 ? `&cas=${entry.ModifyIndex}` : "";
+  // Everything else the entry holds (JWT, Meta, ...) is kept as it is.
+  const body = { ...entry, Kind: "service-intentions", Name: destination, Sources: sources };
+  // Check-and-set either way: 0 creates only if nobody did meanwhile.
+  const cas = `&cas=${current.status === 200 ? entry.ModifyIndex : 0}`;
   const answer = await write("PUT", `/v1/config?dc=${enc(dc)}${cas}`, body);
   if (answer.data === false) throw { status: 409, text: "The entry changed meanwhile: try again" };
 }
