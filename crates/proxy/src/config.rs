@@ -173,6 +173,10 @@ pub struct ClusterConfig {
     /// Static endpoints (`local_app`, and a `LOGICAL_DNS` cluster's host
     /// name); EDS clusters take theirs from load assignments.
     pub static_endpoints: Vec<Vec<EndpointAddress>>,
+    /// The service it leads to: the one its certificate must name (none
+    /// for a plain cluster such as `local_app`). Traffic is counted per
+    /// destination under this name.
+    pub destination_service: Option<String>,
 }
 
 fn inline(source: &Option<core::DataSource>) -> String {
@@ -472,11 +476,20 @@ pub fn cluster_config(c: &cluster::Cluster) -> ClusterConfig {
                 .collect()
         })
         .unwrap_or_default();
+    let destination_service = tls.as_ref().and_then(|t| {
+        t.expected_sans
+            .iter()
+            .find_map(|uri| match legate_ca::SpiffeId::parse(uri) {
+                Ok(legate_ca::SpiffeId::Service { service, .. }) => Some(service),
+                _ => None,
+            })
+    });
     ClusterConfig {
         name: c.name.clone(),
         connect_timeout,
         tls,
         static_endpoints,
+        destination_service,
     }
 }
 

@@ -512,8 +512,8 @@ impl DataPlane {
         let edge = rt
             .clusters
             .get(&cluster_name)
-            .and_then(|c| destination_service(c))
-            .and_then(|service| self.stats.edges.outbound(&service));
+            .and_then(|c| c.destination_service.as_deref())
+            .and_then(|service| self.stats.edges.outbound(service));
         let upstream = self
             .connect_cluster(&rt, &cluster_name)
             .await
@@ -701,17 +701,6 @@ impl From<ConnectError> for String {
             ConnectError::Connect(s) | ConnectError::Handshake(s) => s,
         }
     }
-}
-
-/// The service a cluster leads to: the one its certificate must name.
-fn destination_service(cluster: &ClusterConfig) -> Option<String> {
-    let tls = cluster.tls.as_ref()?;
-    tls.expected_sans
-        .iter()
-        .find_map(|uri| match legate_ca::SpiffeId::parse(uri) {
-            Ok(legate_ca::SpiffeId::Service { service, .. }) => Some(service),
-            _ => None,
-        })
 }
 
 enum Upstream {

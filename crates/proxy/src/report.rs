@@ -21,7 +21,7 @@ use legate_types::traffic::{names, EdgeCounters, ProxyReport};
 use tokio::sync::mpsc;
 
 use crate::data::DataPlane;
-use crate::xds::AgentLink;
+use crate::xds::{with_token, AgentLink, Backoff};
 
 /// How often the counters go to the agent (Envoy's `stats_flush_interval`
 /// is 5 s; the UI's live view wants them sooner).
@@ -91,18 +91,13 @@ fn family(name: &str, metric: Vec<Metric>) -> MetricFamily {
 
 /// Streams `plane`'s counters to the agent until aborted.
 pub async fn run(agent: AgentLink, proxy_id: String, token: String, plane: Arc<DataPlane>) {
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
         let mut reported = false;
         if let Err(e) = stream(&agent, &proxy_id, &token, &plane, &mut reported).await {
             tracing::debug!(error = %e, "metrics stream to the agent ended; opening it again");
         }
-        if reported {
-            // The stream worked for a while: start the backoff over.
-            backoff = Duration::from_millis(500);
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(30));
+        backoff.wait(reported).await;
     }
 }
 
@@ -116,10 +111,7 @@ async fn stream(
     let channel = agent.channel().await?;
     let mut client = MetricsServiceClient::new(channel);
     let (tx, rx) = mpsc::channel::<StreamMetricsMessage>(2);
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    if let Ok(value) = token.parse() {
-        request.metadata_mut().insert("x-consul-token", value);
-    }
+    let request = with_token(tokio_stream::wrappers::ReceiverStream::new(rx), token);
     let mut call = Box::pin(client.stream_metrics(request));
     let mut identifier = Some(Identifier {
         node: Some(Node {

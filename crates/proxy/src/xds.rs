@@ -211,6 +211,43 @@ impl AgentLink {
     }
 }
 
+/// Reconnection pacing toward the agent: waits doubling from `first` up
+/// to `max`, starting over after a stream that worked for a while.
+pub(crate) struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// Pacing from `first` up to `max`.
+    pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff {
+            first,
+            max,
+            next: first,
+        }
+    }
+
+    /// Waits before the next attempt; `worked`: the last stream did.
+    pub(crate) async fn wait(&mut self, worked: bool) {
+        if worked {
+            self.next = self.first;
+        }
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(self.max);
+    }
+}
+
+/// A request to the agent carrying the proxy's token (`x-consul-token`).
+pub(crate) fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Ok(value) = token.parse() {
+        request.metadata_mut().insert("x-consul-token", value);
+    }
+    request
+}
+
 /// Follows the agent's xDS for `proxy_id`, publishing a new runtime after
 /// every accepted change. Never returns (reconnects forever).
 pub async fn follow(
@@ -220,18 +257,13 @@ pub async fn follow(
     out: watch::Sender<Arc<Runtime>>,
 ) {
     let mut held = Held::default();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let mut connected = false;
         if let Err(e) = session(&agent, &proxy_id, &token, &mut held, &out, &mut connected).await {
             tracing::warn!(error = %e, "xDS stream to the agent failed; keeping the last config and reconnecting");
         }
-        if connected {
-            // The stream worked for a while: start the backoff over.
-            backoff = Duration::from_millis(100);
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait(connected).await;
     }
 }
 
@@ -252,10 +284,7 @@ async fn session(
         user_agent_name: "legate-proxy".into(),
         ..Default::default()
     });
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    if let Ok(value) = token.parse() {
-        request.metadata_mut().insert("x-consul-token", value);
-    }
+    let request = with_token(tokio_stream::wrappers::ReceiverStream::new(rx), token);
     // Subscribe to listeners and clusters (wildcard), resuming what we hold.
     for type_url in [CDS, LDS] {
         tx.send(DeltaDiscoveryRequest {

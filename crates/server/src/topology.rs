@@ -24,6 +24,13 @@ use crate::Server;
 /// The routing kinds that make an upstream without instances show up.
 const ROUTING_GRAPH_KINDS: [&str; 3] = ["service-router", "service-splitter", "service-resolver"];
 
+/// Whether `name` has a router, splitter or resolver entry.
+fn has_routing_config(entries: &[ConfigEntry], name: &str) -> bool {
+    entries
+        .iter()
+        .any(|e| e.name == name && ROUTING_GRAPH_KINDS.contains(&e.kind.as_str()))
+}
+
 /// Intentions' decision for `from` → `to` (`allow_permissions`: whether an
 /// intention with L7 permissions counts as allowed).
 fn decision(
@@ -136,9 +143,11 @@ fn registered_edges(
 
 /// The protocol Consul reports for the service's metrics.
 fn metrics_protocol(entries: &[ConfigEntry], service: &str, kind: &str) -> String {
-    let entry = |k: &str, name: &str| entries.iter().find(|e| e.kind == k && e.name == name);
     if kind == "ingress-gateway" {
-        let Some(gateway) = entry("ingress-gateway", service) else {
+        let gateway = entries
+            .iter()
+            .find(|e| e.kind == "ingress-gateway" && e.name == service);
+        let Some(gateway) = gateway else {
             return String::new();
         };
         let listeners: Vec<&Value> = gateway
@@ -159,16 +168,11 @@ fn metrics_protocol(entries: &[ConfigEntry], service: &str, kind: &str) -> Strin
             "tcp".into()
         };
     }
-    let from_service = entry("service-defaults", service)
-        .and_then(|e| e.body.get("Protocol").and_then(Value::as_str))
-        .filter(|p| !p.is_empty());
-    let from_proxy = entry("proxy-defaults", "global").and_then(|e| {
-        e.body
-            .get("Config")
-            .and_then(|c| c.get("protocol").or_else(|| c.get("Protocol")))
-            .and_then(Value::as_str)
-    });
-    from_service.or(from_proxy).unwrap_or("tcp").to_string()
+    // The same reading as a discovery chain's: service-defaults, then
+    // proxy-defaults' `protocol`, then tcp.
+    legate_chain::entries::RoutingEntries::new(entries)
+        .map(|routing| routing.protocol(service))
+        .unwrap_or_else(|_| "tcp".into())
 }
 
 /// Upstream names whose discovery chain (in `datacenter`) reaches `service`.
@@ -181,10 +185,7 @@ fn routing_sources(
 ) -> BTreeSet<String> {
     let mut found = BTreeSet::from([service.to_string()]);
     for name in candidates {
-        let routed = entries
-            .iter()
-            .any(|e| &e.name == name && ROUTING_GRAPH_KINDS.contains(&e.kind.as_str()));
-        if name == service || !routed {
+        if name == service || !has_routing_config(entries, name) {
             continue;
         }
         let request = legate_chain::CompileRequest {
@@ -304,10 +305,7 @@ fn topology(
     }
     for name in &names {
         let has_instance = out.upstreams.iter().any(|c| &c.service.service == name);
-        let routed = entries
-            .iter()
-            .any(|e| &e.name == name && ROUTING_GRAPH_KINDS.contains(&e.kind.as_str()));
-        if !has_instance && routed {
+        if !has_instance && has_routing_config(entries, name) {
             out.upstream_sources
                 .insert(name.clone(), source::ROUTING_CONFIG.into());
         }
