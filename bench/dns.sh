@@ -10,7 +10,7 @@ if ! command -v named >/dev/null 2>&1; then
     apt-get install -y -qq bind9 >/dev/null
 fi
 cargo build --release --quiet -p legate-cli -p legate-bench
-LEGATE=target/release/legate
+LEGATE=${LEGATE:-target/release/legate}
 BENCH=target/release/legate-bench
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 CONCURRENCY=${CONCURRENCY:-32}

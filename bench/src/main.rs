@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 mod acl;
+mod dns;
 mod login;
 mod storage;
 
@@ -237,79 +238,6 @@ where
     all.sort();
     println!(
         "ops={} seconds={:.2} ops_per_sec={:.0} p50_ms={:.2} p99_ms={:.2}",
-        all.len(),
-        elapsed.as_secs_f64(),
-        all.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&all, 50.0).as_secs_f64() * 1e3,
-        percentile(&all, 99.0).as_secs_f64() * 1e3
-    );
-    Ok(())
-}
-
-/// A DNS query for the A records of `name` (RD set, no EDNS).
-fn dns_query(id: u16, name: &str) -> Vec<u8> {
-    let mut q = Vec::with_capacity(64);
-    q.extend_from_slice(&id.to_be_bytes());
-    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in name.trim_end_matches('.').split('.') {
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
-    }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]);
-    q
-}
-
-async fn dns_load(server: &str, name: &str, concurrency: usize, seconds: u64) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..concurrency {
-        let (server, name) = (server.to_string(), name.to_string());
-        tasks.push(tokio::spawn(async move {
-            let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
-            socket.connect(&server).await?;
-            let (mut latencies, mut errors, mut answers) = (Vec::new(), 0u64, 0u16);
-            let mut buf = vec![0u8; 4096];
-            let mut id = (worker as u16).wrapping_mul(7919);
-            while Instant::now() < deadline {
-                id = id.wrapping_add(1);
-                let query = dns_query(id, &name);
-                let t = Instant::now();
-                socket.send(&query).await?;
-                let answered = tokio::time::timeout(Duration::from_secs(1), async {
-                    loop {
-                        let n = socket.recv(&mut buf).await?;
-                        if n >= 12 && buf[..2] == id.to_be_bytes() {
-                            let rcode = buf[3] & 0x0f;
-                            let answers = u16::from_be_bytes([buf[6], buf[7]]);
-                            return Ok::<_, std::io::Error>((rcode, answers));
-                        }
-                    }
-                })
-                .await;
-                match answered {
-                    // Only answers count; an error code is an error.
-                    Ok(Ok((0, count))) => {
-                        latencies.push(t.elapsed());
-                        answers = count;
-                    }
-                    _ => errors += 1,
-                }
-            }
-            Ok::<_, anyhow::Error>((latencies, errors, answers))
-        }));
-    }
-    let (mut all, mut errors, mut answers) = (Vec::new(), 0, 0);
-    for task in tasks {
-        let (l, e, a) = task.await??;
-        all.extend(l);
-        errors += e;
-        answers = a;
-    }
-    let elapsed = started.elapsed();
-    all.sort();
-    println!(
-        "queries={} errors={errors} answers_per_response={answers} seconds={:.2} qps={:.0} p50_ms={:.3} p99_ms={:.3}",
         all.len(),
         elapsed.as_secs_f64(),
         all.len() as f64 / elapsed.as_secs_f64(),
@@ -954,7 +882,10 @@ async fn main() -> Result<()> {
             name,
             concurrency,
             seconds,
-        } => dns_load(&server, &name, concurrency, seconds).await,
+        } => {
+            tokio::task::spawn_blocking(move || dns::load(&server, &name, concurrency, seconds))
+                .await?
+        }
         Command::Tcp {
             addr,
             mode,

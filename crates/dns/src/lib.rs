@@ -7,10 +7,15 @@
 //! Depends on `legate-types` and `legate-agent` (for the agent's RPC client
 //! and configuration); hickory stays inside this crate.
 
+#[cfg(test)]
+mod differential;
+mod fast;
 pub mod names;
 mod recursor;
 mod resolve;
 mod tcp;
+mod udp;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -87,17 +92,32 @@ impl RequestHandler for DnsHandler {
         request: &Request,
         response_handle: R,
     ) -> ResponseInfo {
+        self.respond(request, response_handle).await.0
+    }
+}
+
+impl DnsHandler {
+    /// Answers `request` through `response_handle`; says too when the
+    /// answer may be copied by the UDP fast path.
+    async fn respond<R: ResponseHandler>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> (ResponseInfo, Option<fast::Pool>) {
         let config = self.resolver.config();
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.recursion_available = !config.recursors.is_empty();
         if request.metadata.op_code != OpCode::Query {
-            return reply_code(request, response_handle, metadata, ResponseCode::NotImp).await;
+            let info = reply_code(request, response_handle, metadata, ResponseCode::NotImp).await;
+            return (info, None);
         }
         let [query] = request.queries.queries() else {
-            return reply_code(request, response_handle, metadata, ResponseCode::FormErr).await;
+            let info = reply_code(request, response_handle, metadata, ResponseCode::FormErr).await;
+            return (info, None);
         };
         if !matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
-            return reply_code(request, response_handle, metadata, ResponseCode::Refused).await;
+            let info = reply_code(request, response_handle, metadata, ResponseCode::Refused).await;
+            return (info, None);
         }
         // Consul's timers: `dns.ptr_query` for reverse lookups, else
         // `dns.domain_query`, from here to the answer written.
@@ -117,7 +137,7 @@ impl RequestHandler for DnsHandler {
         } else {
             Transport::Tcp
         };
-        match self
+        let info = match self
             .resolver
             .resolve_for(
                 &qname,
@@ -131,13 +151,14 @@ impl RequestHandler for DnsHandler {
                 metadata.response_code = answer.code;
                 metadata.authoritative = answer.authoritative;
                 metadata.truncation = answer.truncated;
-                reply(
+                let info = reply(
                     request,
                     response_handle,
                     metadata,
                     (&answer.answers, &answer.authority, &answer.additional),
                 )
-                .await
+                .await;
+                return (info, answer.pool);
             }
             Err(NotOurs) if !config.recursors.is_empty() => {
                 match recursor::forward(config, request.as_slice(), !udp).await {
@@ -162,13 +183,14 @@ impl RequestHandler for DnsHandler {
             Err(NotOurs) => {
                 reply_code(request, response_handle, metadata, ResponseCode::Refused).await
             }
-        }
+        };
+        (info, None)
     }
 }
 
 /// A running DNS server; dropping it does not stop it, [`DnsServer::stop`] does.
 pub struct DnsServer {
-    udp: hickory_server::Server<DnsHandler>,
+    udp: udp::UdpServer,
     tcp: tcp::TcpServer,
     /// The bound UDP address (TCP listens on the same).
     pub address: SocketAddr,
@@ -183,11 +205,12 @@ impl DnsServer {
         resolver: Arc<Resolver>,
         max_tcp_per_client: usize,
     ) -> std::io::Result<DnsServer> {
-        let udp_socket = tokio::net::UdpSocket::bind(address).await?;
-        let address = udp_socket.local_addr()?;
+        let sockets = udp::bind(address)?;
+        let address = sockets[0].local_addr()?;
         let listener = tokio::net::TcpListener::bind(address).await?;
-        let mut udp = hickory_server::Server::new(DnsHandler::new(resolver.clone()));
-        udp.register_socket(udp_socket);
+        let fast = Arc::new(fast::FastAnswers::new(resolver.token_source()));
+        let udp =
+            udp::UdpServer::start(sockets, Arc::new(DnsHandler::new(resolver.clone())), fast)?;
         let tcp = tcp::TcpServer::start(
             legate_net::Acceptor::new(listener, max_tcp_per_client, "DNS/TCP"),
             DnsHandler::new(resolver),
@@ -196,10 +219,8 @@ impl DnsServer {
     }
 
     /// Stops serving.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
         self.tcp.stop().await;
-        if let Err(e) = self.udp.shutdown_gracefully().await {
-            tracing::debug!(error = %e, "DNS server stopped with an error");
-        }
+        self.udp.stop().await;
     }
 }

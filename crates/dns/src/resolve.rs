@@ -18,7 +18,9 @@ use legate_types::{
 use rand::seq::SliceRandom;
 
 use crate::names::{self, Lookup, Parsed};
-use legate_agent::shared_watch::{json_weigher, polled, CacheLimits, Fetch, Fetched, SharedWatch};
+use legate_agent::shared_watch::{
+    json_weigher, polled, CacheLimits, Fetch, Fetched, Freshness, SharedWatch,
+};
 use legate_types::prepared_query::ExecuteResponse;
 
 /// A prepared query looked up by DNS: (name or ID, datacenter asked for
@@ -69,6 +71,10 @@ pub struct Answer {
     pub truncated: bool,
     /// Answers were left out while building (the transport's count limit).
     cut: bool,
+    /// The answer is some of these addresses in a random order, and stays
+    /// so while they are current: what the UDP fast path needs to answer
+    /// the same question again without asking.
+    pub(crate) pool: Option<crate::fast::Pool>,
 }
 
 impl Answer {
@@ -81,6 +87,7 @@ impl Answer {
             additional: Vec::new(),
             truncated: false,
             cut: false,
+            pool: None,
         }
     }
 }
@@ -326,18 +333,24 @@ impl Resolver {
     }
 
     /// The instances of a service: from the cache for the local
-    /// datacenter, else (or when the cache has no answer) a catalog read.
-    async fn instances(&self, wanted: &Wanted<'_>) -> Result<Instances, RpcError> {
+    /// datacenter (with a handle telling whether they are still current,
+    /// and the token they were read with), else (or when the cache has no
+    /// answer) a catalog read.
+    async fn instances(
+        &self,
+        wanted: &Wanted<'_>,
+    ) -> Result<(Instances, Option<(Freshness, String)>), RpcError> {
         let local = wanted.datacenter.is_none_or(|dc| dc == self.datacenter);
         if let (Some(cache), true) = (&self.services, local) {
+            let token = (self.token)();
             let key = (
                 wanted.service.to_string(),
                 wanted.tag.map(str::to_string),
                 wanted.connect,
-                (self.token)(),
+                token.clone(),
             );
-            if let Ok(found) = cache.get(key, 0, Duration::from_secs(5)).await {
-                return Ok(found.value);
+            if let Ok((found, fresh)) = cache.get_tracked(key, 0, Duration::from_secs(5)).await {
+                return Ok((found.value, Some((fresh, token))));
             }
         }
         let rpc = self.rpc.clone();
@@ -353,7 +366,12 @@ impl Resolver {
                 async move { rpc.health_service_nodes(&opts, query).await }
             })
             .await?;
-        Ok(Arc::new(found.value))
+        Ok((Arc::new(found.value), None))
+    }
+
+    /// Where the DNS token in use is read from.
+    pub(crate) fn token_source(&self) -> DnsToken {
+        self.token.clone()
     }
 
     /// The configuration answers follow.
@@ -688,7 +706,7 @@ impl Resolver {
         wanted: Wanted<'_>,
         count_limit: usize,
     ) -> Result<Answer, RpcError> {
-        let all = self.instances(&wanted).await?;
+        let (all, tracked) = self.instances(&wanted).await?;
         let only_passing = self.config.only_passing;
         let mut instances: Vec<&CheckServiceNode> = all
             .iter()
@@ -714,7 +732,15 @@ impl Resolver {
             domain,
             ttl,
         };
-        Ok(self.instance_records(qname, qtype, &instances, &from, count_limit))
+        let mut answer = self.instance_records(qname, qtype, &instances, &from, count_limit);
+        if let Some((freshness, token)) = tracked {
+            answer.pool = crate::fast::Pool::of(&answer, qtype, freshness, token, || {
+                instances
+                    .iter()
+                    .map(|csn| self.instance_address(csn, from.datacenter, qtype).0)
+            });
+        }
+        Ok(answer)
     }
 
     /// A prepared query's answer: its instances, in the order the servers

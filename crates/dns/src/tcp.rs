@@ -7,16 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::net::runtime::TokioTime;
 use hickory_server::net::xfer::Protocol;
-use hickory_server::net::NetError;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponse;
+use hickory_server::server::{Request, RequestHandler};
 use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use crate::wire::{format_error, Collect};
 use crate::DnsHandler;
 
 /// How long a TCP client may stay silent (between or within messages)
@@ -85,7 +83,7 @@ async fn connection(mut stream: LimitedStream, handler: Arc<DnsHandler>) {
         }
         let answer = match Request::from_bytes(message.clone(), peer, Protocol::Tcp) {
             Ok(request) => {
-                let responder = Collect::default();
+                let responder = Collect::new(Protocol::Tcp);
                 handler
                     .handle_request::<_, TokioTime>(&request, responder.clone())
                     .await;
@@ -106,68 +104,5 @@ async fn connection(mut stream: LimitedStream, handler: Arc<DnsHandler>) {
         ) {
             return;
         }
-    }
-}
-
-/// FORMERR for a query whose header could be read but not the rest (what
-/// hickory's own server answers); nothing for responses or shorter input.
-fn format_error(message: &[u8]) -> Option<Vec<u8>> {
-    if message.len() < 12 || message[2] & 0x80 != 0 {
-        return None;
-    }
-    let mut header = vec![0u8; 12];
-    header[..2].copy_from_slice(&message[..2]);
-    // QR, the query's opcode and RD; rcode 1 (FORMERR); no records.
-    header[2] = 0x80 | (message[2] & 0x79);
-    header[3] = 0x01;
-    Some(header)
-}
-
-/// Keeps the encoded response for the connection to write.
-#[derive(Clone, Default)]
-struct Collect(Arc<std::sync::Mutex<Option<Vec<u8>>>>);
-
-impl Collect {
-    fn take(&self) -> Option<Vec<u8>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-#[async_trait::async_trait]
-impl ResponseHandler for Collect {
-    async fn send_response<'a>(
-        &mut self,
-        response: MessageResponse<
-            '_,
-            'a,
-            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
-            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
-            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
-            impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
-        >,
-    ) -> Result<ResponseInfo, NetError> {
-        let mut bytes = Vec::with_capacity(512);
-        let info = {
-            let mut encoder = BinEncoder::new(&mut bytes);
-            response.destructive_emit(&mut encoder)?
-        };
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
-        Ok(info)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn malformed_queries_get_formerr_and_responses_nothing() {
-        let mut query = vec![0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0xff];
-        let answer = format_error(&query).unwrap();
-        assert_eq!(&answer[..4], &[0xab, 0xcd, 0x81, 0x01]);
-        assert_eq!(&answer[4..], &[0; 8]);
-        query[2] |= 0x80;
-        assert_eq!(format_error(&query), None);
-        assert_eq!(format_error(&[1, 2, 3]), None);
     }
 }

@@ -4,12 +4,14 @@
 //! busy loop ([`Acceptor`]), and log lines about them throttled
 //! ([`Throttle`]). Every TCP listener of the agent (HTTP, gRPC, DNS over
 //! TCP, the server port) accepts through it. [`tls`] builds the rustls
-//! configurations of every TLS listener and dialer.
+//! configurations of every TLS listener and dialer; [`datagrams`] reads
+//! and sends UDP datagrams in batches (the DNS server's sockets).
 //!
 //! Depends on nothing of Legate's.
 
 mod accept;
 pub mod check_tls;
+pub mod datagrams;
 mod throttle;
 pub mod tls;
 

@@ -135,6 +135,8 @@ impl<V> Accounting<V> {
         self.bytes.fetch_add(size, Ordering::AcqRel);
         self.bytes.fetch_sub(old, Ordering::AcqRel);
         entry.state.send_replace(Some(Ok((index, value))));
+        // After the value: a reader that sees the new version sees it.
+        entry.liveness.version.fetch_add(1, Ordering::Release);
         entry.answered(true);
     }
 
@@ -145,6 +147,54 @@ impl<V> Accounting<V> {
     }
 }
 
+/// The part of an entry a [`Freshness`] handle shares.
+struct Liveness {
+    last_used: Mutex<Instant>,
+    /// Bumped each time the entry's value is replaced.
+    version: AtomicU64,
+    /// The entry left the cache: nothing keeps its value current.
+    dropped: AtomicBool,
+}
+
+impl Liveness {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+}
+
+/// Tells, cheaply and without waiting, whether a value read from a
+/// [`SharedWatch`] is still its key's current value: nothing replaced it
+/// and the key is still followed. Asking counts as a use of the key, so
+/// a key whose answer is served from a copy (the DNS fast path) does not
+/// idle out. Holding one keeps neither the key followed nor a task alive.
+#[derive(Clone)]
+pub struct Freshness {
+    liveness: Arc<Liveness>,
+    seen: u64,
+}
+
+impl Freshness {
+    /// Whether the value is still current (and marks the key used).
+    pub fn is_current(&self) -> bool {
+        if self.liveness.dropped.load(Ordering::Acquire)
+            || self.liveness.version.load(Ordering::Acquire) != self.seen
+        {
+            return false;
+        }
+        self.liveness.touch();
+        true
+    }
+}
+
+impl std::fmt::Debug for Freshness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Freshness")
+            .field("seen", &self.seen)
+            .field("current", &self.is_current())
+            .finish()
+    }
+}
+
 struct Entry<V> {
     state: watch::Sender<Slot<V>>,
     /// What its value weighs.
@@ -152,7 +202,9 @@ struct Entry<V> {
     /// Since when the reads that keep it current have failed (`None`:
     /// they succeed).
     failing_since: Mutex<Option<Instant>>,
-    last_used: Mutex<Instant>,
+    /// When it was last asked for, its value's version and whether it
+    /// was dropped: shared with the [`Freshness`] handles given out.
+    liveness: Arc<Liveness>,
     /// Batched mode: the index up to which the key is known unchanged.
     checked: AtomicU64,
     /// Per-key mode: the key's own blocking read.
@@ -161,13 +213,22 @@ struct Entry<V> {
 
 impl<V> Entry<V> {
     fn stop(&self) {
+        self.liveness.dropped.store(true, Ordering::Release);
         if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
             task.abort();
         }
     }
 
     fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.liveness.touch();
+    }
+
+    fn last_used(&self) -> Instant {
+        *self
+            .liveness
+            .last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records whether the servers answered a read of this key.
@@ -311,7 +372,11 @@ where
             state: watch::channel(None).0,
             bytes: AtomicUsize::new(0),
             failing_since: Mutex::new(None),
-            last_used: Mutex::new(Instant::now()),
+            liveness: Arc::new(Liveness {
+                last_used: Mutex::new(Instant::now()),
+                version: AtomicU64::new(0),
+                dropped: AtomicBool::new(false),
+            }),
             checked: AtomicU64::new(0),
             task: Mutex::new(None),
         });
@@ -390,12 +455,7 @@ where
     fn evict_idle(&self, entries: &mut HashMap<K, Arc<Entry<V>>>) {
         let idle = |e: &Entry<V>| e.state.receiver_count() == 0;
         entries.retain(|_, e| {
-            let expired = idle(e)
-                && e.last_used
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .elapsed()
-                    > self.limits.idle_ttl;
+            let expired = idle(e) && e.last_used().elapsed() > self.limits.idle_ttl;
             if expired {
                 e.stop();
                 self.accounting.forget(e);
@@ -407,7 +467,7 @@ where
             let oldest = entries
                 .iter()
                 .filter(|(_, e)| idle(e))
-                .min_by_key(|(_, e)| *e.last_used.lock().unwrap_or_else(|e| e.into_inner()))
+                .min_by_key(|(_, e)| e.last_used())
                 .map(|(k, _)| k.clone());
             match oldest {
                 Some(k) => {
@@ -463,6 +523,17 @@ where
         min_index: u64,
         wait: Duration,
     ) -> Result<Fetched<V>, String> {
+        self.get_tracked(key, min_index, wait).await.map(|(f, _)| f)
+    }
+
+    /// [`SharedWatch::get`], with a handle telling later whether the value
+    /// is still current.
+    pub async fn get_tracked(
+        self: &Arc<Self>,
+        key: K,
+        min_index: u64,
+        wait: Duration,
+    ) -> Result<(Fetched<V>, Freshness), String> {
         let (entry, mut rx) = self.entry(&key);
         let newer = |s: &Slot<V>| match s {
             Some(Ok((index, _))) => *index > min_index,
@@ -470,10 +541,16 @@ where
             None => false,
         };
         let _ = tokio::time::timeout(wait, rx.wait_for(newer)).await;
+        // The version before the value: a value replaced in between reads
+        // as not current, never the reverse.
+        let freshness = Freshness {
+            liveness: entry.liveness.clone(),
+            seen: entry.liveness.version.load(Ordering::Acquire),
+        };
         let slot = rx.borrow().clone();
         entry.touch();
         match slot {
-            Some(Ok((index, value))) => Ok(Fetched { index, value }),
+            Some(Ok((index, value))) => Ok((Fetched { index, value }, freshness)),
             Some(Err(e)) => Err(e),
             None => Err("no value yet".into()),
         }
