@@ -489,3 +489,51 @@ async fn a_new_dns_token_is_read_with_at_once() {
     );
     assert!(paths.served(&query).await.1);
 }
+
+mod arbitrary_bytes {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    thread_local! {
+        static STATE: (tokio::runtime::Runtime, std::cell::OnceCell<Paths>) = (
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+            std::cell::OnceCell::new(),
+        );
+    }
+
+    /// Both paths' answers to `bytes` agree, with the fast path warmed by
+    /// the valid query they may start from.
+    fn agree(valid: &[u8], bytes: &[u8]) {
+        STATE.with(|(rt, paths)| {
+            let paths = paths.get_or_init(|| {
+                rt.block_on(async {
+                    let server = catalog().await;
+                    Paths::new(server, DnsConfig::default())
+                })
+            });
+            rt.block_on(async {
+                paths.check(valid).await;
+                paths.check(valid).await;
+                paths.check(bytes).await;
+            })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_bytes_get_the_same_answer_from_both_paths(
+            seed in any::<u64>(),
+            keep in 0usize..80,
+            tail in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            // A valid query's first `keep` bytes, then anything.
+            let valid = random_query(&mut StdRng::seed_from_u64(seed));
+            let mut bytes = valid[..keep.min(valid.len())].to_vec();
+            bytes.extend(tail);
+            agree(&valid, &bytes);
+        }
+    }
+}
