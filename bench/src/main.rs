@@ -55,6 +55,10 @@ enum Command {
         /// Use `/v1/catalog/register` (a Raft write per call).
         #[arg(long)]
         catalog: bool,
+        /// Registers this many services first (not measured), so the run
+        /// measures registrations on an agent that already holds them.
+        #[arg(long, default_value_t = 0)]
+        preload: u64,
     },
     /// GETs `url` (a path with its query) with N concurrent clients; any
     /// answer other than 2xx is an error.
@@ -266,6 +270,24 @@ async fn kv_put(client: reqwest::Client, url: String, target: Target, n: u64) ->
     };
     if !response.status().is_success() {
         bail!("write failed: {}", response.status());
+    }
+    Ok(())
+}
+
+/// Registers services `0..count` with `concurrency` requests in flight.
+async fn preload_services(
+    client: &reqwest::Client,
+    url: &str,
+    catalog: bool,
+    count: u64,
+    concurrency: usize,
+) -> Result<()> {
+    use futures::StreamExt;
+    let mut results = futures::stream::iter(0..count)
+        .map(|n| register(client.clone(), url.to_string(), catalog, n))
+        .buffer_unordered(concurrency.max(1));
+    while let Some(result) = results.next().await {
+        result?;
     }
     Ok(())
 }
@@ -834,9 +856,11 @@ async fn main() -> Result<()> {
             concurrency,
             seconds,
             catalog,
+            preload,
         } => {
+            preload_services(&client, &url, catalog, preload, concurrency).await?;
             closed_loop(concurrency, seconds, move |n| {
-                register(client.clone(), url.clone(), catalog, n)
+                register(client.clone(), url.clone(), catalog, preload + n)
             })
             .await
         }

@@ -77,6 +77,22 @@ pub struct LocalState {
     /// `check_update_interval`: output changes without a status change
     /// reach the catalog within this (zero: at once).
     pub check_update_interval: std::time::Duration,
+    /// Services that may be out of sync: every service whose `in_sync` is
+    /// false is here (some here may be in sync or gone), so a sync of
+    /// what changed looks at what changed, not at every service.
+    pub dirty_services: BTreeSet<String>,
+    /// The same for checks.
+    pub dirty_checks: BTreeSet<String>,
+    /// Check ids by the service they belong to (`""`: the node's).
+    pub(crate) checks_by_service: BTreeMap<String, BTreeSet<String>>,
+    /// Bumped whenever a service that makes a proxy (a proxy or gateway
+    /// kind, or a Connect-native service) is added, replaced or removed.
+    pub proxy_version: u64,
+}
+
+/// Whether a service is one the proxy manager follows.
+pub fn makes_a_proxy(service: &NodeService) -> bool {
+    !service.kind.is_empty() || service.connect.as_ref().is_some_and(|c| c.native)
 }
 
 /// The result of a registration: which checks start and stop.
@@ -499,21 +515,20 @@ impl LocalState {
         let new_ids: BTreeSet<String> = checks.iter().map(|(d, _)| d.check_id.clone()).collect();
         if replace_existing_checks {
             let stale: Vec<String> = self
-                .checks
-                .iter()
-                .filter(|(cid, c)| {
-                    c.check.service_id == id
-                        && !new_ids.contains(*cid)
-                        && !cid.starts_with(SERVICE_MAINT_PREFIX)
-                })
-                .map(|(cid, _)| cid.clone())
+                .check_ids_of(&id)
+                .filter(|cid| !new_ids.contains(*cid) && !cid.starts_with(SERVICE_MAINT_PREFIX))
+                .cloned()
                 .collect();
             for cid in stale {
                 delta.merge(self.remove_check(&cid));
             }
         }
         self.deleted_services.remove(&id);
-        self.services.insert(
+        self.dirty_services.insert(id.clone());
+        if makes_a_proxy(&service) {
+            self.proxy_version += 1;
+        }
+        let replaced = self.services.insert(
             id.clone(),
             LocalService {
                 service,
@@ -526,6 +541,9 @@ impl LocalState {
                 parent_id: None,
             },
         );
+        if replaced.is_some_and(|old| makes_a_proxy(&old.service)) {
+            self.proxy_version += 1;
+        }
         for (def, check) in checks {
             delta.merge(self.put_check(def, check, token, from_config));
         }
@@ -549,8 +567,13 @@ impl LocalState {
             }
         }
         self.deleted_checks.remove(&id);
+        self.dirty_checks.insert(id.clone());
+        self.checks_by_service
+            .entry(check.service_id.clone())
+            .or_default()
+            .insert(id.clone());
         let critical_since = (check.status == HealthStatus::Critical).then(std::time::Instant::now);
-        self.checks.insert(
+        let replaced = self.checks.insert(
             id.clone(),
             LocalCheck {
                 check,
@@ -562,6 +585,11 @@ impl LocalState {
                 deferred_until: None,
             },
         );
+        if let Some(old) = replaced {
+            if old.check.service_id != self.checks[&id].check.service_id {
+                self.unindex_check(&old.check.service_id, &id);
+            }
+        }
         RegistrationDelta {
             started: vec![id],
             stopped: Vec::new(),
@@ -575,12 +603,10 @@ impl LocalState {
             return delta;
         };
         self.deleted_services.insert(id.to_string());
-        let check_ids: Vec<String> = self
-            .checks
-            .iter()
-            .filter(|(_, c)| c.check.service_id == id)
-            .map(|(cid, _)| cid.clone())
-            .collect();
+        if makes_a_proxy(&removed.service) {
+            self.proxy_version += 1;
+        }
+        let check_ids: Vec<String> = self.check_ids_of(id).cloned().collect();
         for cid in check_ids {
             delta.merge(self.remove_check(&cid));
         }
@@ -595,11 +621,26 @@ impl LocalState {
     /// Removes a check.
     pub fn remove_check(&mut self, id: &str) -> RegistrationDelta {
         let mut delta = RegistrationDelta::default();
-        if self.checks.remove(id).is_some() {
+        if let Some(removed) = self.checks.remove(id) {
+            self.unindex_check(&removed.check.service_id, id);
             self.deleted_checks.insert(id.to_string());
             delta.stopped.push(id.to_string());
         }
         delta
+    }
+
+    /// The ids of a service's checks (`""`: the node's own checks).
+    pub fn check_ids_of<'a>(&'a self, service_id: &str) -> impl Iterator<Item = &'a String> + 'a {
+        self.checks_by_service.get(service_id).into_iter().flatten()
+    }
+
+    fn unindex_check(&mut self, service_id: &str, check_id: &str) {
+        if let Some(ids) = self.checks_by_service.get_mut(service_id) {
+            ids.remove(check_id);
+            if ids.is_empty() {
+                self.checks_by_service.remove(service_id);
+            }
+        }
     }
 
     /// Sets a check's status and output; true when anything changed.
@@ -632,6 +673,7 @@ impl LocalState {
         local.check.status = status;
         local.check.output = output.to_string();
         local.in_sync = false;
+        self.dirty_checks.insert(id.to_string());
         true
     }
 
@@ -644,10 +686,11 @@ impl LocalState {
     /// when there were any.
     pub fn release_deferred(&mut self, now: std::time::Instant) -> bool {
         let mut released = false;
-        for check in self.checks.values_mut() {
+        for (id, check) in self.checks.iter_mut() {
             if check.deferred_until.is_some_and(|at| at <= now) {
                 check.deferred_until = None;
                 check.in_sync = false;
+                self.dirty_checks.insert(id.clone());
                 released = true;
             }
         }
@@ -659,10 +702,10 @@ impl LocalState {
     pub fn service_health(&self, service_id: &str) -> Option<HealthStatus> {
         self.services.get(service_id)?;
         Some(legate_types::aggregate_status(
-            self.checks
-                .values()
-                .map(|c| &c.check)
-                .filter(|c| c.service_id == service_id || c.service_id.is_empty()),
+            self.check_ids_of(service_id)
+                .chain(self.check_ids_of(""))
+                .filter_map(|id| self.checks.get(id))
+                .map(|c| &c.check),
         ))
     }
 
@@ -675,6 +718,8 @@ impl LocalState {
         for c in self.checks.values_mut() {
             c.in_sync = false;
         }
+        self.dirty_services = self.services.keys().cloned().collect();
+        self.dirty_checks = self.checks.keys().cloned().collect();
     }
 }
 
@@ -931,3 +976,7 @@ mod tests {
         assert_eq!(local.checks.keys().collect::<Vec<_>>(), vec!["service:api"]);
     }
 }
+
+#[cfg(test)]
+#[path = "local_bookkeeping_tests.rs"]
+mod bookkeeping_tests;

@@ -553,9 +553,15 @@ pub const MESH_GATEWAY_KIND: &str = "mesh-gateway";
 /// upstreams follow what they ask for) and mesh gateways.
 fn registrations(agent: &Agent) -> Vec<ProxyRegistration> {
     let datacenter = agent.config().datacenter.clone();
-    agent
-        .services()
-        .into_values()
+    let services: Vec<_> = {
+        let local = agent.lock_local();
+        (local.services.values())
+            .filter(|s| crate::local::makes_a_proxy(&s.service))
+            .map(|s| s.service.clone())
+            .collect()
+    };
+    services
+        .into_iter()
         .filter_map(|s| {
             let native = s.kind.is_empty() && s.connect.as_ref().is_some_and(|c| c.native);
             let mut gateway = None;
@@ -627,9 +633,17 @@ impl Agent {
         let mut changes = self.local_changes();
         let m = manager.clone();
         tokio::spawn(async move {
+            // Only a change to a service that makes a proxy makes the
+            // manager look again: registering the 60,001st plain service
+            // costs it nothing.
+            let mut seen = None;
             loop {
                 let Some(agent) = weak.upgrade() else { return };
-                m.sync(registrations(&agent));
+                let version = agent.lock_local().proxy_version;
+                if seen != Some(version) {
+                    seen = Some(version);
+                    m.sync(registrations(&agent));
+                }
                 let mut shutdown = agent.shutdown.subscribe();
                 drop(agent);
                 tokio::select! {

@@ -1,7 +1,10 @@
 //! Anti-entropy: keeps the catalog's view of this node equal to the
 //! agent's local state. A full sync (compare with the catalog, then push
 //! differences) runs at start and every minute (plus jitter); a partial
-//! sync (push what is marked out of sync) runs on every local change.
+//! sync (push what is marked out of sync) runs on every local change,
+//! and looks only at what changed: the local state keeps the ids of what
+//! may be out of sync (its dirty sets), so a registration on an agent
+//! with 60,000 services costs what it costs on one with ten.
 //! Failures are retried with a short backoff.
 
 use std::collections::BTreeMap;
@@ -155,6 +158,14 @@ impl Agent {
                     l.in_sync = false;
                 }
             }
+            local.dirty_services = (local.services.iter())
+                .filter(|(_, s)| !s.in_sync)
+                .map(|(id, _)| id.clone())
+                .collect();
+            local.dirty_checks = (local.checks.iter())
+                .filter(|(_, c)| !c.in_sync)
+                .map(|(id, _)| id.clone())
+                .collect();
         }
         self.sync_changes().await
     }
@@ -163,16 +174,24 @@ impl Agent {
     pub(crate) async fn sync_changes(&self) -> Result<(), RpcError> {
         let node = self.config.node_name.clone();
         let (deleted_services, deleted_checks, services, checks, node_in_sync) = {
-            let local = self.lock_local();
+            let mut local = self.lock_local();
+            let local = &mut *local;
+            // What may have changed: entries found in sync (or gone) leave
+            // the dirty sets here, the rest once the catalog has them.
+            local
+                .dirty_services
+                .retain(|id| local.services.get(id).is_some_and(|s| !s.in_sync));
+            local
+                .dirty_checks
+                .retain(|id| local.checks.get(id).is_some_and(|c| !c.in_sync));
             let services: Vec<_> = local
-                .services
-                .values()
-                .filter(|s| !s.in_sync)
+                .dirty_services
+                .iter()
+                .filter_map(|id| local.services.get(id))
                 .map(|s| {
                     let checks: Vec<_> = local
-                        .checks
-                        .values()
-                        .filter(|c| c.check.service_id == s.service.id)
+                        .check_ids_of(&s.service.id)
+                        .filter_map(|id| local.checks.get(id))
                         .map(|c| c.check.clone())
                         .collect();
                     (
@@ -183,9 +202,9 @@ impl Agent {
                 })
                 .collect();
             let checks: Vec<_> = local
-                .checks
-                .values()
-                .filter(|c| !c.in_sync)
+                .dirty_checks
+                .iter()
+                .filter_map(|id| local.checks.get(id))
                 .map(|c| {
                     (
                         c.check.clone(),
@@ -247,12 +266,14 @@ impl Agent {
             if let Some(l) = local.services.get_mut(&service.id) {
                 if l.service.without_index() == service.without_index() {
                     l.in_sync = true;
+                    local.dirty_services.remove(&service.id);
                 }
             }
             for sent in &service_checks {
                 if let Some(l) = local.checks.get_mut(&sent.check_id) {
                     if comparable(&l.check) == comparable(sent) {
                         l.in_sync = true;
+                        local.dirty_checks.remove(&sent.check_id);
                     }
                 }
             }
@@ -285,6 +306,7 @@ impl Agent {
             if let Some(l) = local.checks.get_mut(&check.check_id) {
                 if comparable(&l.check) == comparable(&check) {
                     l.in_sync = true;
+                    local.dirty_checks.remove(&check.check_id);
                 }
             }
         }
