@@ -15,7 +15,10 @@ SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 WATCHERS=${WATCHERS:-1000}
 
 dev_port=$(port)
-"$LEGATE" agent -dev -http-port="$dev_port" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/dev.log" 2>&1 &
+# The watch run holds one connection per watcher from one address: above
+# the agent's default of 200 per client.
+echo 'limits { http_max_conns_per_client = 65536 }' >"$work/dev-limits.hcl"
+"$LEGATE" agent -dev -config-file="$work/dev-limits.hcl" -http-port="$dev_port" -dns-port=-1 -grpc-port=-1 -log-level=warn >"$work/dev.log" 2>&1 &
 pids+=($!); dev_pid=$!
 disk_port=$(port)
 "$LEGATE" agent -server -bootstrap-expect=1 -bind=127.0.0.1 -data-dir="$work/legate" -node=bench \
@@ -48,6 +51,9 @@ echo -n "reissue_after_rotation unlimited: "; "$BENCH" reissue --agents "${REISS
 echo -n "reissue_after_rotation 250/s: ";    "$BENCH" reissue --agents "${REISSUE_AGENTS:-10000}" --csr-max-per-second 250
 # xDS fan-out: N delta ADS streams for one proxy, one endpoint change.
 cat >"$work/demo.hcl" <<'HCL'
+# Consul's default paces pushes at 250 proxies a second; the fan-out run
+# measures how fast the server can push, so the pace is lifted.
+xds { update_max_per_second = 1000000 }
 services {
   name = "web"
   port = 8080
