@@ -83,6 +83,8 @@ pub struct LocalState {
     pub dirty_services: BTreeSet<String>,
     /// The same for checks.
     pub dirty_checks: BTreeSet<String>,
+    /// Checks whose output change waits (`deferred_until` is set).
+    pub(crate) deferred_checks: BTreeSet<String>,
     /// Check ids by the service they belong to (`""`: the node's).
     pub(crate) checks_by_service: BTreeMap<String, BTreeSet<String>>,
     /// Bumped whenever a service that makes a proxy (a proxy or gateway
@@ -568,6 +570,7 @@ impl LocalState {
         }
         self.deleted_checks.remove(&id);
         self.dirty_checks.insert(id.clone());
+        self.deferred_checks.remove(&id);
         self.checks_by_service
             .entry(check.service_id.clone())
             .or_default()
@@ -623,6 +626,7 @@ impl LocalState {
         let mut delta = RegistrationDelta::default();
         if let Some(removed) = self.checks.remove(id) {
             self.unindex_check(&removed.check.service_id, id);
+            self.deferred_checks.remove(id);
             self.deleted_checks.insert(id.to_string());
             delta.stopped.push(id.to_string());
         }
@@ -659,10 +663,13 @@ impl LocalState {
             if local.deferred_until.is_none() {
                 let stagger = interval.mul_f64(rand::random::<f64>());
                 local.deferred_until = Some(std::time::Instant::now() + interval / 2 + stagger);
+                self.deferred_checks.insert(id.to_string());
             }
             return true;
         }
-        local.deferred_until = None;
+        if local.deferred_until.take().is_some() {
+            self.deferred_checks.remove(id);
+        }
         if status == HealthStatus::Critical {
             if local.check.status != HealthStatus::Critical || local.critical_since.is_none() {
                 local.critical_since = Some(std::time::Instant::now());
@@ -679,21 +686,29 @@ impl LocalState {
 
     /// The earliest deferred output update.
     pub fn next_deferred(&self) -> Option<std::time::Instant> {
-        self.checks.values().filter_map(|c| c.deferred_until).min()
+        (self.deferred_checks.iter())
+            .filter_map(|id| self.checks.get(id)?.deferred_until)
+            .min()
     }
 
     /// Marks the checks whose deferred output is due out of sync; true
     /// when there were any.
     pub fn release_deferred(&mut self, now: std::time::Instant) -> bool {
         let mut released = false;
-        for (id, check) in self.checks.iter_mut() {
-            if check.deferred_until.is_some_and(|at| at <= now) {
-                check.deferred_until = None;
-                check.in_sync = false;
-                self.dirty_checks.insert(id.clone());
-                released = true;
+        let checks = &mut self.checks;
+        self.deferred_checks.retain(|id| {
+            let Some(check) = checks.get_mut(id) else {
+                return false;
+            };
+            if check.deferred_until.is_none_or(|at| at > now) {
+                return check.deferred_until.is_some();
             }
-        }
+            check.deferred_until = None;
+            check.in_sync = false;
+            self.dirty_checks.insert(id.clone());
+            released = true;
+            false
+        });
         released
     }
 

@@ -1,6 +1,7 @@
 //! The local state's bookkeeping under random registrations, removals,
 //! status changes and syncs: every service or check out of sync is in
-//! its dirty set, the index of checks by service is exact, and the proxy
+//! its dirty set, the index of checks by service and the set of deferred
+//! check updates are exact, and the proxy
 //! version moves whenever the set of services that make proxies changes
 //! (and not for plain services).
 
@@ -94,6 +95,15 @@ fn check_invariants(local: &LocalState) {
             .insert(id.clone());
     }
     assert_eq!(index, local.checks_by_service);
+    let deferred: BTreeSet<String> = (local.checks.iter())
+        .filter(|(_, c)| c.deferred_until.is_some())
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(deferred, local.deferred_checks);
+    assert_eq!(
+        local.next_deferred(),
+        local.checks.values().filter_map(|c| c.deferred_until).min()
+    );
 }
 
 #[test]
@@ -161,7 +171,9 @@ fn dirty_sets_index_and_proxy_version_stay_exact_under_random_changes() {
                     let status = local.checks[&id].check.status;
                     local.update_check(&id, status, &format!("{}", rng.random::<u32>()));
                 }
-                local.release_deferred(std::time::Instant::now() + Duration::from_secs(1));
+                if rng.random_bool(0.5) {
+                    local.release_deferred(std::time::Instant::now() + Duration::from_secs(1));
+                }
             }
         }
         check_invariants(&local);
