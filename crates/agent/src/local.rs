@@ -733,8 +733,20 @@ impl LocalState {
         for c in self.checks.values_mut() {
             c.in_sync = false;
         }
-        self.dirty_services = self.services.keys().cloned().collect();
-        self.dirty_checks = self.checks.keys().cloned().collect();
+        self.rebuild_dirty_sets();
+    }
+
+    /// Makes the dirty sets exactly what is out of sync (after a full
+    /// comparison has set every `in_sync`).
+    pub fn rebuild_dirty_sets(&mut self) {
+        self.dirty_services = (self.services.iter())
+            .filter(|(_, s)| !s.in_sync)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.dirty_checks = (self.checks.iter())
+            .filter(|(_, c)| !c.in_sync)
+            .map(|(id, _)| id.clone())
+            .collect();
     }
 }
 

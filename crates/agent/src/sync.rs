@@ -158,14 +158,7 @@ impl Agent {
                     l.in_sync = false;
                 }
             }
-            local.dirty_services = (local.services.iter())
-                .filter(|(_, s)| !s.in_sync)
-                .map(|(id, _)| id.clone())
-                .collect();
-            local.dirty_checks = (local.checks.iter())
-                .filter(|(_, c)| !c.in_sync)
-                .map(|(id, _)| id.clone())
-                .collect();
+            local.rebuild_dirty_sets();
         }
         self.sync_changes().await
     }

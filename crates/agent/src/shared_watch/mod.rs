@@ -176,21 +176,26 @@ pub struct Freshness {
 impl Freshness {
     /// Whether the value is still current (and marks the key used).
     pub fn is_current(&self) -> bool {
-        if self.liveness.dropped.load(Ordering::Acquire)
-            || self.liveness.version.load(Ordering::Acquire) != self.seen
-        {
+        if !self.unchanged() {
             return false;
         }
         self.liveness.touch();
         true
     }
+
+    /// Nothing replaced the value and the key is still followed.
+    fn unchanged(&self) -> bool {
+        !self.liveness.dropped.load(Ordering::Acquire)
+            && self.liveness.version.load(Ordering::Acquire) == self.seen
+    }
 }
 
 impl std::fmt::Debug for Freshness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Printing is not a use of the key: no touch.
         f.debug_struct("Freshness")
             .field("seen", &self.seen)
-            .field("current", &self.is_current())
+            .field("current", &self.unchanged())
             .finish()
     }
 }
