@@ -112,7 +112,12 @@ fn services_rows_are_consuls_summaries() {
 fn nodes_node_and_the_overview() {
     let agent = TestAgent::dev(&[]);
     register(&agent);
-    let nodes = agent.get("/v1/internal/ui/nodes").unwrap();
+    // Agent registrations reach the catalog through anti-entropy, as in
+    // Consul: wait until all four services (and consul's own) are there.
+    let nodes = common::eventually(Duration::from_secs(10), || {
+        let nodes = agent.get("/v1/internal/ui/nodes").ok()?;
+        (nodes[0]["Services"].as_array()?.len() == 4).then_some(nodes)
+    });
     let node = &nodes[0];
     let keys: Vec<&String> = node.as_object().unwrap().keys().collect();
     assert_eq!(
@@ -141,8 +146,25 @@ fn nodes_node_and_the_overview() {
         .iter()
         .any(|c| c["CheckID"] == "serfHealth"));
 
-    let one = agent.get(&format!("/v1/internal/ui/node/{name}")).unwrap();
-    assert_eq!(&one, node);
+    // One node's row is its row in the list; a check that ran between the
+    // two reads changes both, so read them again until they meet.
+    let last = std::cell::RefCell::new(None);
+    common::eventually_or(
+        Duration::from_secs(10),
+        || {
+            let listed = agent.get("/v1/internal/ui/nodes").ok()?[0].clone();
+            let one = agent.get(&format!("/v1/internal/ui/node/{name}")).ok()?;
+            let same = one == listed;
+            *last.borrow_mut() = Some((listed, one));
+            same.then_some(())
+        },
+        || {
+            format!(
+                "the node's row never matched the list's: {:?}",
+                last.borrow()
+            )
+        },
+    );
     let (status, headers, body) = http_request_full(
         agent.http_port,
         "GET",
