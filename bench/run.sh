@@ -52,8 +52,10 @@ echo -n "reissue_after_rotation 250/s: ";    "$BENCH" reissue --agents "${REISSU
 # xDS fan-out: N delta ADS streams for one proxy, one endpoint change.
 cat >"$work/demo.hcl" <<'HCL'
 # Consul's default paces pushes at 250 proxies a second; the fan-out run
-# measures how fast the server can push, so the pace is lifted.
+# measures how fast the server can push, so the pace is lifted; the
+# 50,000 streams come over 500 connections from one address.
 xds { update_max_per_second = 1000000 }
+limits { http_max_conns_per_client = 65536 }
 services {
   name = "web"
   port = 8080
@@ -72,7 +74,7 @@ xds_http=$(port); xds_grpc=$(port)
 pids+=($!); xds_pid=$!
 wait_http "http://127.0.0.1:$xds_http/v1/status/leader"
 sleep 1
-for n in 1000 10000; do
+for n in 1000 10000 50000; do
     echo -n "xds_fanout $n streams: "
     "$BENCH" xds-fanout --url "http://127.0.0.1:$xds_http" --grpc "http://127.0.0.1:$xds_grpc" --streams "$n" --pid "$xds_pid"
     curl -sf -X PUT "http://127.0.0.1:$xds_http/v1/agent/service/deregister/db-bench-2" >/dev/null

@@ -764,7 +764,12 @@ async fn xds_fanout(
             .await
             .context("streams did not all get their initial config")?;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settle = std::env::var("XDS_SETTLE_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(500);
+    eprintln!("{streams} streams connected; the update follows in {settle} ms");
+    tokio::time::sleep(Duration::from_millis(settle)).await;
     let rss_connected = rss_kb(pid);
     // One endpoint change: another db instance with its sidecar.
     let started = Instant::now();

@@ -7,6 +7,13 @@ use legate_agent::config::AgentConfig;
 /// at their own levels, and syslog with `enable_syslog` (an agent asked
 /// for syslog without a daemon to take it does not start, as Consul).
 pub fn init(config: &AgentConfig) -> Result<(), String> {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = subscriber(config)?.try_init();
+    Ok(())
+}
+
+/// The subscriber [`init`] installs.
+fn subscriber(config: &AgentConfig) -> Result<impl tracing::Subscriber + Send + Sync, String> {
     let level = match config.log_level.to_ascii_lowercase().as_str() {
         "err" => "error".to_string(),
         other => other.to_string(),
@@ -15,7 +22,6 @@ pub fn init(config: &AgentConfig) -> Result<(), String> {
         tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn,h2=warn,hyper=warn"))
     });
     use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
     let console = tracing_subscriber::fmt::layer().with_writer(std::io::stdout);
     let console = if config.log_json {
@@ -64,11 +70,49 @@ pub fn init(config: &AgentConfig) -> Result<(), String> {
             .with_writer(syslog)
             .with_filter(tracing_subscriber::EnvFilter::new(filter.to_string()))
     });
-    let _ = tracing_subscriber::registry()
-        .with(console.with_filter(filter))
-        .with(file)
-        .with(syslog)
-        .with(followers)
-        .try_init();
-    Ok(())
+    // Only the outputs there are: an absent (`None`) layer would declare
+    // interest in every callsite, which turns on every dependency's trace
+    // spans (h2 makes one per flush) at a cost on every request.
+    let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> =
+        vec![console.with_filter(filter).boxed(), followers.boxed()];
+    layers.extend(file.map(Layer::boxed));
+    layers.extend(syslog.map(Layer::boxed));
+    Ok(tracing_subscriber::registry().with(layers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legate_agent::config::{load, ConfigSource};
+    use tracing::Level;
+
+    /// Dependencies' trace spans (h2 makes one per write) stay off at the
+    /// default levels, with or without a log file; the agent's own events
+    /// pass at the configured level.
+    #[test]
+    fn dependency_spans_stay_off_below_the_configured_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_file = format!(
+            "log_level = \"info\"\nlog_file = \"{}/\"",
+            dir.path().display()
+        );
+        for hcl in ["log_level = \"warn\"", with_file.as_str()] {
+            let config = load(&[ConfigSource::Hcl(hcl.to_string())]).unwrap();
+            let subscriber = subscriber(&config).unwrap();
+            tracing::subscriber::with_default(subscriber, || {
+                assert!(
+                    !tracing::span_enabled!(target: "h2::codec", Level::TRACE),
+                    "{hcl}"
+                );
+                assert!(
+                    !tracing::span_enabled!(target: "legate_xds", Level::DEBUG),
+                    "{hcl}"
+                );
+                assert!(
+                    tracing::event_enabled!(target: "legate_xds", Level::WARN),
+                    "{hcl}"
+                );
+            });
+        }
+    }
 }

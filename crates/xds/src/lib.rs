@@ -5,8 +5,10 @@
 //!
 //! Depends on types, chain and proxycfg; tonic and the Envoy protos stay here.
 
+pub mod ads_service;
 pub mod bootstrap;
 pub mod grpc;
+mod held;
 pub mod history;
 pub mod json;
 pub mod l7;
