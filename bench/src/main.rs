@@ -15,6 +15,7 @@ mod acl;
 mod dns;
 mod login;
 mod storage;
+mod watch;
 
 #[derive(Parser)]
 #[command(name = "legate-bench")]
@@ -313,56 +314,6 @@ async fn register(client: reqwest::Client, url: String, catalog: bool, n: u64) -
         bail!("register failed: {}", response.status());
     }
     Ok(())
-}
-
-async fn legate_watch_round(
-    client: &reqwest::Client,
-    url: &str,
-    watchers: usize,
-) -> Result<Vec<Duration>> {
-    let response = client
-        .put(format!("{url}/v1/kv/watched"))
-        .body("0")
-        .send()
-        .await?;
-    if !response.status().is_success() {
-        bail!("seed write failed");
-    }
-    let index: u64 = client
-        .get(format!("{url}/v1/kv/watched"))
-        .send()
-        .await?
-        .headers()
-        .get("x-consul-index")
-        .context("no X-Consul-Index")?
-        .to_str()?
-        .parse()?;
-    let mut tasks = Vec::new();
-    for _ in 0..watchers {
-        let client = client.clone();
-        let url = url.to_string();
-        tasks.push(tokio::spawn(async move {
-            let response = client
-                .get(format!("{url}/v1/kv/watched?index={index}&wait=60s"))
-                .send()
-                .await?;
-            let _ = response.bytes().await?;
-            Ok::<_, anyhow::Error>(Instant::now())
-        }));
-    }
-    // Let every watcher reach the server and block.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let written = Instant::now();
-    client
-        .put(format!("{url}/v1/kv/watched"))
-        .body("1")
-        .send()
-        .await?;
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.push(task.await??.saturating_duration_since(written));
-    }
-    Ok(latencies)
 }
 
 async fn etcd_watch_round(
@@ -938,7 +889,7 @@ async fn main() -> Result<()> {
             let mut all = Vec::new();
             for round in 0..rounds {
                 let latencies = match target {
-                    Target::Legate => legate_watch_round(&client, &url, watchers).await?,
+                    Target::Legate => watch::legate_round(&client, &url, watchers).await?,
                     Target::Etcd => etcd_watch_round(&client, &url, watchers, round).await?,
                 };
                 all.extend(latencies);

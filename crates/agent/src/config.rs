@@ -88,7 +88,7 @@ pub struct AgentConfig {
     /// Node id (UUID); generated and persisted when not given.
     pub node_id: String,
     /// Node metadata.
-    pub node_meta: std::collections::BTreeMap<String, String>,
+    pub node_meta: legate_types::catalog::Meta,
     /// Where the node runs (`locality`); services inherit it.
     pub locality: Option<legate_types::Locality>,
     /// Data directory.
@@ -560,7 +560,8 @@ fn build(merged: Value, mut warnings: Vec<String>) -> Result<AgentConfig, Config
             .map(|(i, v)| decode_check(v).map_err(|e| ConfigError(format!("checks[{i}]: {e}"))))
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let node_meta = string_map(get(&map, &["node_meta"]), "node_meta")?;
+    let node_meta: legate_types::catalog::Meta =
+        string_map(get(&map, &["node_meta"]), "node_meta")?.into();
     legate_types::meta::validate(&node_meta, false)
         .map_err(|e| ConfigError(format!("node_meta invalid: {e}")))?;
     let datacenter = get_str(&map, &["datacenter"])?.unwrap_or_else(|| "dc1".to_string());

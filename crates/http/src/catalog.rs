@@ -25,7 +25,7 @@ fn node_meta_filter(params: &Params) -> Result<Vec<(String, String)>, ApiError> 
 }
 
 fn meta_matches(
-    meta: &std::collections::BTreeMap<String, String>,
+    meta: &legate_types::catalog::Meta,
     wanted: &[(String, String)],
 ) -> bool {
     wanted.iter().all(|(k, v)| meta.get(k) == Some(v))

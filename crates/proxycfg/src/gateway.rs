@@ -43,7 +43,7 @@ pub struct GatewayRegistration {
     /// Its tagged addresses (`lan`, `wan`, ...).
     pub tagged_addresses: BTreeMap<String, GatewayAddress>,
     /// Its service meta.
-    pub meta: BTreeMap<String, String>,
+    pub meta: legate_types::catalog::Meta,
     /// The agent's DNS domain (`consul`): servers' SNI names end in it.
     pub domain: String,
 }

@@ -552,7 +552,7 @@ async fn reconcile_self(server: &Server) -> Result<(), legate_types::RpcError> {
         address: config.advertise_address.clone(),
         datacenter: config.datacenter.clone(),
         tagged_addresses: tagged,
-        node_meta: existing_meta.unwrap_or(meta),
+        node_meta: existing_meta.unwrap_or_else(|| meta.into()),
         check: Some(HealthCheck {
             node: config.node_name.clone(),
             check_id: SERF_CHECK_ID.to_string(),

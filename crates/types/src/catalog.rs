@@ -12,7 +12,7 @@ pub use crate::locality::Locality;
 use crate::RaftIndex;
 
 /// Free-form string metadata (`Meta`, `NodeMeta`): keys are user data.
-pub type Meta = BTreeMap<String, String>;
+pub use crate::meta_map::Meta;
 
 fn is_false(value: &bool) -> bool {
     !*value
@@ -709,7 +709,7 @@ pub struct ServiceDefinition {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tagged_addresses: BTreeMap<String, ServiceAddress>,
     /// Metadata.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "Meta::is_empty")]
     pub meta: Meta,
     /// Port.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,6 +25,7 @@ pub mod kv;
 pub mod locality;
 pub mod memory;
 pub mod meta;
+pub mod meta_map;
 pub mod prepared_query;
 pub mod proxy_status;
 pub mod query;

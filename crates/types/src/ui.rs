@@ -22,7 +22,7 @@ pub struct NodeInfo {
     /// Named alternative addresses.
     pub tagged_addresses: BTreeMap<String, String>,
     /// Node metadata.
-    pub meta: BTreeMap<String, String>,
+    pub meta: crate::catalog::Meta,
     /// Its service instances, by service ID.
     pub services: Vec<NodeService>,
     /// Its checks: node checks and service checks, by check ID.

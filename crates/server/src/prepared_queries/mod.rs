@@ -107,7 +107,7 @@ fn selected(query: &legate_types::prepared_query::ServiceQuery, row: &CheckServi
         has != forbidden
     });
     let meta_ok = |wanted: &Option<std::collections::BTreeMap<String, String>>,
-                   have: &std::collections::BTreeMap<String, String>| {
+                   have: &legate_types::catalog::Meta| {
         wanted
             .iter()
             .flatten()
