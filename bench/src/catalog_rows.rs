@@ -8,8 +8,9 @@
 //!
 //! `legate-catalog-rows --instances 100000` registers that many instances
 //! of 100 services over `instances / 50` nodes, each with the tags, meta
-//! and one health check a typical registration carries, plus one
-//! connect-proxy sidecar per 10 instances.
+//! and one health check a typical registration carries; every tenth is a
+//! connect-proxy sidecar instead. `--without-checks` leaves the checks out,
+//! to measure the service rows alone.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -53,7 +54,7 @@ fn live() -> isize {
 }
 
 /// The registration of instance `i`.
-fn registration(i: usize, nodes: usize) -> RegisterRequest {
+fn registration(i: usize, nodes: usize, with_checks: bool) -> RegisterRequest {
     let node = format!("node-{:05}", i % nodes);
     let name = format!("service-{:03}", i % 100);
     let id = format!("{name}-{i}");
@@ -82,7 +83,7 @@ fn registration(i: usize, nodes: usize) -> RegisterRequest {
         }),
         ..Default::default()
     };
-    if std::env::var("NO_CHECKS").is_ok() {
+    if !with_checks {
         request.check = None;
     }
     if i % 10 == 9 {
@@ -114,11 +115,13 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(100_000);
+    // `--without-checks`: the service rows alone.
+    let with_checks = !std::env::args().any(|a| a == "--without-checks");
     let nodes = (instances / 50).max(1);
     let store = StateStore::new();
     let before = live();
     for i in 0..instances {
-        let command = Command::Register(Box::new(registration(i, nodes)));
+        let command = Command::Register(Box::new(registration(i, nodes, with_checks)));
         store.apply(i as u64 + 10, &command);
     }
     let held = live() - before;
@@ -137,19 +140,9 @@ fn main() {
         "the restored catalog lists the same services"
     );
     println!(
-        "instances={instances} nodes={nodes} bytes_per_instance={:.0} bytes_per_instance_restored={:.0} snapshot_bytes={} snapshot_ms={snapshot_ms:.0} restore_ms={restore_ms:.0}",
+        "instances={instances} nodes={nodes} checks={with_checks} bytes_per_instance={:.0} bytes_per_instance_restored={:.0} snapshot_bytes={} snapshot_ms={snapshot_ms:.0} restore_ms={restore_ms:.0}",
         held as f64 / instances as f64,
         held_restored as f64 / instances as f64,
         snapshot.len(),
     );
-}
-#[test]
-fn sizes() {
-    use legate_types::catalog::*;
-    eprintln!("NodeService {}", std::mem::size_of::<NodeService>());
-    eprintln!("HealthCheck {}", std::mem::size_of::<HealthCheck>());
-    eprintln!("HealthCheckDefinition {}", std::mem::size_of::<HealthCheckDefinition>());
-    eprintln!("ServiceConnect {}", std::mem::size_of::<Option<ServiceConnect>>());
-    eprintln!("Locality {}", std::mem::size_of::<Option<Locality>>());
-    eprintln!("Node {}", std::mem::size_of::<Node>());
 }

@@ -337,6 +337,8 @@ async fn etcd_watch_round(
                 .send()
                 .await?;
             // The first message confirms the watch; the second carries the event.
+            // The stream is handed back open, as the Legate watchers keep
+            // their connections: no teardown inside the measured wake.
             let mut seen = 0;
             while let Some(chunk) = response.chunk().await? {
                 seen += chunk.iter().filter(|b| **b == b'\n').count().max(1);
@@ -344,7 +346,7 @@ async fn etcd_watch_round(
                     ready.fetch_add(1, Ordering::SeqCst);
                 }
                 if seen >= 2 {
-                    return Ok::<_, anyhow::Error>(Instant::now());
+                    return Ok::<_, anyhow::Error>((Instant::now(), response));
                 }
             }
             bail!("watch stream ended")
@@ -362,9 +364,14 @@ async fn etcd_watch_round(
         .send()
         .await?;
     let mut latencies = Vec::new();
+    let mut open = Vec::with_capacity(watchers);
     for task in tasks {
-        latencies.push(task.await??.saturating_duration_since(written));
+        let (at, response) = task.await??;
+        latencies.push(at.saturating_duration_since(written));
+        open.push(response);
     }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(open);
     Ok(latencies)
 }
 
@@ -715,12 +722,7 @@ async fn xds_fanout(
             .await
             .context("streams did not all get their initial config")?;
     }
-    let settle = std::env::var("XDS_SETTLE_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .unwrap_or(500);
-    eprintln!("{streams} streams connected; the update follows in {settle} ms");
-    tokio::time::sleep(Duration::from_millis(settle)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_connected = rss_kb(pid);
     // One endpoint change: another db instance with its sidecar.
     let started = Instant::now();

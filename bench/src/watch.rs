@@ -96,7 +96,6 @@ pub async fn legate_round(
     }
     // Let every watcher reach the server and block.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    eprintln!("{watchers} watchers waiting; writing the key");
     let written = Instant::now();
     client
         .put(format!("{url}/v1/kv/watched"))

@@ -24,10 +24,7 @@ fn node_meta_filter(params: &Params) -> Result<Vec<(String, String)>, ApiError> 
         .collect()
 }
 
-fn meta_matches(
-    meta: &legate_types::catalog::Meta,
-    wanted: &[(String, String)],
-) -> bool {
+fn meta_matches(meta: &legate_types::catalog::Meta, wanted: &[(String, String)]) -> bool {
     wanted.iter().all(|(k, v)| meta.get(k) == Some(v))
 }
 

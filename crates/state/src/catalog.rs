@@ -11,12 +11,13 @@ use crate::{Changes, NodeKey, Table, Tables};
 
 /// The rows of one node in a table keyed by (node, id).
 pub(crate) fn on_node<'a, T>(
-    table: &'a BTreeMap<NodeKey, T>,
+    table: &'a BTreeMap<NodeKey, Box<T>>,
     node: &'a str,
 ) -> impl Iterator<Item = (&'a NodeKey, &'a T)> + 'a {
     table
         .range((node.to_string(), String::new())..)
         .take_while(move |((n, _), _)| n == node)
+        .map(|(key, row)| (key, &**row))
 }
 
 impl Tables {
@@ -32,7 +33,7 @@ impl Tables {
                 .or_default()
                 .insert(key.clone());
         }
-        self.services.insert(key, service);
+        self.services.insert(key, Box::new(service));
     }
 
     pub(crate) fn remove_service_row(&mut self, key: &NodeKey) -> Option<NodeService> {
@@ -51,7 +52,7 @@ impl Tables {
                 }
             }
         }
-        Some(service)
+        Some(*service)
     }
 
     /// Service names affected by a change to anything on `node`.
@@ -263,7 +264,7 @@ impl Tables {
         }
         let critical = check.status == HealthStatus::Critical;
         let affected = self.check_affects(&check);
-        self.checks.insert(key, check.clone());
+        self.checks.insert(key, Box::new(check.clone()));
         self.bump(Table::Checks, index, changes);
         for name in affected {
             self.bump_service(&name, index, changes);
@@ -558,7 +559,9 @@ impl Tables {
 
     /// One service instance on one node.
     pub fn node_service(&self, node: &str, id: &str) -> Option<&NodeService> {
-        self.services.get(&(node.to_string(), id.to_string()))
+        self.services
+            .get(&(node.to_string(), id.to_string()))
+            .map(|service| &**service)
     }
 
     /// Checks of one node.
@@ -575,7 +578,7 @@ impl Tables {
             .checks
             .values()
             .filter(|c| c.service_name == name)
-            .cloned()
+            .map(|c| (**c).clone())
             .collect();
         (self.table_index(Table::Checks), checks)
     }
@@ -586,7 +589,7 @@ impl Tables {
             .checks
             .values()
             .filter(|c| state.is_none_or(|s| c.status == s))
-            .cloned()
+            .map(|c| (**c).clone())
             .collect();
         (self.table_index(Table::Checks), checks)
     }

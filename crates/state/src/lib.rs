@@ -54,10 +54,10 @@ pub type NodeKey = (String, String);
 #[derive(Debug, Default, Clone)]
 pub struct Tables {
     pub(crate) nodes: BTreeMap<String, Node>,
-    pub(crate) services: BTreeMap<NodeKey, NodeService>,
+    pub(crate) services: BTreeMap<NodeKey, Box<NodeService>>,
     pub(crate) services_by_name: BTreeMap<String, BTreeSet<NodeKey>>,
     pub(crate) connect_by_target: BTreeMap<String, BTreeSet<NodeKey>>,
-    pub(crate) checks: BTreeMap<NodeKey, HealthCheck>,
+    pub(crate) checks: BTreeMap<NodeKey, Box<HealthCheck>>,
     pub(crate) kv: BTreeMap<String, KvEntry>,
     pub(crate) kv_tombstones: BTreeMap<String, u64>,
     /// The highest tombstone index reaped so far: prefix indexes never drop
@@ -249,9 +249,9 @@ impl Tables {
             services: self
                 .services
                 .iter()
-                .map(|((n, _), s)| (n.clone(), s.clone()))
+                .map(|((n, _), s)| (n.clone(), (**s).clone()))
                 .collect(),
-            checks: self.checks.values().cloned().collect(),
+            checks: self.checks.values().map(|c| (**c).clone()).collect(),
             kv: self.kv.values().cloned().collect(),
             kv_reaped_index: self.kv_reaped_index,
             kv_tombstones: self
@@ -303,9 +303,10 @@ impl Tables {
             tables.insert_service_row(node, service);
         }
         for check in data.checks {
-            tables
-                .checks
-                .insert((check.node.clone(), check.check_id.clone()), check);
+            tables.checks.insert(
+                (check.node.clone(), check.check_id.clone()),
+                Box::new(check),
+            );
         }
         for entry in data.kv {
             tables.kv.insert(entry.key.clone(), entry);

@@ -132,7 +132,7 @@ impl Tables {
             }
             for check in rows.checks {
                 self.checks
-                    .insert((name.clone(), check.check_id.clone()), check);
+                    .insert((name.clone(), check.check_id.clone()), Box::new(check));
             }
             match rows.node {
                 Some(node) => self.nodes.insert(name.clone(), node),

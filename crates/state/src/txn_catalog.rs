@@ -66,7 +66,7 @@ impl Tables {
 
     pub(crate) fn txn_check_get(&self, node: &str, id: &str) -> Result<TxnResult, String> {
         match self.checks.get(&(node.to_string(), id.to_string())) {
-            Some(check) => Ok(check_result(check.clone())),
+            Some(check) => Ok(check_result((**check).clone())),
             None => Err(format!("check {id:?} on node {node:?} doesn't exist")),
         }
     }
