@@ -316,65 +316,6 @@ async fn register(client: reqwest::Client, url: String, catalog: bool, n: u64) -
     Ok(())
 }
 
-async fn etcd_watch_round(
-    client: &reqwest::Client,
-    url: &str,
-    watchers: usize,
-    round: usize,
-) -> Result<Vec<Duration>> {
-    let key = b64("watched");
-    let mut tasks = Vec::new();
-    let ready = Arc::new(AtomicU64::new(0));
-    for _ in 0..watchers {
-        let client = client.clone();
-        let url = url.to_string();
-        let key = key.clone();
-        let ready = ready.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut response = client
-                .post(format!("{url}/v3/watch"))
-                .json(&json!({"create_request": {"key": key}}))
-                .send()
-                .await?;
-            // The first message confirms the watch; the second carries the event.
-            // The stream is handed back open, as the Legate watchers keep
-            // their connections: no teardown inside the measured wake.
-            let mut seen = 0;
-            while let Some(chunk) = response.chunk().await? {
-                seen += chunk.iter().filter(|b| **b == b'\n').count().max(1);
-                if seen == 1 {
-                    ready.fetch_add(1, Ordering::SeqCst);
-                }
-                if seen >= 2 {
-                    return Ok::<_, anyhow::Error>((Instant::now(), response));
-                }
-            }
-            bail!("watch stream ended")
-        }));
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while (ready.load(Ordering::SeqCst) as usize) < watchers && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let written = Instant::now();
-    client
-        .post(format!("{url}/v3/kv/put"))
-        .json(&json!({"key": key, "value": b64(&format!("{round}"))}))
-        .send()
-        .await?;
-    let mut latencies = Vec::new();
-    let mut open = Vec::with_capacity(watchers);
-    for task in tasks {
-        let (at, response) = task.await??;
-        latencies.push(at.saturating_duration_since(written));
-        open.push(response);
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    drop(open);
-    Ok(latencies)
-}
-
 async fn set_ca_config(server: &legate_server::Server, config: serde_json::Value) -> Result<()> {
     use legate_types::rpc::ServerRpc;
     server
@@ -892,7 +833,7 @@ async fn main() -> Result<()> {
             for round in 0..rounds {
                 let latencies = match target {
                     Target::Legate => watch::legate_round(&client, &url, watchers).await?,
-                    Target::Etcd => etcd_watch_round(&client, &url, watchers, round).await?,
+                    Target::Etcd => watch::etcd_round(&client, &url, watchers, round).await?,
                 };
                 all.extend(latencies);
             }

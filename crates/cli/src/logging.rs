@@ -91,6 +91,9 @@ mod tests {
     /// pass at the configured level.
     #[test]
     fn dependency_spans_stay_off_below_the_configured_level() {
+        // The levels under test are the configured ones, not an override
+        // from the environment (each test runs in its own process).
+        std::env::remove_var("LEGATE_LOG");
         let dir = tempfile::tempdir().unwrap();
         let with_file = format!(
             "log_level = \"info\"\nlog_file = \"{}/\"",

@@ -113,7 +113,8 @@ fn nodes_node_and_the_overview() {
     let agent = TestAgent::dev(&[]);
     register(&agent);
     // Agent registrations reach the catalog through anti-entropy, as in
-    // Consul: wait until all four services (and consul's own) are there.
+    // Consul: wait until the three registered services and consul's own
+    // are there.
     let nodes = common::eventually(Duration::from_secs(10), || {
         let nodes = agent.get("/v1/internal/ui/nodes").ok()?;
         (nodes[0]["Services"].as_array()?.len() == 4).then_some(nodes)

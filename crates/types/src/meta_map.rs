@@ -155,19 +155,34 @@ impl IntoIterator for Meta {
     }
 }
 
+impl Meta {
+    /// The map of `pairs` in any order, a repeated key keeping its last
+    /// value (as a `BTreeMap` built from them would): sorted once, so a
+    /// large unsorted input costs `n log n`, not a shift per insert.
+    fn from_pairs(mut pairs: Vec<(String, String)>) -> Meta {
+        if !pairs.is_sorted_by(|(a, _), (b, _)| a < b) {
+            // Stable: among equal keys the later pair stays later.
+            pairs.sort_by(|(a, _), (b, _)| a.cmp(b));
+            pairs.reverse();
+            pairs.dedup_by(|later, earlier| later.0 == earlier.0);
+            pairs.reverse();
+        }
+        pairs.shrink_to_fit();
+        Meta { entries: pairs }
+    }
+}
+
 impl Extend<(String, String)> for Meta {
     fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, pairs: I) {
-        for (k, v) in pairs {
-            self.insert(k, v);
-        }
+        let mut all = std::mem::take(&mut self.entries);
+        all.extend(pairs);
+        *self = Meta::from_pairs(all);
     }
 }
 
 impl FromIterator<(String, String)> for Meta {
     fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Meta {
-        let mut meta = Meta::new();
-        meta.extend(pairs);
-        meta
+        Meta::from_pairs(pairs.into_iter().collect())
     }
 }
 
@@ -230,13 +245,12 @@ impl<'de> Deserialize<'de> for Meta {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Meta, A::Error> {
-                let mut meta = Meta::new();
-                // A repeated key keeps its last value, as a BTreeMap did.
-                while let Some((k, v)) = access.next_entry::<String, String>()? {
-                    meta.insert(k, v);
+                let mut pairs = Vec::with_capacity(access.size_hint().unwrap_or(0).min(64));
+                while let Some(pair) = access.next_entry::<String, String>()? {
+                    pairs.push(pair);
                 }
-                meta.entries.shrink_to_fit();
-                Ok(meta)
+                // A repeated key keeps its last value, as a BTreeMap did.
+                Ok(Meta::from_pairs(pairs))
             }
         }
 
@@ -285,5 +299,40 @@ mod tests {
         let expected: BTreeMap<String, String> = serde_json::from_str(json).unwrap();
         assert!(parsed.iter().eq(expected.iter()));
         assert!(serde_json::from_str::<Meta>(r#"{"a":1}"#).is_err());
+    }
+
+    /// Building from pairs in any order, with repeats, gives the BTreeMap
+    /// the same pairs give; a large input in reverse order stays fast.
+    #[test]
+    fn building_from_pairs_matches_a_btreemap_and_scales() {
+        let mut seed: u64 = 5;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200 {
+            let pairs: Vec<(String, String)> = (0..next() % 40)
+                .map(|_| (format!("k{}", next() % 15), format!("v{}", next() % 9)))
+                .collect();
+            let model: BTreeMap<String, String> = pairs.iter().cloned().collect();
+            let built: Meta = pairs.iter().cloned().collect();
+            assert!(built.iter().eq(model.iter()));
+            let mut extended = Meta::from([("k3".to_string(), "old".to_string())]);
+            extended.extend(pairs.iter().cloned());
+            let mut expected = BTreeMap::from([("k3".to_string(), "old".to_string())]);
+            expected.extend(pairs.iter().cloned());
+            assert!(extended.iter().eq(expected.iter()));
+        }
+        let descending: serde_json::Map<String, serde_json::Value> = (0..200_000)
+            .rev()
+            .map(|i| (format!("key-{i:07}"), serde_json::Value::from("v")))
+            .collect();
+        // Inserted one by one, each pair shifted the whole vector: this
+        // input took minutes (the suite's timeout ends it).
+        let meta: Meta = serde_json::from_value(serde_json::Value::Object(descending)).unwrap();
+        assert_eq!(meta.len(), 200_000);
+        assert!(meta.keys().is_sorted());
     }
 }

@@ -8,7 +8,8 @@
 //! methods the same way, with the same message limits and no compression,
 //! but:
 //! - requests are read through a buffer that starts at [`READ_BUFFER`]
-//!   bytes (Envoy's requests are small: ACKs and subscriptions);
+//!   bytes (ACKs and subscriptions are small; a request carrying the full
+//!   node description grows it once);
 //! - each response is encoded into an allocation of exactly its size,
 //!   handed to HTTP/2 and freed once written, so an idle stream holds no
 //!   response bytes ([`ResponseBody`]).
@@ -31,7 +32,8 @@ use tonic::{Status, Streaming};
 use crate::server::Responses;
 use crate::AdsServer;
 
-/// Where each stream's request buffer starts, and the step it grows by.
+/// Where each stream's request buffer starts (tonic grows it to the
+/// largest request the stream has read, and keeps it).
 pub const READ_BUFFER: usize = 512;
 
 /// The largest message read or written (an Envoy with many upstreams
@@ -154,7 +156,7 @@ fn uncompressed(headers: &http::HeaderMap) -> Result<(), Status> {
 /// A stream's responses as gRPC frames, each encoded into its own
 /// allocation, then the trailers: the status that ended the stream, or
 /// `OK` when the session finished.
-pub struct ResponseBody<R> {
+pub(crate) struct ResponseBody<R> {
     responses: Responses<R>,
     ended: bool,
 }

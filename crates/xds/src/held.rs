@@ -48,19 +48,29 @@ impl Held {
             .is_ok_and(|i| self.entries[i].1 == Version::Ours(hash))
     }
 
-    /// Records that the client holds `name` at `version`.
-    pub(crate) fn insert(&mut self, name: &str, version: Version) {
-        match self.find(name) {
-            Ok(i) => self.entries[i].1 = version,
-            Err(i) => self.entries.insert(i, (name.into(), version)),
+    /// Records many names at their versions in one pass; `sorted` is in
+    /// name order without repeats. Inserting one by one would shift the
+    /// vector for each name.
+    pub(crate) fn merge<'a>(&mut self, sorted: impl IntoIterator<Item = (&'a str, Version)>) {
+        let mut old = std::mem::take(&mut self.entries).into_iter().peekable();
+        let mut merged = Vec::with_capacity(old.len());
+        for (name, version) in sorted {
+            while let Some(entry) = old.next_if(|(held, _)| &**held < name) {
+                merged.push(entry);
+            }
+            match old.next_if(|(held, _)| &**held == name) {
+                Some((held, _)) => merged.push((held, version)),
+                None => merged.push((name.into(), version)),
+            }
         }
+        merged.extend(old);
+        debug_assert!(merged.windows(2).all(|w| w[0].0 < w[1].0));
+        self.entries = merged;
     }
 
-    /// Forgets `name`.
-    pub(crate) fn remove(&mut self, name: &str) {
-        if let Ok(i) = self.find(name) {
-            self.entries.remove(i);
-        }
+    /// Keeps the names `keep` accepts.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.entries.retain(|(name, _)| keep(name));
     }
 
     /// Forgets everything.
@@ -96,7 +106,8 @@ mod tests {
         }
     }
 
-    /// Random inserts and removals agree with a BTreeMap of version texts.
+    /// Random inserts, merges and removals agree with a BTreeMap of
+    /// version texts.
     #[test]
     fn agrees_with_a_map_of_texts() {
         let mut held = Held::default();
@@ -111,13 +122,20 @@ mod tests {
         for _ in 0..20_000 {
             let name = format!("cluster-{}", next() % 40);
             let hash = next() % 4;
-            match next() % 5 {
+            match next() % 6 {
                 0 => {
-                    held.remove(&name);
+                    held.retain(|n| n != name);
                     model.remove(&name);
                 }
+                5 => {
+                    let batch: BTreeMap<String, u64> = (0..next() % 6)
+                        .map(|_| (format!("cluster-{}", next() % 40), next() % 4))
+                        .collect();
+                    held.merge(batch.iter().map(|(n, h)| (n.as_str(), Version::Ours(*h))));
+                    model.extend(batch.iter().map(|(n, h)| (n.clone(), Version::text(*h))));
+                }
                 1 => {
-                    held.insert(&name, Version::parse("foreign"));
+                    held.merge([(name.as_str(), Version::parse("foreign"))]);
                     model.insert(name.clone(), "foreign".into());
                 }
                 4 if next() % 50 == 0 => {
@@ -125,7 +143,7 @@ mod tests {
                     model.clear();
                 }
                 _ => {
-                    held.insert(&name, Version::Ours(hash));
+                    held.merge([(name.as_str(), Version::Ours(hash))]);
                     model.insert(name.clone(), Version::text(hash));
                 }
             }

@@ -139,7 +139,7 @@ impl ProxyStatusSource for PushHistory {
                     resources.push(ResourceRecord {
                         type_url: type_url.to_string(),
                         name: name.clone(),
-                        version: crate::server::resource_version(name, any),
+                        version: crate::published::resource_version(name, any),
                         bytes: any.value.len(),
                     });
                 }

@@ -15,6 +15,7 @@ pub mod l7;
 pub mod mesh_gateway;
 pub mod metrics_service;
 pub mod prepared_query;
+mod published;
 pub mod resources;
 pub mod server;
 pub mod update_rate;

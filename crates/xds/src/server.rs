@@ -9,7 +9,7 @@
 //! subscriber holds (seeded from `initial_resource_versions` on reconnect),
 //! send only changed resources and name the removed ones.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 
 use crate::held::{Held, Version};
-use crate::resources::{self, Resources, CLUSTER_TYPE, LISTENER_TYPE, TYPE_ORDER};
+use crate::published::{version_of, Memo, Published};
+use crate::resources::{CLUSTER_TYPE, LISTENER_TYPE, TYPE_ORDER};
 
 /// Where streams find the snapshots of a proxy.
 pub trait SnapshotSource: Send + Sync + 'static {
@@ -110,49 +111,6 @@ impl Metrics {
     }
 }
 
-/// Resources generated once per snapshot and shared by every stream of
-/// that proxy (and, for proxyless clients, certificate provider).
-#[derive(Default)]
-struct Memo {
-    by_proxy: std::sync::Mutex<HashMap<(String, Option<String>), Generated>>,
-}
-
-/// A snapshot with the resources generated from it.
-type Generated = (Arc<ConnectProxySnapshot>, Arc<Published>);
-
-impl Memo {
-    fn forget(&self, proxy_id: &str) {
-        self.by_proxy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(id, _), _| id != proxy_id);
-    }
-
-    /// The resources of a snapshot: Envoy's shapes for a sidecar, gRPC's
-    /// for a native service (with mTLS through `provider` when named).
-    fn resources(
-        &self,
-        proxy_id: &str,
-        provider: Option<&str>,
-        snapshot: &Arc<ConnectProxySnapshot>,
-    ) -> Arc<Published> {
-        let key = (proxy_id.to_string(), provider.map(str::to_string));
-        let mut map = self.by_proxy.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((cached, resources)) = map.get(&key) {
-            if Arc::ptr_eq(cached, snapshot) {
-                return resources.clone();
-            }
-        }
-        let resources = Arc::new(Published::new(if snapshot.native {
-            crate::grpc::generate(snapshot, provider)
-        } else {
-            resources::generate(snapshot)
-        }));
-        map.insert(key, (snapshot.clone(), resources.clone()));
-        resources
-    }
-}
-
 /// The ADS service.
 #[derive(Clone)]
 pub struct AdsServer {
@@ -197,80 +155,6 @@ impl AdsServer {
     /// The tonic service (small per-stream buffers; see [`crate::ads_service`]).
     pub fn into_service(self) -> crate::ads_service::AdsService {
         crate::ads_service::AdsService::new(self)
-    }
-}
-
-/// FNV-1a over the encoded resources: a hash that changes exactly when
-/// the content does.
-fn content_hash<'a>(items: impl Iterator<Item = (&'a String, &'a Any)>) -> u64 {
-    let mut hash: u64 = 0xcbf29ce484222325;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes {
-            hash ^= *b as u64;
-            hash = hash.wrapping_mul(0x100000001b3);
-        }
-    };
-    for (name, any) in items {
-        feed(name.as_bytes());
-        feed(any.type_url.as_bytes());
-        feed(&any.value);
-    }
-    hash
-}
-
-/// The version of a set of resources.
-fn version_of<'a>(items: impl Iterator<Item = (&'a String, &'a Any)>) -> String {
-    Version::text(content_hash(items))
-}
-
-/// One resource's version.
-pub(crate) fn resource_version(name: &String, any: &Any) -> String {
-    version_of(std::iter::once((name, any)))
-}
-
-/// Resources with their versions, computed once per snapshot and shared
-/// by every stream of the proxy: with tens of thousands of streams, each
-/// hashing every resource on every push was most of a fan-out's work.
-pub(crate) struct Published {
-    pub(crate) resources: Arc<Resources>,
-    /// Per type: each resource's content hash, in the order
-    /// `resources.of(type)` iterates, and the version of them all.
-    versions: BTreeMap<&'static str, (Vec<u64>, String)>,
-}
-
-impl Published {
-    fn new(resources: Resources) -> Published {
-        let versions = resources
-            .by_type
-            .iter()
-            .map(|(type_url, all)| {
-                let each = all
-                    .iter()
-                    .map(|item| content_hash(std::iter::once(item)))
-                    .collect();
-                (*type_url, (each, version_of(all.iter())))
-            })
-            .collect();
-        Published {
-            resources: Arc::new(resources),
-            versions,
-        }
-    }
-
-    /// The resources of one type with their hashes, and the version of
-    /// them all.
-    fn of(&self, type_url: &str) -> (Vec<(&String, &Any, u64)>, String) {
-        let (Some(all), Some((hashes, version))) =
-            (self.resources.of(type_url), self.versions.get(type_url))
-        else {
-            return (Vec::new(), version_of(std::iter::empty()));
-        };
-        let items = all
-            .iter()
-            .zip(hashes)
-            .map(|((name, any), hash)| (name, any, *hash))
-            .collect();
-        (items, version.clone())
     }
 }
 
@@ -887,11 +771,18 @@ impl DeltaSession {
             state.wildcard = is_wildcard_type(&type_url)
                 && (request.resource_names_subscribe.is_empty()
                     || request.resource_names_subscribe.iter().any(|n| n == "*"));
-            for (name, version) in &request.initial_resource_versions {
-                state.held.insert(name, Version::parse(version));
-            }
+            let mut initial: Vec<(&String, &String)> =
+                request.initial_resource_versions.iter().collect();
+            initial.sort_unstable();
+            state.held.merge(
+                initial
+                    .into_iter()
+                    .map(|(name, version)| (name.as_str(), Version::parse(version))),
+            );
         }
         let mut changed = false;
+        // Names whose held version is forgotten, all at once.
+        let mut forget: HashSet<&str> = HashSet::new();
         for name in &request.resource_names_subscribe {
             if name == "*" {
                 changed |= !state.wildcard;
@@ -901,7 +792,7 @@ impl DeltaSession {
                 // A (re)subscription is answered with the resource, even if
                 // we believe the client has it; unless it told us its version.
                 if !request.initial_resource_versions.contains_key(name) {
-                    state.held.remove(name);
+                    forget.insert(name);
                 }
                 changed = true;
             }
@@ -911,9 +802,12 @@ impl DeltaSession {
                 changed |= state.wildcard;
                 state.wildcard = false;
             } else if state.names.remove(name) {
-                state.held.remove(name);
+                forget.insert(name);
                 changed = true;
             }
+        }
+        if !forget.is_empty() {
+            state.held.retain(|name| !forget.contains(name));
         }
         if changed && type_url == LISTENER_TYPE {
             self.common.want_listeners(&state.names);
@@ -972,11 +866,16 @@ impl DeltaSession {
         if updated.is_empty() && removed.is_empty() && !always {
             return true;
         }
-        for (hash, r) in &updated {
-            state.held.insert(&r.name, Version::Ours(*hash));
-        }
-        for name in &removed {
-            state.held.remove(name);
+        // Both lists are in name order (they come from sorted maps).
+        state.held.merge(
+            updated
+                .iter()
+                .map(|(hash, r)| (r.name.as_str(), Version::Ours(*hash))),
+        );
+        if !removed.is_empty() {
+            state
+                .held
+                .retain(|name| removed.binary_search_by(|r| r.as_str().cmp(name)).is_err());
         }
         let updated: Vec<Resource> = updated.into_iter().map(|(_, r)| r).collect();
         let nonce = self.common.next_nonce();
@@ -1017,6 +916,7 @@ impl Protocol for DeltaSession {
         DeltaSession::push_all(self).await
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
