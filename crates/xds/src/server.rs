@@ -183,15 +183,7 @@ impl AdsServer {
         token: String,
         inbound: Streaming<DiscoveryRequest>,
     ) -> Responses<DiscoveryResponse> {
-        let (tx, rx) = mpsc::channel(QUEUED_RESPONSES);
-        let session = SotwSession::new(
-            self.source.clone(),
-            self.metrics.clone(),
-            self.memo.clone(),
-            tx,
-        );
-        tokio::spawn(drive(session, self.gate(token), inbound));
-        rx
+        self.open::<SotwSession>(token, inbound)
     }
 
     /// Opens an incremental stream (`DeltaAggregatedResources`) for a
@@ -201,15 +193,31 @@ impl AdsServer {
         token: String,
         inbound: Streaming<DeltaDiscoveryRequest>,
     ) -> Responses<DeltaDiscoveryResponse> {
+        self.open::<DeltaSession>(token, inbound)
+    }
+
+    /// Starts the task of one stream of protocol `P`.
+    fn open<P: Protocol>(
+        &self,
+        token: String,
+        inbound: Streaming<P::Request>,
+    ) -> Responses<P::Response>
+    where
+        Streaming<P::Request>: Send,
+    {
         let (tx, rx) = mpsc::channel(QUEUED_RESPONSES);
-        let session = DeltaSession::new(
+        tokio::spawn(drive(self.session::<P>(tx), self.gate(token), inbound));
+        rx
+    }
+
+    /// A fresh session of protocol `P` sending into `tx`.
+    fn session<P: Protocol>(&self, tx: mpsc::Sender<Outbound<P::Response>>) -> P {
+        P::with_common(Common::new(
             self.source.clone(),
             self.metrics.clone(),
             self.memo.clone(),
             tx,
-        );
-        tokio::spawn(drive(session, self.gate(token), inbound));
-        rx
+        ))
     }
 }
 
@@ -248,9 +256,11 @@ async fn next_snapshot(
 /// is deregistered.
 #[tonic::async_trait]
 trait Protocol: Send + Sized + 'static {
-    type Request: Send + 'static;
+    type Request: Send + Sync + 'static;
     type Response: Send + 'static;
 
+    /// A fresh session around `common`.
+    fn with_common(common: Common<Self::Response>) -> Self;
     fn node_of(request: &Self::Request) -> Option<&Node>;
     fn common(&mut self) -> &mut Common<Self::Response>;
     /// Handles one request; `false` when the stream is gone.
@@ -510,24 +520,34 @@ impl<P: Protocol> OpenStream<P> {
             Ok(rx) => self.gate.admit(&id).await.map(|()| rx),
             Err(status) => Err(status),
         };
-        let c = self.session.common();
         match admitted {
             Ok(rx) => {
-                self.latest = rx.borrow().clone();
-                c.resources = self.latest.as_ref().map(|s| {
-                    c.memo
-                        .resources(&id, provider.as_deref(), &self.gate.view.visible(s))
-                });
+                let c = self.session.common();
                 c.node_id = id;
                 c.provider = provider;
+                self.latest = rx.borrow().clone();
                 self.watch = Some(rx);
+                self.publish();
                 true
             }
             Err(status) => {
-                let _ = c.tx.send(Box::new(Err(status))).await;
+                let _ = self.session.common().tx.send(Box::new(Err(status))).await;
                 false
             }
         }
+    }
+
+    /// Makes the latest snapshot, as the token may see it, the resources
+    /// the session sends.
+    fn publish(&mut self) {
+        let c = self.session.common();
+        c.resources = self.latest.as_ref().map(|s| {
+            c.memo.resources(
+                &c.node_id,
+                c.provider.as_deref(),
+                &self.gate.view.visible(s),
+            )
+        });
     }
 
     /// Pushes what a new snapshot changed, or ends the stream when the
@@ -545,12 +565,8 @@ impl<P: Protocol> OpenStream<P> {
         match snapshot {
             Some(Some(s)) => {
                 c.changed_at = s.changed_at;
-                c.resources = Some(c.memo.resources(
-                    &c.node_id,
-                    c.provider.as_deref(),
-                    &self.gate.view.visible(&s),
-                ));
                 self.latest = Some(s);
+                self.publish();
                 self.session.push_all().await
             }
             // Deregistered: end the stream.
@@ -572,15 +588,11 @@ impl<P: Protocol> OpenStream<P> {
             let _ = self.session.common().tx.send(Box::new(Err(status))).await;
             return false;
         }
-        let Some(s) = &self.latest else {
+        // The token may now see more or less of the same snapshot.
+        if self.latest.is_none() {
             return true;
-        };
-        let c = self.session.common();
-        c.resources = Some(c.memo.resources(
-            &id,
-            c.provider.as_deref(),
-            &self.gate.view.visible(s),
-        ));
+        }
+        self.publish();
         self.session.push_all().await
     }
 }
@@ -599,18 +611,6 @@ struct SotwSession {
 }
 
 impl SotwSession {
-    fn new(
-        source: Arc<dyn SnapshotSource>,
-        metrics: Arc<Metrics>,
-        memo: Arc<Memo>,
-        tx: mpsc::Sender<Outbound<DiscoveryResponse>>,
-    ) -> SotwSession {
-        SotwSession {
-            common: Common::new(source, metrics, memo, tx),
-            types: HashMap::new(),
-        }
-    }
-
     /// Handles one request; `false` when the stream is gone.
     async fn handle(&mut self, request: DiscoveryRequest) -> bool {
         let type_url = request.type_url.clone();
@@ -703,6 +703,13 @@ impl Protocol for SotwSession {
     type Request = DiscoveryRequest;
     type Response = DiscoveryResponse;
 
+    fn with_common(common: Common<DiscoveryResponse>) -> SotwSession {
+        SotwSession {
+            common,
+            types: HashMap::new(),
+        }
+    }
+
     fn node_of(request: &DiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
     }
@@ -736,18 +743,6 @@ struct DeltaSession {
 }
 
 impl DeltaSession {
-    fn new(
-        source: Arc<dyn SnapshotSource>,
-        metrics: Arc<Metrics>,
-        memo: Arc<Memo>,
-        tx: mpsc::Sender<Outbound<DeltaDiscoveryResponse>>,
-    ) -> DeltaSession {
-        DeltaSession {
-            common: Common::new(source, metrics, memo, tx),
-            types: HashMap::new(),
-        }
-    }
-
     async fn handle(&mut self, request: DeltaDiscoveryRequest) -> bool {
         let type_url = request.type_url.clone();
         let state = self.types.entry(type_url.clone()).or_default();
@@ -900,6 +895,13 @@ impl Protocol for DeltaSession {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
 
+    fn with_common(common: Common<DeltaDiscoveryResponse>) -> DeltaSession {
+        DeltaSession {
+            common,
+            types: HashMap::new(),
+        }
+    }
+
     fn node_of(request: &DeltaDiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
     }
@@ -938,12 +940,7 @@ mod tests {
     fn an_idle_stream_task_stays_small() {
         let server = AdsServer::new(Arc::new(NoProxies));
         let (tx, _rx) = mpsc::channel(QUEUED_RESPONSES);
-        let session = DeltaSession::new(
-            server.source.clone(),
-            server.metrics.clone(),
-            server.memo.clone(),
-            tx,
-        );
+        let session = server.session::<DeltaSession>(tx);
         let inbound = Streaming::new_request(
             tonic_prost::ProstDecoder::<DeltaDiscoveryRequest>::new(Default::default()),
             tonic::body::Body::empty(),
