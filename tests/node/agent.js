@@ -11,14 +11,39 @@ const legate =
   process.env.LEGATE_BIN ||
   path.join(__dirname, "..", "..", "target", "debug", "legate");
 
-function freePort() {
+const fs = require("node:fs");
+const os = require("node:os");
+
+// The ports tests pick from: below Linux's ephemeral range (32768-60999),
+// so no outgoing connection (a browser's, a proxy's, a blocking query's)
+// can be holding one as its source port when an agent or a proxy comes to
+// bind it; a kernel-chosen port could be.
+const TEST_PORTS = { start: 10000, end: 32000 };
+// Picks of this run, shared by the test files the runner starts side by
+// side (they have the same parent): one file per port, created exclusively.
+const RESERVED = path.join(os.tmpdir(), `legate-node-test-ports-${process.ppid}`);
+
+function bindable(port) {
   return new Promise((resolve) => {
     const server = net.createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
+    server.once("error", () => resolve(false));
+    server.listen(port, "0.0.0.0", () => server.close(() => resolve(true)));
   });
+}
+
+/** A port nobody listens on and no other test of this run was given. */
+async function freePort() {
+  fs.mkdirSync(RESERVED, { recursive: true });
+  for (let i = 0; i < 2000; i++) {
+    const port = TEST_PORTS.start + Math.floor(Math.random() * (TEST_PORTS.end - TEST_PORTS.start));
+    try {
+      fs.closeSync(fs.openSync(path.join(RESERVED, String(port)), "wx"));
+    } catch {
+      continue;
+    }
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port left in ${TEST_PORTS.start}-${TEST_PORTS.end}`);
 }
 
 /** Starts an agent with `extra` flags; resolves to `{ child, consul, port }`. */

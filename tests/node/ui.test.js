@@ -287,10 +287,18 @@ services {
 }
 `);
   const agent = await startAgent([`-grpc-port=${grpc}`, "-config-file", config]);
-  const proxies = ["web", "db"].map((service) => spawn(
-    legate, ["connect", "proxy", "-sidecar-for", service],
-    { stdio: "ignore", env: { ...process.env, CONSUL_HTTP_ADDR: `127.0.0.1:${agent.port}` } },
-  ));
+  // Each proxy's output goes to a file, printed when the test fails.
+  const logFiles = ["web", "db"].map((service) => path.join(dir, `${service}-sidecar.log`));
+  const proxies = ["web", "db"].map((service, i) => {
+    const out = fs.openSync(logFiles[i], "w");
+    const child = spawn(
+      legate, ["connect", "proxy", "-sidecar-for", service],
+      { stdio: ["ignore", out, out], env: { ...process.env, CONSUL_HTTP_ADDR: `127.0.0.1:${agent.port}` } },
+    );
+    fs.closeSync(out);
+    return child;
+  });
+  const logs = () => logFiles.map((f) => `--- ${path.basename(f)}\n${fs.readFileSync(f, "utf8")}`).join("\n");
   // One connection through web's upstream: the echoed line, or null.
   const echo = (line) => new Promise((resolve) => {
     const socket = net.connect(upstream, "127.0.0.1");
@@ -311,7 +319,7 @@ services {
     echoServer.close();
     fs.rmSync(dir, { recursive: true, force: true });
   };
-  return { ...agent, echo, stop };
+  return { ...agent, echo, logs, stop };
 }
 
 async function until(what, timeoutMs, probe) {
@@ -412,6 +420,9 @@ test("the topology shows the seed demo's traffic, and an intention made in the U
     await row.waitFor({ state: "detached" });
     await until("echo once the intention is gone", 15000, async () => (await demo.echo("back\n")) === "back\n");
     assert.deepEqual(problems, []);
+  } catch (e) {
+    console.error(demo.logs());
+    throw e;
   } finally {
     await chrome.close();
     demo.stop();

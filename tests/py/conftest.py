@@ -1,6 +1,7 @@
 """Starts the real `legate` binary for the Python client tests."""
 
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -12,10 +13,28 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# The ports tests pick from: below Linux's ephemeral range (32768-60999), so
+# no outgoing connection (a blocking query's, a proxy's) can be holding one as
+# its source port when an agent or a proxy comes to bind it; a kernel-chosen
+# port could be.
+TEST_PORTS = range(10_000, 32_000)
+_given: set = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on, never given twice in this run."""
+    for _ in range(2_000):
+        port = random.choice(TEST_PORTS)
+        if port in _given:
+            continue
+        _given.add(port)
+        try:
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no free port left in {TEST_PORTS.start}-{TEST_PORTS.stop}")
 
 
 def legate_binary() -> str:
