@@ -7,6 +7,8 @@ use legate_types::{
     NodeServices, RaftIndex, RegisterRequest, ServiceNode,
 };
 
+use crate::check_row::CheckRow;
+use crate::service_row::ServiceRow;
 use crate::{Changes, NodeKey, Table, Tables};
 
 /// The rows of one node in a table keyed by (node, id).
@@ -23,28 +25,31 @@ pub(crate) fn on_node<'a, T>(
 impl Tables {
     pub(crate) fn insert_service_row(&mut self, node: String, service: NodeService) {
         let key = (node, service.id.clone());
+        let row = ServiceRow::new(service, &mut self.names);
         self.services_by_name
-            .entry(service.service.clone())
+            .entry(row.name().to_string())
             .or_default()
             .insert(key.clone());
-        if let Some(target) = service.connect_target() {
+        if let Some(target) = row.connect_target() {
             self.connect_by_target
                 .entry(target.to_string())
                 .or_default()
                 .insert(key.clone());
         }
-        self.services.insert(key, Box::new(service));
+        if let Some(replaced) = self.services.insert(key, Box::new(row)) {
+            replaced.release(&mut self.names);
+        }
     }
 
     pub(crate) fn remove_service_row(&mut self, key: &NodeKey) -> Option<NodeService> {
-        let service = self.services.remove(key)?;
-        if let Some(set) = self.services_by_name.get_mut(&service.service) {
+        let row = self.services.remove(key)?;
+        if let Some(set) = self.services_by_name.get_mut(row.name()) {
             set.remove(key);
             if set.is_empty() {
-                self.services_by_name.remove(&service.service);
+                self.services_by_name.remove(row.name());
             }
         }
-        if let Some(target) = service.connect_target() {
+        if let Some(target) = row.connect_target() {
             if let Some(set) = self.connect_by_target.get_mut(target) {
                 set.remove(key);
                 if set.is_empty() {
@@ -52,14 +57,31 @@ impl Tables {
                 }
             }
         }
-        Some(*service)
+        let service = row.to_service(&key.1);
+        row.release(&mut self.names);
+        Some(service)
+    }
+
+    /// Stores `check` under its node and ID.
+    pub(crate) fn insert_check_row(&mut self, check: HealthCheck) {
+        let key = (check.node.clone(), check.check_id.clone());
+        let row = CheckRow::new(check, &mut self.names);
+        if let Some(replaced) = self.checks.insert(key, Box::new(row)) {
+            replaced.release(&mut self.names);
+        }
+    }
+
+    pub(crate) fn remove_check_row(&mut self, key: &NodeKey) {
+        if let Some(row) = self.checks.remove(key) {
+            row.release(&mut self.names);
+        }
     }
 
     /// Service names affected by a change to anything on `node`.
     fn services_on_node(&self, node: &str) -> Vec<String> {
         on_node(&self.services, node)
             .flat_map(|(_, s)| {
-                let mut names = vec![s.service.clone()];
+                let mut names = vec![s.name().to_string()];
                 if let Some(target) = s.connect_target() {
                     names.push(target.to_string());
                 }
@@ -201,10 +223,12 @@ impl Tables {
         let key = (node.to_string(), service.id.clone());
         service.raft = RaftIndex::at(index);
         if let Some(existing) = self.services.get(&key) {
-            if existing.without_index() == service.without_index() {
+            let mut unchanged = existing.to_service(&key.1);
+            unchanged.raft = service.raft;
+            if unchanged == service {
                 return;
             }
-            service.raft.create_index = existing.raft.create_index;
+            service.raft.create_index = existing.raft().create_index;
             let old = self.remove_service_row(&key);
             if let Some(old) = old {
                 self.bump_service_row(&old, index, changes);
@@ -215,19 +239,21 @@ impl Tables {
         self.bump(Table::Services, index, changes);
         // Checks of the service carry its name and tags.
         let check_keys: Vec<NodeKey> = on_node(&self.checks, node)
-            .filter(|(_, c)| c.service_id == service.id)
+            .filter(|(_, c)| c.service_id() == service.id)
             .map(|(k, _)| k.clone())
             .collect();
-        for key in check_keys {
-            if let Some(check) = self.checks.get_mut(&key) {
-                if check.service_name != service.service || check.service_tags != service.tags {
-                    check.service_name = service.service.clone();
-                    check.service_tags = service.tags.clone();
-                    check.raft.modify_index = index;
-                    self.table_index
-                        .insert(Table::Checks.name().to_string(), index);
-                    changes.tables.insert(Table::Checks);
-                }
+        let Some(row) = self.services.get(&key) else {
+            return;
+        };
+        for check_key in check_keys {
+            let Some(check) = self.checks.get_mut(&check_key) else {
+                continue;
+            };
+            if check.describe_service(row.shared_name_and_tags(), &mut self.names) {
+                check.modified_at(index);
+                self.table_index
+                    .insert(Table::Checks.name().to_string(), index);
+                changes.tables.insert(Table::Checks);
             }
         }
     }
@@ -247,8 +273,8 @@ impl Tables {
                 .services
                 .get(&(node.to_string(), check.service_id.clone()))
             {
-                check.service_name = service.service.clone();
-                check.service_tags = service.tags.clone();
+                check.service_name = service.name().to_string();
+                check.service_tags = service.tags().map(str::to_string).collect();
             }
         } else {
             check.service_name.clear();
@@ -257,34 +283,38 @@ impl Tables {
         let key = (node.to_string(), check.check_id.clone());
         check.raft = RaftIndex::at(index);
         if let Some(existing) = self.checks.get(&key) {
-            if existing.without_index() == check.without_index() {
+            let mut unchanged = existing.to_check(&key.0, &key.1);
+            unchanged.raft = check.raft;
+            if unchanged == check {
                 return;
             }
-            check.raft.create_index = existing.raft.create_index;
+            check.raft.create_index = existing.raft().create_index;
         }
         let critical = check.status == HealthStatus::Critical;
-        let affected = self.check_affects(&check);
-        self.checks.insert(key, Box::new(check.clone()));
+        let affected = self.check_affects(&check.node, &check.service_id);
+        let check_id = check.check_id.clone();
+        self.insert_check_row(check);
         self.bump(Table::Checks, index, changes);
         for name in affected {
             self.bump_service(&name, index, changes);
         }
         if critical {
-            self.invalidate_sessions_for_check(index, node, &check.check_id, changes);
+            self.invalidate_sessions_for_check(index, node, &check_id, changes);
         }
     }
 
-    /// Service names whose health results include `check`.
-    fn check_affects(&self, check: &HealthCheck) -> Vec<String> {
-        if check.service_id.is_empty() {
-            return self.services_on_node(&check.node);
+    /// Service names whose health results include a check of `node` for
+    /// the instance `service_id` (empty: a node check).
+    fn check_affects(&self, node: &str, service_id: &str) -> Vec<String> {
+        if service_id.is_empty() {
+            return self.services_on_node(node);
         }
         match self
             .services
-            .get(&(check.node.clone(), check.service_id.clone()))
+            .get(&(node.to_string(), service_id.to_string()))
         {
             Some(service) => {
-                let mut names = vec![service.service.clone()];
+                let mut names = vec![service.name().to_string()];
                 if let Some(target) = service.connect_target() {
                     names.push(target.to_string());
                 }
@@ -318,9 +348,9 @@ impl Tables {
     ) {
         self.journal_node(node);
         let key = (node.to_string(), check_id.to_string());
-        if let Some(check) = self.checks.get(&key).cloned() {
-            let affected = self.check_affects(&check);
-            self.checks.remove(&key);
+        if let Some(check) = self.checks.get(&key) {
+            let affected = self.check_affects(node, check.service_id());
+            self.remove_check_row(&key);
             self.bump(Table::Checks, index, changes);
             for name in affected {
                 self.bump_service(&name, index, changes);
@@ -344,11 +374,11 @@ impl Tables {
         self.bump(Table::Services, index, changes);
         self.bump_service_row(&service, index, changes);
         let check_ids: Vec<String> = on_node(&self.checks, node)
-            .filter(|(_, c)| c.service_id == service_id)
+            .filter(|(_, c)| c.service_id() == service_id)
             .map(|((_, id), _)| id.clone())
             .collect();
         for id in check_ids {
-            self.checks.remove(&(node.to_string(), id.clone()));
+            self.remove_check_row(&(node.to_string(), id.clone()));
             self.bump(Table::Checks, index, changes);
             self.invalidate_sessions_for_check(index, node, &id, changes);
         }
@@ -409,9 +439,9 @@ impl Tables {
             let mut tags: Vec<String> = Vec::new();
             for key in keys {
                 if let Some(service) = self.services.get(key) {
-                    for tag in &service.tags {
-                        if !tags.contains(tag) {
-                            tags.push(tag.clone());
+                    for tag in service.tags() {
+                        if !tags.iter().any(|t| t == tag) {
+                            tags.push(tag.to_string());
                         }
                     }
                 }
@@ -439,16 +469,15 @@ impl Tables {
             usage.connect_service_instances.insert(kind.into(), 0);
         }
         for service in self.services.values() {
-            let native = service.connect.as_ref().is_some_and(|c| c.native);
-            let kind = if native && service.kind.is_empty() {
+            let kind = if service.is_connect_native() && service.kind().is_empty() {
                 "connect-native"
             } else {
-                service.kind.as_str()
+                service.kind()
             };
             if let Some(count) = usage.connect_service_instances.get_mut(kind) {
                 *count += 1;
             }
-            if service.kind.is_empty() && service.service != "consul" {
+            if service.kind().is_empty() && service.name() != "consul" {
                 usage.billable_service_instances += 1;
             }
         }
@@ -490,7 +519,7 @@ impl Tables {
             .filter_map(|key| {
                 let service = self.services.get(key)?;
                 let node = self.nodes.get(&key.0)?;
-                Some(ServiceNode::from_parts(node, service))
+                Some(ServiceNode::from_parts(node, &service.to_service(&key.1)))
             })
             .collect();
         (self.service_index(name), rows)
@@ -500,16 +529,16 @@ impl Tables {
     pub(crate) fn check_service_node(
         &self,
         key: &NodeKey,
-        service: &NodeService,
+        service: &ServiceRow,
     ) -> Option<CheckServiceNode> {
         let node = self.nodes.get(&key.0)?;
         let checks = on_node(&self.checks, &key.0)
-            .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)
-            .map(|(_, c)| c.clone())
+            .filter(|(_, c)| c.service_id().is_empty() || c.service_id() == key.1)
+            .map(|((node, id), c)| c.to_check(node, id))
             .collect();
         Some(CheckServiceNode {
             node: node.clone(),
-            service: service.clone(),
+            service: service.to_service(&key.1),
             checks,
         })
     }
@@ -530,7 +559,7 @@ impl Tables {
         let rows = self
             .services
             .iter()
-            .filter(|(_, s)| s.kind == kind)
+            .filter(|(_, s)| s.kind() == kind)
             .filter_map(|(key, service)| self.check_service_node(key, service))
             .collect();
         (
@@ -546,7 +575,7 @@ impl Tables {
             return (index, None);
         };
         let services = on_node(&self.services, name)
-            .map(|((_, id), s)| (id.clone(), s.clone()))
+            .map(|((_, id), s)| (id.clone(), s.to_service(id)))
             .collect();
         (
             index,
@@ -558,16 +587,16 @@ impl Tables {
     }
 
     /// One service instance on one node.
-    pub fn node_service(&self, node: &str, id: &str) -> Option<&NodeService> {
+    pub fn node_service(&self, node: &str, id: &str) -> Option<NodeService> {
         self.services
             .get(&(node.to_string(), id.to_string()))
-            .map(|service| &**service)
+            .map(|service| service.to_service(id))
     }
 
     /// Checks of one node.
     pub fn node_checks(&self, name: &str) -> (u64, Vec<HealthCheck>) {
         let checks = on_node(&self.checks, name)
-            .map(|(_, c)| c.clone())
+            .map(|((node, id), c)| c.to_check(node, id))
             .collect();
         (self.table_index(Table::Checks), checks)
     }
@@ -576,9 +605,9 @@ impl Tables {
     pub fn service_checks(&self, name: &str) -> (u64, Vec<HealthCheck>) {
         let checks = self
             .checks
-            .values()
-            .filter(|c| c.service_name == name)
-            .map(|c| (**c).clone())
+            .iter()
+            .filter(|(_, c)| c.service_name() == name)
+            .map(|((node, id), c)| c.to_check(node, id))
             .collect();
         (self.table_index(Table::Checks), checks)
     }
@@ -587,9 +616,9 @@ impl Tables {
     pub fn checks_in_state(&self, state: Option<HealthStatus>) -> (u64, Vec<HealthCheck>) {
         let checks = self
             .checks
-            .values()
-            .filter(|c| state.is_none_or(|s| c.status == s))
-            .map(|c| (**c).clone())
+            .iter()
+            .filter(|(_, c)| state.is_none_or(|s| c.status() == s))
+            .map(|((node, id), c)| c.to_check(node, id))
             .collect();
         (self.table_index(Table::Checks), checks)
     }

@@ -16,14 +16,17 @@ mod acl_replication;
 pub mod archive;
 mod autopilot;
 mod catalog;
+mod check_row;
 mod command;
 mod config_entries;
 mod connect_ca;
 mod coordinates;
 mod federation_states;
+mod interned;
 pub mod inventory;
 mod kv;
 mod prepared_queries;
+mod service_row;
 mod session;
 pub mod stream;
 mod txn;
@@ -54,10 +57,14 @@ pub type NodeKey = (String, String);
 #[derive(Debug, Default, Clone)]
 pub struct Tables {
     pub(crate) nodes: BTreeMap<String, Node>,
-    pub(crate) services: BTreeMap<NodeKey, Box<NodeService>>,
+    /// Service instances in their stored form ([`service_row`]).
+    pub(crate) services: BTreeMap<NodeKey, Box<service_row::ServiceRow>>,
+    /// The texts service rows share.
+    pub(crate) names: interned::Interner,
     pub(crate) services_by_name: BTreeMap<String, BTreeSet<NodeKey>>,
     pub(crate) connect_by_target: BTreeMap<String, BTreeSet<NodeKey>>,
-    pub(crate) checks: BTreeMap<NodeKey, Box<HealthCheck>>,
+    /// Health checks in their stored form ([`check_row`]).
+    pub(crate) checks: BTreeMap<NodeKey, Box<check_row::CheckRow>>,
     pub(crate) kv: BTreeMap<String, KvEntry>,
     pub(crate) kv_tombstones: BTreeMap<String, u64>,
     /// The highest tombstone index reaped so far: prefix indexes never drop
@@ -217,7 +224,7 @@ impl Tables {
             .keys()
             .chain(fresh.service_index.keys())
             .cloned()
-            .chain(fresh.services.values().map(|s| s.service.clone()))
+            .chain(fresh.services.values().map(|s| s.name().to_string()))
             .collect();
         for name in names {
             fresh.service_index.insert(name, index);
@@ -249,9 +256,13 @@ impl Tables {
             services: self
                 .services
                 .iter()
-                .map(|((n, _), s)| (n.clone(), (**s).clone()))
+                .map(|((node, id), s)| (node.clone(), s.to_service(id)))
                 .collect(),
-            checks: self.checks.values().map(|c| (**c).clone()).collect(),
+            checks: self
+                .checks
+                .iter()
+                .map(|((node, id), c)| c.to_check(node, id))
+                .collect(),
             kv: self.kv.values().cloned().collect(),
             kv_reaped_index: self.kv_reaped_index,
             kv_tombstones: self
@@ -303,10 +314,7 @@ impl Tables {
             tables.insert_service_row(node, service);
         }
         for check in data.checks {
-            tables.checks.insert(
-                (check.node.clone(), check.check_id.clone()),
-                Box::new(check),
-            );
+            tables.insert_check_row(check);
         }
         for entry in data.kv {
             tables.kv.insert(entry.key.clone(), entry);

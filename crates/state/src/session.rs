@@ -41,7 +41,7 @@ impl Tables {
     fn require_healthy_check(&self, node: &str, check_id: &str) -> Result<(), String> {
         match self.checks.get(&(node.to_string(), check_id.to_string())) {
             None => Err(format!("Missing check {check_id:?} registration")),
-            Some(c) if c.status == HealthStatus::Critical => {
+            Some(c) if c.status() == HealthStatus::Critical => {
                 Err(format!("Check {check_id:?} is in critical state"))
             }
             Some(_) => Ok(()),

@@ -748,3 +748,67 @@ fn federation_states_keep_their_create_index_and_survive_snapshots() {
     assert!(store.read().has_federation_states());
     assert_eq!(store.read().table_index(Table::FederationStates), 6);
 }
+
+#[test]
+fn shared_texts_follow_the_rows_and_leave_with_them() {
+    let store = StateStore::new();
+    let tagged = |tags: &[&str], index: u64| {
+        let mut service = NodeService {
+            id: format!("web-{index}"),
+            service: "web".into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            ..Default::default()
+        };
+        service.meta.insert("team".into(), "payments".into());
+        Command::Register(Box::new(RegisterRequest {
+            node: "n1".into(),
+            address: "127.0.0.1".into(),
+            service: Some(service),
+            checks: vec![HealthCheck {
+                check_id: format!("c-{index}"),
+                name: "alive".into(),
+                service_id: format!("web-{index}"),
+                status: HealthStatus::Passing,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+    };
+    store.apply(1, &tagged(&["v1", "web"], 1));
+    store.apply(2, &tagged(&["v1"], 2));
+    // A tag change reaches the instance's check, which shares the texts.
+    store.apply(3, &tagged(&["v2"], 1));
+    let (_, checks) = store.read().node_checks("n1");
+    let tags_of = |id: &str| {
+        checks
+            .iter()
+            .find(|c| c.check_id == id)
+            .map(|c| (c.service_name.clone(), c.service_tags.clone()))
+    };
+    assert_eq!(tags_of("c-1"), Some(("web".into(), vec!["v2".into()])));
+    assert_eq!(tags_of("c-2"), Some(("web".into(), vec!["v1".into()])));
+    // web, v1, v2, team, and the check's name and its empty texts.
+    assert_eq!(store.read().names.len(), 6);
+    // A failed transaction restores the rows, and their texts.
+    let failing = vec![
+        serde_json::from_value::<TxnOp>(
+            json!({"Node": {"Verb": "delete", "Node": {"Node": "n1"}}}),
+        )
+        .expect("an op"),
+        serde_json::from_value::<TxnOp>(
+            json!({"KV": {"Verb": "check-index", "Key": "missing", "Index": 1}}),
+        )
+        .expect("an op"),
+    ];
+    store.apply(4, &Command::Txn(failing));
+    assert_eq!(store.read().node_checks("n1").1, checks);
+    assert_eq!(store.read().names.len(), 6);
+    store.apply(
+        5,
+        &Command::Deregister(DeregisterRequest {
+            node: "n1".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(store.read().names.len(), 0, "no row is left to hold a text");
+}

@@ -79,10 +79,10 @@ impl Tables {
         let rows = NodeRows {
             node: self.nodes.get(node).cloned(),
             services: on_node(&self.services, node)
-                .map(|(_, s)| s.clone())
+                .map(|((_, id), s)| s.to_service(id))
                 .collect(),
             checks: on_node(&self.checks, node)
-                .map(|(_, c)| c.clone())
+                .map(|((node, id), c)| c.to_check(node, id))
                 .collect(),
             coordinate: self.coordinates.get(node).cloned(),
         };
@@ -125,14 +125,13 @@ impl Tables {
                 .map(|(k, _)| k.clone())
                 .collect();
             for key in checks {
-                self.checks.remove(&key);
+                self.remove_check_row(&key);
             }
             for service in rows.services {
                 self.insert_service_row(name.clone(), service);
             }
             for check in rows.checks {
-                self.checks
-                    .insert((name.clone(), check.check_id.clone()), Box::new(check));
+                self.insert_check_row(check);
             }
             match rows.node {
                 Some(node) => self.nodes.insert(name.clone(), node),

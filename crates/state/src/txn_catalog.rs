@@ -57,7 +57,7 @@ impl Tables {
     pub(crate) fn txn_service_get(&self, node: &str, id: &str) -> Result<TxnResult, String> {
         match self.node_service(node, id) {
             Some(service) => Ok(TxnResult {
-                service: Some(service.clone()),
+                service: Some(service),
                 ..TxnResult::default()
             }),
             None => Err(format!("service {id:?} on node {node:?} doesn't exist")),
@@ -66,7 +66,7 @@ impl Tables {
 
     pub(crate) fn txn_check_get(&self, node: &str, id: &str) -> Result<TxnResult, String> {
         match self.checks.get(&(node.to_string(), id.to_string())) {
-            Some(check) => Ok(check_result((**check).clone())),
+            Some(check) => Ok(check_result(check.to_check(node, id))),
             None => Err(format!("check {id:?} on node {node:?} doesn't exist")),
         }
     }
@@ -170,7 +170,7 @@ impl Tables {
         let existing = self
             .checks
             .get(&(node.clone(), id.clone()))
-            .map(|c| c.raft.modify_index);
+            .map(|c| c.raft().modify_index);
         match op.verb.as_str() {
             VERB_SET | VERB_CAS => {
                 if op.verb == VERB_CAS && !cas_holds(check.raft.modify_index, existing) {

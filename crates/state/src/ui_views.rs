@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use legate_types::catalog::{aggregate_status, CheckServiceNode, HealthCheck, HealthStatus};
+use legate_types::catalog::{worst_status, CheckServiceNode, HealthStatus};
 use legate_types::ui::{CatalogSummary, HealthSummary, NodeInfo};
 
 use crate::catalog::on_node;
@@ -49,10 +49,10 @@ impl Tables {
                 tagged_addresses: node.tagged_addresses.clone(),
                 meta: node.meta.clone(),
                 services: on_node(&self.services, name)
-                    .map(|(_, s)| s.clone())
+                    .map(|((_, id), s)| s.to_service(id))
                     .collect(),
                 checks: on_node(&self.checks, name)
-                    .map(|(_, c)| c.clone())
+                    .map(|((node, id), c)| c.to_check(node, id))
                     .collect(),
             })
             .collect();
@@ -70,23 +70,22 @@ impl Tables {
         let mut services: BTreeMap<&str, HealthSummary> = BTreeMap::new();
         let mut checks: BTreeMap<&str, HealthSummary> = BTreeMap::new();
         for name in self.nodes.keys() {
-            let node_checks: Vec<&HealthCheck> = on_node(&self.checks, name)
-                .map(|(_, c)| c)
-                .filter(|c| c.service_id.is_empty())
-                .collect();
-            count(&mut nodes, aggregate_status(node_checks.into_iter()));
+            let node_checks = on_node(&self.checks, name)
+                .filter(|(_, c)| c.service_id().is_empty())
+                .map(|(_, c)| c.status());
+            count(&mut nodes, worst_status(node_checks));
         }
         for ((node, id), service) in &self.services {
             let own = on_node(&self.checks, node)
-                .map(|(_, c)| c)
-                .filter(|c| &c.service_id == id);
+                .filter(|(_, c)| c.service_id() == id)
+                .map(|(_, c)| c.status());
             count(
-                services.entry(service.service.as_str()).or_default(),
-                aggregate_status(own),
+                services.entry(service.name()).or_default(),
+                worst_status(own),
             );
         }
         for check in self.checks.values() {
-            count(checks.entry(check.name.as_str()).or_default(), check.status);
+            count(checks.entry(check.name()).or_default(), check.status());
         }
         let named = |groups: BTreeMap<&str, HealthSummary>| {
             let list: Vec<HealthSummary> = groups

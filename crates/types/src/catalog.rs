@@ -960,9 +960,15 @@ impl CheckServiceNode {
 
 /// The worst status of the given checks; passing when there are none.
 pub fn aggregate_status<'a>(checks: impl Iterator<Item = &'a HealthCheck>) -> HealthStatus {
+    worst_status(checks.map(|check| check.status))
+}
+
+/// The worst of the given check statuses (maintenance counts as critical);
+/// passing when there are none.
+pub fn worst_status(statuses: impl Iterator<Item = HealthStatus>) -> HealthStatus {
     let mut worst = HealthStatus::Passing;
-    for check in checks {
-        let status = match check.status {
+    for status in statuses {
+        let status = match status {
             HealthStatus::Maintenance => HealthStatus::Critical,
             other => other,
         };
