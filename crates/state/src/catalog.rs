@@ -41,7 +41,9 @@ impl Tables {
         }
     }
 
-    pub(crate) fn remove_service_row(&mut self, key: &NodeKey) -> Option<NodeService> {
+    /// Removes an instance; returns the service names whose reads it was
+    /// part of (its own, and the one it serves through the mesh).
+    pub(crate) fn remove_service_row(&mut self, key: &NodeKey) -> Option<Vec<String>> {
         let row = self.services.remove(key)?;
         if let Some(set) = self.services_by_name.get_mut(row.name()) {
             set.remove(key);
@@ -57,9 +59,9 @@ impl Tables {
                 }
             }
         }
-        let service = row.to_service(&key.1);
+        let names = row.read_by();
         row.release(&mut self.names);
-        Some(service)
+        Some(names)
     }
 
     /// Stores `check` under its node and ID.
@@ -80,13 +82,7 @@ impl Tables {
     /// Service names affected by a change to anything on `node`.
     fn services_on_node(&self, node: &str) -> Vec<String> {
         on_node(&self.services, node)
-            .flat_map(|(_, s)| {
-                let mut names = vec![s.name().to_string()];
-                if let Some(target) = s.connect_target() {
-                    names.push(target.to_string());
-                }
-                names
-            })
+            .flat_map(|(_, s)| s.read_by())
             .collect()
     }
 
@@ -96,11 +92,9 @@ impl Tables {
         }
     }
 
-    fn bump_service_row(&mut self, service: &NodeService, index: u64, changes: &mut Changes) {
-        self.bump_service(&service.service, index, changes);
-        if let Some(target) = service.connect_target() {
-            let target = target.to_string();
-            self.bump_service(&target, index, changes);
+    fn bump_services(&mut self, names: &[String], index: u64, changes: &mut Changes) {
+        for name in names {
+            self.bump_service(name, index, changes);
         }
     }
 
@@ -229,12 +223,15 @@ impl Tables {
                 return;
             }
             service.raft.create_index = existing.raft().create_index;
-            let old = self.remove_service_row(&key);
-            if let Some(old) = old {
-                self.bump_service_row(&old, index, changes);
+            if let Some(old) = self.remove_service_row(&key) {
+                self.bump_services(&old, index, changes);
             }
         }
-        self.bump_service_row(&service, index, changes);
+        let new: Vec<String> = std::iter::once(service.service.as_str())
+            .chain(service.connect_target())
+            .map(str::to_string)
+            .collect();
+        self.bump_services(&new, index, changes);
         self.insert_service_row(node.to_string(), service.clone());
         self.bump(Table::Services, index, changes);
         // Checks of the service carry its name and tags.
@@ -309,19 +306,10 @@ impl Tables {
         if service_id.is_empty() {
             return self.services_on_node(node);
         }
-        match self
-            .services
+        self.services
             .get(&(node.to_string(), service_id.to_string()))
-        {
-            Some(service) => {
-                let mut names = vec![service.name().to_string()];
-                if let Some(target) = service.connect_target() {
-                    names.push(target.to_string());
-                }
-                names
-            }
-            None => Vec::new(),
-        }
+            .map(|service| service.read_by())
+            .unwrap_or_default()
     }
 
     pub(crate) fn deregister(
@@ -368,11 +356,11 @@ impl Tables {
     ) {
         self.journal_node(node);
         let key = (node.to_string(), service_id.to_string());
-        let Some(service) = self.remove_service_row(&key) else {
+        let Some(read_by) = self.remove_service_row(&key) else {
             return;
         };
         self.bump(Table::Services, index, changes);
-        self.bump_service_row(&service, index, changes);
+        self.bump_services(&read_by, index, changes);
         let check_ids: Vec<String> = on_node(&self.checks, node)
             .filter(|(_, c)| c.service_id() == service_id)
             .map(|((_, id), _)| id.clone())
@@ -519,7 +507,7 @@ impl Tables {
             .filter_map(|key| {
                 let service = self.services.get(key)?;
                 let node = self.nodes.get(&key.0)?;
-                Some(ServiceNode::from_parts(node, &service.to_service(&key.1)))
+                Some(ServiceNode::from_node_and(node, service.to_service(&key.1)))
             })
             .collect();
         (self.service_index(name), rows)

@@ -171,6 +171,15 @@ impl ServiceRow {
         self.is_connect_native().then_some(&*self.name)
     }
 
+    /// The service names whose reads include this instance: its own, and
+    /// the one it serves through the mesh.
+    pub(crate) fn read_by(&self) -> Vec<String> {
+        std::iter::once(self.name())
+            .chain(self.connect_target())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Raft bookkeeping.
     pub(crate) fn raft(&self) -> RaftIndex {
         self.raft

@@ -869,6 +869,11 @@ pub struct ServiceNode {
 impl ServiceNode {
     /// Flattens a node and one of its services into a catalog row.
     pub fn from_parts(node: &Node, service: &NodeService) -> ServiceNode {
+        ServiceNode::from_node_and(node, service.clone())
+    }
+
+    /// [`ServiceNode::from_parts`] taking the instance by value.
+    pub fn from_node_and(node: &Node, service: NodeService) -> ServiceNode {
         ServiceNode {
             id: node.id.clone(),
             node: node.node.clone(),
@@ -876,20 +881,20 @@ impl ServiceNode {
             datacenter: node.datacenter.clone(),
             tagged_addresses: node.tagged_addresses.clone(),
             node_meta: node.meta.clone(),
-            service_kind: service.kind.clone(),
-            service_id: service.id.clone(),
-            service_name: service.service.clone(),
-            service_tags: service.tags.clone(),
-            service_address: service.address.clone(),
-            service_tagged_addresses: service.tagged_addresses.clone(),
+            service_kind: service.kind,
+            service_id: service.id,
+            service_name: service.service,
+            service_tags: service.tags,
+            service_address: service.address,
+            service_tagged_addresses: service.tagged_addresses,
             service_weights: service.weights,
-            service_meta: service.meta.clone(),
+            service_meta: service.meta,
             service_port: service.port,
-            service_socket_path: service.socket_path.clone(),
+            service_socket_path: service.socket_path,
             service_enable_tag_override: service.enable_tag_override,
-            service_proxy: service.proxy.as_deref().cloned().unwrap_or_default(),
-            service_connect: service.connect.clone().unwrap_or_default(),
-            service_locality: service.locality.clone(),
+            service_proxy: service.proxy.map(|p| *p).unwrap_or_default(),
+            service_connect: service.connect.unwrap_or_default(),
+            service_locality: service.locality,
             raft: service.raft,
         }
     }
