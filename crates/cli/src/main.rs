@@ -2,6 +2,7 @@
 //! and flags follow Consul's CLI (Go-style single-dash flags work).
 
 mod agent_cmd;
+mod allocator;
 mod client;
 mod cluster;
 mod commands;
