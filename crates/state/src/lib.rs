@@ -59,7 +59,7 @@ pub struct Tables {
     pub(crate) nodes: BTreeMap<String, Node>,
     /// Service instances in their stored form ([`service_row`]).
     pub(crate) services: BTreeMap<NodeKey, Box<service_row::ServiceRow>>,
-    /// The texts service rows share.
+    /// The texts service and check rows share.
     pub(crate) names: interned::Interner,
     pub(crate) services_by_name: BTreeMap<String, BTreeSet<NodeKey>>,
     pub(crate) connect_by_target: BTreeMap<String, BTreeSet<NodeKey>>,
