@@ -227,16 +227,15 @@ impl Tables {
                 self.bump_services(&old, index, changes);
             }
         }
-        let new: Vec<String> = std::iter::once(service.service.as_str())
-            .chain(service.connect_target())
-            .map(str::to_string)
-            .collect();
-        self.bump_services(&new, index, changes);
-        self.insert_service_row(node.to_string(), service.clone());
+        self.insert_service_row(node.to_string(), service);
+        let Some(read_by) = self.services.get(&key).map(|row| row.read_by()) else {
+            return;
+        };
+        self.bump_services(&read_by, index, changes);
         self.bump(Table::Services, index, changes);
         // Checks of the service carry its name and tags.
         let check_keys: Vec<NodeKey> = on_node(&self.checks, node)
-            .filter(|(_, c)| c.service_id() == service.id)
+            .filter(|(_, c)| c.service_id() == key.1)
             .map(|(k, _)| k.clone())
             .collect();
         let Some(row) = self.services.get(&key) else {
