@@ -12,6 +12,7 @@ mod agent_self;
 mod cached;
 mod catalog;
 mod central_config;
+mod common;
 mod config;
 mod connect;
 mod coordinates;
@@ -364,14 +365,17 @@ pub fn route_list() -> Vec<(&'static str, &'static str)> {
     routes().listed
 }
 
-/// Builds the `/v1` router.
-pub fn router(state: AppState) -> Router {
-    // Rewrites that must come before routing wrap the routed service.
-    let routed = routed(state);
-    Router::new().fallback_service(tower::ServiceExt::<axum::extract::Request>::map_request(
-        routed,
-        prepared_query::encode_slashed_query_names,
-    ))
+/// The `/v1` API as one service: the routes, after the rewrites that
+/// must come before routing.
+pub type ApiService =
+    tower::util::MapRequest<Router, fn(axum::extract::Request) -> axum::extract::Request>;
+
+/// Builds the `/v1` API.
+pub fn router(state: AppState) -> ApiService {
+    tower::util::MapRequest::new(
+        routed(state),
+        prepared_query::encode_slashed_query_names as fn(_) -> _,
+    )
 }
 
 /// The routes with their middleware and state.
@@ -379,122 +383,8 @@ fn routed(state: AppState) -> Router {
     routes()
         .router
         .fallback(fallback)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            http_config_gate,
-        ))
-        .layer(axum::middleware::map_response_with_state(
-            state.clone(),
-            add_common_headers,
-        ))
-        .layer(axum::middleware::from_fn(measure_api_http))
+        .layer(common::CommonLayer::new(state.clone()))
         .with_state(state)
-}
-
-/// Consul's `api.http` timer of every routed request, labelled with the
-/// method and the route's pattern as Consul names it (`/v1/kv/{*key}` →
-/// `v1_kv_`).
-async fn measure_api_http(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(route) = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|m| metrics_path_label(m.as_str()))
-    else {
-        return next.run(request).await;
-    };
-    let method = util::static_method(request.method());
-    let started = std::time::Instant::now();
-    let response = next.run(request).await;
-    ::metrics::histogram!("api.http", "method" => method, "path" => route)
-        .record(legate_telemetry::millis_since(started));
-    response
-}
-
-/// The `path` label of a route pattern, computed once per route.
-fn metrics_path_label(pattern: &str) -> ::metrics::SharedString {
-    static LABELS: std::sync::OnceLock<
-        std::sync::RwLock<std::collections::HashMap<String, ::metrics::SharedString>>,
-    > = std::sync::OnceLock::new();
-    let labels = LABELS.get_or_init(Default::default);
-    if let Some(label) = labels
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(pattern)
-    {
-        return label.clone();
-    }
-    let prefix = pattern.split('{').next().unwrap_or(pattern);
-    let label =
-        ::metrics::SharedString::from_owned(prefix.trim_start_matches('/').replace('/', "_"));
-    labels
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(pattern.to_string(), label.clone());
-    label
-}
-
-/// Refusals before any handler: a path with unprintable characters, and
-/// `http_config`'s: a blocked endpoint
-/// (`block_endpoints`, by path prefix) and a write from outside
-/// `allow_write_http_from`, each Consul's 403.
-async fn http_config_gate(
-    axum::extract::State(st): axum::extract::State<AppState>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let config = &st.agent.config().http_config;
-    // go-cleanhttp's printable-path check, unless
-    // `disable_http_unprintable_char_filter`: a bare 400.
-    if !config.allow_unprintable_paths && !util::path_is_printable(request.uri().path()) {
-        return StatusCode::BAD_REQUEST.into_response();
-    }
-    if config.blocks(request.uri().path()) {
-        return (
-            StatusCode::FORBIDDEN,
-            "Endpoint is blocked by agent configuration",
-        )
-            .into_response();
-    }
-    let reads = matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS
-    );
-    let peer = request.extensions().get::<PeerAddr>().map(|p| p.0.ip());
-    if !reads && !config.allows_write_from(peer) {
-        return (StatusCode::FORBIDDEN, "Access is restricted").into_response();
-    }
-    next.run(request).await
-}
-
-async fn add_common_headers(
-    axum::extract::State(st): axum::extract::State<AppState>,
-    mut response: Response,
-) -> Response {
-    // Consul sends the configured default ACL policy on every response
-    // (1.9+), ACLs on or off.
-    let policy = if st.agent.config().acl.default_policy == "deny" {
-        "deny"
-    } else {
-        "allow"
-    };
-    response.headers_mut().insert(
-        "x-consul-default-acl-policy",
-        axum::http::HeaderValue::from_static(policy),
-    );
-    // `http_config.response_headers`: a header the handler set wins, as
-    // in Consul (which sets these before the handler runs).
-    for (name, value) in &st.agent.config().http_config.response_headers {
-        if let (Ok(name), Ok(value)) = (
-            axum::http::HeaderName::from_bytes(name.as_bytes()),
-            axum::http::HeaderValue::from_str(value),
-        ) {
-            response.headers_mut().entry(name).or_insert(value);
-        }
-    }
-    response
 }
 
 /// What no route answers, as Consul's index handler does: `/` redirects

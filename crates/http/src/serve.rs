@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use legate_agent::limits::Limits;
 use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
@@ -181,7 +180,7 @@ impl Drop for InFlight {
 /// Serves `router` on `listener` until `shutdown` completes.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    router: Router,
+    router: crate::ApiService,
     limits: &Limits,
     tls: Option<TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -219,7 +218,7 @@ pub(crate) async fn serve(
 /// clients have no address) and no client address for the handlers.
 pub(crate) async fn serve_unix(
     listener: tokio::net::UnixListener,
-    router: Router,
+    router: crate::ApiService,
     limits: &Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
@@ -277,7 +276,7 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
 
 async fn connection(
     stream: LimitedStream,
-    router: Router,
+    router: crate::ApiService,
     limits: Limits,
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
@@ -335,7 +334,7 @@ async fn connection(
 /// expires, or the server stops.
 async fn drive<I>(
     io: TokioIo<I>,
-    router: Router,
+    router: crate::ApiService,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
     peer: Option<std::net::SocketAddr>,

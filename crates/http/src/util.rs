@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use axum::http::header::{HeaderName, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use legate_agent::AgentError;
@@ -359,9 +360,11 @@ pub fn json<T: Serialize>(params: &Params, value: &T) -> Response {
                 bytes.push(b'\n');
             }
             let mut response = bytes.into_response();
-            response
-                .headers_mut()
-                .insert("content-type", HeaderValue::from_static("application/json"));
+            let headers = response.headers_mut();
+            // Room for the blocking-query and common headers to come,
+            // so the map is not rebuilt larger halfway through.
+            headers.reserve(RESPONSE_HEADERS);
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             response
         }
         Err(e) => ApiError {
@@ -372,25 +375,38 @@ pub fn json<T: Serialize>(params: &Params, value: &T) -> Response {
     }
 }
 
+/// How many headers a JSON answer ends up with: its content type and
+/// length, the blocking-query headers and the agent's common ones.
+const RESPONSE_HEADERS: usize = 12;
+
+const X_CONSUL_INDEX: HeaderName = HeaderName::from_static("x-consul-index");
+const X_CONSUL_KNOWN_LEADER: HeaderName = HeaderName::from_static("x-consul-knownleader");
+const X_CONSUL_LAST_CONTACT: HeaderName = HeaderName::from_static("x-consul-lastcontact");
+const X_CONSUL_EFFECTIVE_CONSISTENCY: HeaderName =
+    HeaderName::from_static("x-consul-effective-consistency");
+const X_CONSUL_RESULTS_FILTERED_BY_ACLS: HeaderName =
+    HeaderName::from_static("x-consul-results-filtered-by-acls");
+
 /// Adds the blocking-query headers to a response.
 pub fn with_meta(mut response: Response, meta: &QueryMeta) -> Response {
     let headers = response.headers_mut();
-    headers.insert("x-consul-index", HeaderValue::from(meta.index.max(1)));
+    headers.reserve(RESPONSE_HEADERS);
+    headers.insert(X_CONSUL_INDEX, HeaderValue::from(meta.index.max(1)));
     headers.insert(
-        "x-consul-knownleader",
+        X_CONSUL_KNOWN_LEADER,
         HeaderValue::from_static(if meta.known_leader { "true" } else { "false" }),
     );
     headers.insert(
-        "x-consul-lastcontact",
+        X_CONSUL_LAST_CONTACT,
         HeaderValue::from(meta.last_contact.as_millis() as u64),
     );
     headers.insert(
-        "x-consul-effective-consistency",
+        X_CONSUL_EFFECTIVE_CONSISTENCY,
         HeaderValue::from_static(meta.consistency.header_value()),
     );
     if meta.results_filtered_by_acls {
         headers.insert(
-            "x-consul-results-filtered-by-acls",
+            X_CONSUL_RESULTS_FILTERED_BY_ACLS,
             HeaderValue::from_static("true"),
         );
     }

@@ -69,7 +69,7 @@ impl Server {
     ) -> Result<Queried<T>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.check_consistency(opts.consistency).await?;
-        metrics::counter!("rpc.query").increment(1);
+        handles().queries.increment(1);
         let _blocking = (opts.min_index > 0).then(BlockingGuard::enter);
         let deadline = if opts.min_index > 0 {
             let wait = opts.effective_wait().min(self.config.max_query_time);
@@ -86,10 +86,10 @@ impl Server {
         // A snapshot restore during the wait ends it even when the rows'
         // indexes went back (the client resets on the lower index).
         let restores = self.store.read().restores();
-        loop {
-            // Subscribed only when the read may wait: a subscription to a
-            // service keeps its channel until the next write to it.
-            let watches = deadline.map(|_| watch(self.store.watches()));
+        // One read: the answer when it ends the query, nothing otherwise
+        // (a result held while waiting would cost its size for every
+        // blocking query in flight).
+        let answer = || -> Result<Option<Queried<T>>, RpcError> {
             let (index, value, restored) = {
                 let tables = self.store.read();
                 let (index, value) = read(&tables)?;
@@ -102,25 +102,39 @@ impl Server {
                     ready(index, &value) || restored || tokio::time::Instant::now() >= deadline
                 }
             };
-            if done {
-                return Ok(Queried {
-                    meta: self.query_meta(index, opts.consistency),
-                    value,
-                });
+            Ok(done.then(|| Queried {
+                meta: self.query_meta(index, opts.consistency),
+                value,
+            }))
+        };
+        let mut woken = false;
+        loop {
+            // A wake mostly brings what the query waits for: read first,
+            // and subscribe (then read again) only when it did not.
+            if woken {
+                if let Some(answer) = answer()? {
+                    return Ok(answer);
+                }
             }
-            // Read again after the wait: a result held while waiting would
-            // cost its size for every blocking query in flight.
-            drop(value);
+            // Subscribed only when the read may wait: a subscription to a
+            // service keeps its channel until the next write to it. The
+            // subscription comes before the read, so no change between
+            // the read and the wait is missed.
+            let watches = deadline.map(|_| watch(self.store.watches()));
+            if let Some(answer) = answer()? {
+                return Ok(answer);
+            }
             let remaining = deadline
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or_default();
             tokio::select! {
                 _ = watches.unwrap_or_default().wait(remaining) => {}
                 _ = self.shutdown.wait() => {
-                    let value = read(&self.store.read())?.1;
+                    let (index, value) = read(&self.store.read())?;
                     return Ok(Queried { meta: self.query_meta(index, opts.consistency), value });
                 }
             }
+            woken = true;
         }
     }
 
@@ -289,13 +303,29 @@ fn changed_positions(tables: &Tables, watched: &[(Watched, u64)]) -> (u64, Vec<u
 /// Blocking queries in flight on this server (`rpc.queries_blocking`).
 static BLOCKING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
+/// The metrics every read records, looked up once: a lookup by name on
+/// each of ten thousand watchers waking at once is a cost of its own.
+/// (The agent installs its recorder before it serves anything.)
+struct Handles {
+    queries: metrics::Counter,
+    blocking: metrics::Gauge,
+}
+
+fn handles() -> &'static Handles {
+    static HANDLES: std::sync::OnceLock<Handles> = std::sync::OnceLock::new();
+    HANDLES.get_or_init(|| Handles {
+        queries: metrics::counter!("rpc.query"),
+        blocking: metrics::gauge!("rpc.queries_blocking"),
+    })
+}
+
 /// Counts one blocking query while it lives.
 struct BlockingGuard;
 
 impl BlockingGuard {
     fn enter() -> BlockingGuard {
         let now = BLOCKING.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        metrics::gauge!("rpc.queries_blocking").set(now as f64);
+        handles().blocking.set(now as f64);
         BlockingGuard
     }
 }
@@ -303,6 +333,6 @@ impl BlockingGuard {
 impl Drop for BlockingGuard {
     fn drop(&mut self) {
         let now = BLOCKING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) - 1;
-        metrics::gauge!("rpc.queries_blocking").set(now as f64);
+        handles().blocking.set(now as f64);
     }
 }

@@ -98,6 +98,12 @@ async fn one_call_names_the_services_that_changed() {
     let (answer, waited) = waiting.await.unwrap();
     assert_eq!(answer.value, vec![2]);
     assert!(waited >= Duration::from_millis(600));
+    // Woken by the write, after the unrelated one had woken it for
+    // nothing; not by its 20 s running out.
+    assert!(
+        waited < Duration::from_secs(10),
+        "the write did not end the wait"
+    );
     server.shutdown().await;
 }
 
@@ -119,13 +125,15 @@ async fn config_entries_and_the_answer_index() {
     let waiting = {
         let server = server.clone();
         tokio::spawn(async move {
-            server
+            let started = Instant::now();
+            let answer = server
                 .changes_since(
                     &blocking(Duration::from_secs(20)),
                     vec![service("db", current), (Watched::ConfigEntries, current)],
                 )
                 .await
-                .unwrap()
+                .unwrap();
+            (answer, started.elapsed())
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -135,9 +143,13 @@ async fn config_entries_and_the_answer_index() {
         .config_apply(&WriteOptions::default(), entry, None)
         .await
         .unwrap();
-    let answer = waiting.await.unwrap();
+    let (answer, waited) = waiting.await.unwrap();
     assert_eq!(answer.value, vec![1]);
     assert!(answer.meta.index > current);
+    assert!(
+        waited < Duration::from_secs(10),
+        "the write did not end the wait"
+    );
     server.shutdown().await;
 }
 

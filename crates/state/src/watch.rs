@@ -156,6 +156,13 @@ impl WatchSet {
             tokio::time::sleep(timeout).await;
             return false;
         }
+        if let [receiver] = self.receivers.as_mut_slice() {
+            // The common case (one key, one service, one table) without
+            // the boxed futures a choice among several needs.
+            return tokio::time::timeout(timeout, receiver.changed())
+                .await
+                .is_ok();
+        }
         let futures: Vec<_> = self
             .receivers
             .iter_mut()

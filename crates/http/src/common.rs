@@ -1,0 +1,271 @@
+//! What every routed request passes through, as one layer around each
+//! route: the refusals before any handler (`http_config`'s gate), the
+//! headers Consul puts on every answer, and the `api.http` timer.
+//!
+//! One hand-written layer rather than three `from_fn` middlewares: each
+//! of those boxed its future and cloned the service under it per request,
+//! and ten thousand blocking queries answered at once each paid for every
+//! level on the way out.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{OnceLock, RwLock};
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use pin_project_lite::pin_project;
+
+use crate::{util, AppState, PeerAddr};
+
+/// Wraps routes in [`Common`].
+#[derive(Clone)]
+pub(crate) struct CommonLayer {
+    state: AppState,
+}
+
+impl CommonLayer {
+    pub(crate) fn new(state: AppState) -> CommonLayer {
+        CommonLayer { state }
+    }
+}
+
+impl<S> tower::Layer<S> for CommonLayer {
+    type Service = Common<S>;
+
+    fn layer(&self, inner: S) -> Common<S> {
+        Common {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// One route with the common refusals, headers and timer.
+#[derive(Clone)]
+pub(crate) struct Common<S> {
+    inner: S,
+    state: AppState,
+}
+
+impl<S> tower::Service<Request> for Common<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = CommonFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let timer = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|route| (api_http(request.method(), route.as_str()), Instant::now()));
+        let (inner, refused) = match refusal(&self.state, &request) {
+            Some(response) => (None, Some(response)),
+            None => {
+                // The ready service answers; a fresh clone stays for the next call.
+                let ready = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, ready);
+                (Some(inner.call(request)), None)
+            }
+        };
+        CommonFuture {
+            inner,
+            refused,
+            state: self.state.clone(),
+            timer,
+        }
+    }
+}
+
+pin_project! {
+    /// A route's answer, finished with the common headers and timed.
+    pub(crate) struct CommonFuture<F> {
+        #[pin]
+        inner: Option<F>,
+        refused: Option<Response>,
+        state: AppState,
+        timer: Option<(metrics::Histogram, Instant)>,
+    }
+}
+
+impl<F> Future for CommonFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = match this.inner.as_pin_mut() {
+            Some(inner) => match ready!(inner.poll(cx)) {
+                Ok(response) => response,
+                Err(never) => match never {},
+            },
+            // Polled again after its answer: a contract breach, not a panic.
+            None => this
+                .refused
+                .take()
+                .unwrap_or_else(|| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        };
+        let response = add_common_headers(this.state, response);
+        if let Some((histogram, started)) = this.timer.take() {
+            histogram.record(legate_telemetry::millis_since(started));
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+/// Refusals before any handler: a path with unprintable characters, and
+/// `http_config`'s: a blocked endpoint (`block_endpoints`, by path
+/// prefix) and a write from outside `allow_write_http_from`, each
+/// Consul's 403.
+fn refusal(state: &AppState, request: &Request) -> Option<Response> {
+    let config = &state.agent.config().http_config;
+    // go-cleanhttp's printable-path check, unless
+    // `disable_http_unprintable_char_filter`: a bare 400.
+    if !config.allow_unprintable_paths && !util::path_is_printable(request.uri().path()) {
+        return Some(StatusCode::BAD_REQUEST.into_response());
+    }
+    if config.blocks(request.uri().path()) {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "Endpoint is blocked by agent configuration",
+            )
+                .into_response(),
+        );
+    }
+    let reads = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    let peer = request.extensions().get::<PeerAddr>().map(|p| p.0.ip());
+    if !reads && !config.allows_write_from(peer) {
+        return Some((StatusCode::FORBIDDEN, "Access is restricted").into_response());
+    }
+    None
+}
+
+/// Consul's headers on every answer.
+fn add_common_headers(state: &AppState, mut response: Response) -> Response {
+    const DEFAULT_ACL_POLICY: HeaderName = HeaderName::from_static("x-consul-default-acl-policy");
+    let config = state.agent.config();
+    // Consul sends the configured default ACL policy on every response
+    // (1.9+), ACLs on or off.
+    let policy = if config.acl.default_policy == "deny" {
+        "deny"
+    } else {
+        "allow"
+    };
+    response
+        .headers_mut()
+        .insert(DEFAULT_ACL_POLICY, HeaderValue::from_static(policy));
+    // `http_config.response_headers`: a header the handler set wins, as
+    // in Consul (which sets these before the handler runs).
+    for (name, value) in &config.http_config.response_headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().entry(name).or_insert(value);
+        }
+    }
+    response
+}
+
+/// Consul's `api.http` timer of a routed request, labelled with the
+/// method and the route's pattern as Consul names it (`/v1/kv/{*key}` →
+/// `v1_kv_`); each (route, method) is looked up in the recorder once.
+fn api_http(method: &Method, pattern: &str) -> metrics::Histogram {
+    type ByMethod = Vec<(&'static str, metrics::Histogram)>;
+    static TIMERS: OnceLock<RwLock<HashMap<String, ByMethod>>> = OnceLock::new();
+    let method = util::static_method(method);
+    let timers = TIMERS.get_or_init(Default::default);
+    let known = timers
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(pattern)
+        .and_then(|methods| methods.iter().find(|(m, _)| *m == method))
+        .map(|(_, histogram)| histogram.clone());
+    if let Some(histogram) = known {
+        return histogram;
+    }
+    let mut timers = timers.write().unwrap_or_else(|e| e.into_inner());
+    let methods = timers.entry(pattern.to_string()).or_default();
+    if let Some((_, histogram)) = methods.iter().find(|(m, _)| *m == method) {
+        return histogram.clone();
+    }
+    let histogram =
+        metrics::histogram!("api.http", "method" => method, "path" => path_label(pattern));
+    methods.push((method, histogram.clone()));
+    histogram
+}
+
+/// The `path` label of a route pattern: what precedes its first
+/// parameter, without the leading slash, slashes as underscores.
+fn path_label(pattern: &str) -> String {
+    let prefix = pattern.split('{').next().unwrap_or(pattern);
+    prefix.trim_start_matches('/').replace('/', "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_patterns_name_their_timer_as_consul_does() {
+        assert_eq!(path_label("/v1/kv/{*key}"), "v1_kv_");
+        assert_eq!(path_label("/v1/agent/self"), "v1_agent_self");
+        assert_eq!(
+            path_label("/v1/health/service/{service}"),
+            "v1_health_service_"
+        );
+    }
+
+    #[test]
+    fn each_route_and_method_keeps_its_own_timer() {
+        use legate_telemetry::inmem::{Clock, Inmem};
+        let sink = Inmem::new(std::sync::Arc::new(Clock::manual(1_700_000_000)));
+        // Patterns no other test times, so the handles are this sink's.
+        metrics::with_local_recorder(&sink, || {
+            api_http(&Method::GET, "/v1/timer-test/{*key}").record(1.0);
+            api_http(&Method::GET, "/v1/timer-test/{*key}").record(3.0);
+            api_http(&Method::PUT, "/v1/timer-test/{*key}").record(5.0);
+            api_http(&Method::GET, "/v1/timer-test-other").record(7.0);
+        });
+        let summary = sink.summary();
+        let mut seen: Vec<(String, String, u64, f64)> = summary["Samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|sample| {
+                assert_eq!(sample["Name"], "api.http");
+                (
+                    sample["Labels"]["method"].as_str().unwrap().to_string(),
+                    sample["Labels"]["path"].as_str().unwrap().to_string(),
+                    sample["Count"].as_u64().unwrap(),
+                    sample["Sum"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        seen.sort_by(|a, b| (&a.1, &a.0).cmp(&(&b.1, &b.0)));
+        assert_eq!(
+            seen,
+            vec![
+                ("GET".into(), "v1_timer-test-other".into(), 1, 7.0),
+                ("GET".into(), "v1_timer-test_".into(), 2, 4.0),
+                ("PUT".into(), "v1_timer-test_".into(), 1, 5.0),
+            ]
+        );
+    }
+}
