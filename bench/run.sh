@@ -43,9 +43,17 @@ echo -n "kv_put etcd: ";          "$BENCH" kv-put --target etcd --url "http://12
 echo -n "register_agent legate_dev (after ${AGENT_SERVICES:-60000} local services): "
 "$BENCH" register --preload "${AGENT_SERVICES:-60000}" --url "http://127.0.0.1:$dev_port" --seconds "$SECONDS_PER_RUN"
 echo -n "register_catalog legate_dev: "; "$BENCH" register --catalog --url "http://127.0.0.1:$dev_port" --seconds "$SECONDS_PER_RUN"
+# The floor: a bare server answering the same watch requests with one
+# pre-encoded answer per index (bench/src/watch_floor.rs), with the same
+# client, to show what the kernel and the client cost on this machine.
+floor_port=$(port)
+"$BENCH" watch-floor --port "$floor_port" &
+pids+=($!)
+wait_http "http://127.0.0.1:$floor_port/v1/kv/watched"
 for w in $WATCHERS; do
     echo -n "watch legate_dev: "; "$BENCH" watch --target legate --url "http://127.0.0.1:$dev_port" --watchers "$w"
     echo -n "watch etcd: ";       "$BENCH" watch --target etcd --url "http://127.0.0.1:$etcd_port" --watchers "$w"
+    echo -n "watch floor (bare server): "; "$BENCH" watch --target legate --url "http://127.0.0.1:$floor_port" --watchers "$w"
 done
 echo "rss_after_load_kb legate_dev=$(rss_kb $dev_pid) legate_server=$(rss_kb $disk_pid) etcd=$(rss_kb $etcd_pid)"
 echo -n "csr_sign legate: "; "$BENCH" csr --seconds "${CSR_SECONDS:-5}"

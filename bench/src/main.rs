@@ -16,6 +16,7 @@ mod dns;
 mod login;
 mod storage;
 mod watch;
+mod watch_floor;
 
 #[derive(Parser)]
 #[command(name = "legate-bench")]
@@ -196,6 +197,13 @@ enum Command {
         watchers: usize,
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+    },
+    /// The floor of the watch run: a bare server answering the watch
+    /// round's requests with no HTTP library, routing or store (see
+    /// `watch_floor.rs`), watched with `watch --target legate`.
+    WatchFloor {
+        #[arg(long)]
+        port: u16,
     },
 }
 
@@ -800,6 +808,7 @@ async fn main() -> Result<()> {
             csr_max_per_second,
         } => reissue(agents, csr_max_per_second).await,
         Command::Echo { port } => echo_server(port).await,
+        Command::WatchFloor { port } => watch_floor::serve(port).await,
         Command::Dns {
             server,
             name,
