@@ -390,7 +390,8 @@ const X_CONSUL_RESULTS_FILTERED_BY_ACLS: HeaderName =
 /// Adds the blocking-query headers to a response.
 pub fn with_meta(mut response: Response, meta: &QueryMeta) -> Response {
     let headers = response.headers_mut();
-    headers.reserve(RESPONSE_HEADERS);
+    // `reserve` counts from the headers already there.
+    headers.reserve(RESPONSE_HEADERS.saturating_sub(headers.len()));
     headers.insert(X_CONSUL_INDEX, HeaderValue::from(meta.index.max(1)));
     headers.insert(
         X_CONSUL_KNOWN_LEADER,
