@@ -9,6 +9,9 @@
 //! by these deadlines, but a request whose client has gone (the socket
 //! reads end-of-file) is dropped at once, as Go's server cancels it, so
 //! abandoned long polls do not hold a descriptor until their wait ends.
+//! One task per listener (`Sweep`) checks every connection's deadlines
+//! each tick (a quarter of the head deadline, within 50 ms..1 s), rather
+//! than a timer in each connection.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -47,11 +50,19 @@ struct Activity {
     /// control frames are not request heads, so only the idle timeout
     /// applies between requests.
     http2: std::sync::atomic::AtomicBool,
+    /// The connection's socket, peeked to see whether its client left.
+    socket: RawFd,
+    /// Told when the connection is to be closed, and why.
+    closing: tokio::sync::Notify,
+    why: std::sync::OnceLock<&'static str>,
 }
 
 impl Activity {
-    fn new() -> Arc<Activity> {
+    fn new(socket: RawFd) -> Arc<Activity> {
         Arc::new(Activity {
+            socket,
+            closing: tokio::sync::Notify::new(),
+            why: std::sync::OnceLock::new(),
             epoch: Instant::now(),
             in_flight: AtomicUsize::new(0),
             // A new connection owes its first request head from now on.
@@ -66,9 +77,9 @@ impl Activity {
     }
 
     /// Why the connection should be closed now, if it should.
-    fn expired(&self, limits: &Limits, socket: RawFd) -> Option<&'static str> {
+    fn expired(&self, limits: &Limits) -> Option<&'static str> {
         if self.in_flight.load(Ordering::Acquire) != 0 {
-            return peer_closed(socket).then_some("the client closed the connection");
+            return peer_closed(self.socket).then_some("the client closed the connection");
         }
         let now = self.now();
         let head = self.head_started.load(Ordering::Acquire);
@@ -82,13 +93,98 @@ impl Activity {
     }
 }
 
+/// The connections of one listener, whose deadlines one task checks every
+/// tick, rather than a timer in each connection: ten thousand long polls
+/// would otherwise wake ten thousand tasks a second, each polling its
+/// whole request on the way.
+struct Sweep {
+    connections: std::sync::Mutex<std::collections::HashMap<u64, Arc<Activity>>>,
+    next: AtomicU64,
+    limits: Limits,
+}
+
+/// A connection's place in the [`Sweep`], given up when dropped.
+struct Swept {
+    sweep: Arc<Sweep>,
+    id: u64,
+}
+
+impl Drop for Swept {
+    fn drop(&mut self) {
+        self.sweep
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Stops the sweeping task when the listener's serving ends.
+struct SweepTask(tokio::task::JoinHandle<()>);
+
+impl Drop for SweepTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Sweep {
+    /// A sweep of the connections to come, checked every tick until the
+    /// returned task is dropped.
+    fn start(limits: &Limits) -> (Arc<Sweep>, SweepTask) {
+        let sweep = Arc::new(Sweep {
+            connections: Default::default(),
+            next: AtomicU64::new(0),
+            limits: limits.clone(),
+        });
+        let task = tokio::spawn(sweep.clone().run());
+        (sweep, SweepTask(task))
+    }
+
+    fn enter(self: &Arc<Self>, activity: &Arc<Activity>) -> Swept {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, activity.clone());
+        Swept {
+            sweep: self.clone(),
+            id,
+        }
+    }
+
+    async fn run(self: Arc<Self>) {
+        let tick = (self.limits.http_handshake_timeout / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            tokio::time::sleep(tick).await;
+            // Checked outside the lock, so accepting never waits on the peeks.
+            let connections: Vec<Arc<Activity>> = self
+                .connections
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            for activity in connections {
+                if let Some(why) = activity.expired(&self.limits) {
+                    let _ = activity.why.set(why);
+                    activity.closing.notify_one();
+                }
+            }
+        }
+    }
+}
+
 /// Whether the peer has closed its side: a peek that reads end-of-file.
 /// Bytes waiting (a pipelined request) or nothing to read yet mean it has
 /// not.
 fn peer_closed(socket: RawFd) -> bool {
     let mut byte = 0u8;
-    // SAFETY: a non-blocking peek of one byte into a local buffer, on a
-    // socket the calling connection task owns and keeps open.
+    // SAFETY: a non-blocking peek of one byte into a local buffer. The
+    // connection may have closed the descriptor since (the sweep holds its
+    // `Activity`, not the socket): the peek then fails, or reads another
+    // socket, and its answer only ever reaches the closed connection.
     let read = unsafe {
         libc::recv(
             socket,
@@ -187,6 +283,7 @@ pub(crate) async fn serve(
 ) -> io::Result<()> {
     let acceptor = Acceptor::new(listener, limits.http_max_conns_per_client, "HTTP");
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (sweep, _sweeping) = Sweep::start(limits);
     let mut connections = Connections::new();
     tokio::pin!(shutdown);
     loop {
@@ -201,7 +298,7 @@ pub(crate) async fn serve(
                 connections.spawn(connection(
                     stream,
                     router.clone(),
-                    limits.clone(),
+                    sweep.clone(),
                     tls.clone(),
                     stop_rx.clone(),
                 ));
@@ -223,6 +320,7 @@ pub(crate) async fn serve_unix(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (sweep, _sweeping) = Sweep::start(limits);
     let mut connections = Connections::new();
     tokio::pin!(shutdown);
     loop {
@@ -232,8 +330,7 @@ pub(crate) async fn serve_unix(
         };
         match accepted {
             Ok((stream, _)) => {
-                let activity = Activity::new();
-                let socket = stream.as_raw_fd();
+                let activity = Activity::new(stream.as_raw_fd());
                 let tracked = Tracked {
                     stream,
                     activity: activity.clone(),
@@ -241,10 +338,9 @@ pub(crate) async fn serve_unix(
                 connections.spawn(drive(
                     TokioIo::new(tracked),
                     router.clone(),
-                    limits.clone(),
+                    sweep.clone(),
                     stop_rx.clone(),
                     None,
-                    socket,
                     activity,
                 ));
             }
@@ -277,15 +373,14 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
 async fn connection(
     stream: LimitedStream,
     router: crate::ApiService,
-    limits: Limits,
+    sweep: Arc<Sweep>,
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) {
     let peer = stream.peer();
-    let activity = Activity::new();
     // The connection future below owns the socket and lives as long as
-    // this task, so its descriptor stays valid for the peeks.
-    let socket = stream.get_ref().as_raw_fd();
+    // this task, so its descriptor stays valid while it is swept.
+    let activity = Activity::new(stream.get_ref().as_raw_fd());
     let tracked = Tracked {
         stream,
         activity: activity.clone(),
@@ -294,16 +389,15 @@ async fn connection(
         return drive(
             TokioIo::new(tracked),
             router,
-            limits,
+            sweep,
             stop,
             Some(peer),
-            socket,
             activity,
         )
         .await;
     };
     // The handshake is the request head's first part: it gets the same deadline.
-    let handshake = tokio::time::timeout(limits.http_handshake_timeout, tls.accept(tracked));
+    let handshake = tokio::time::timeout(sweep.limits.http_handshake_timeout, tls.accept(tracked));
     let stream = match handshake.await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
@@ -321,28 +415,27 @@ async fn connection(
     drive(
         TokioIo::new(stream),
         router,
-        limits,
+        sweep,
         stop,
         Some(peer),
-        socket,
         activity,
     )
     .await
 }
 
 /// Serves the requests of one connection (plain or TLS) until it ends,
-/// expires, or the server stops.
+/// its sweep closes it, or the server stops.
 async fn drive<I>(
     io: TokioIo<I>,
     router: crate::ApiService,
-    limits: Limits,
+    sweep: Arc<Sweep>,
     mut stop: watch::Receiver<bool>,
     peer: Option<std::net::SocketAddr>,
-    socket: RawFd,
     activity: Arc<Activity>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let _swept = sweep.enter(&activity);
     let requests = activity.clone();
     let service =
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
@@ -361,8 +454,6 @@ async fn drive<I>(
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
-    let tick = (limits.http_handshake_timeout / 4)
-        .clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut stopping = false;
     loop {
         tokio::select! {
@@ -372,11 +463,10 @@ async fn drive<I>(
                 }
                 return;
             }
-            _ = tokio::time::sleep(tick) => {
-                if let Some(why) = activity.expired(&limits, socket) {
-                    tracing::debug!(?peer, why, "closing an HTTP connection");
-                    return;
-                }
+            _ = activity.closing.notified() => {
+                let why = activity.why.get().copied().unwrap_or("expired");
+                tracing::debug!(?peer, why, "closing an HTTP connection");
+                return;
             }
             _ = stop.wait_for(|s| *s), if !stopping => {
                 stopping = true;
