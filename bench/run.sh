@@ -48,12 +48,14 @@ echo -n "register_catalog legate_dev: "; "$BENCH" register --catalog --url "http
 # client, to show what the kernel and the client cost on this machine.
 floor_port=$(port)
 "$BENCH" watch-floor --port "$floor_port" &
-pids+=($!)
+pids+=($!); floor_pid=$!
 wait_http "http://127.0.0.1:$floor_port/v1/kv/watched"
+# Each run also reports the share of one core the server used while its
+# watchers waited (idle_cpu_pct).
 for w in $WATCHERS; do
-    echo -n "watch legate_dev: "; "$BENCH" watch --target legate --url "http://127.0.0.1:$dev_port" --watchers "$w"
-    echo -n "watch etcd: ";       "$BENCH" watch --target etcd --url "http://127.0.0.1:$etcd_port" --watchers "$w"
-    echo -n "watch floor (bare server): "; "$BENCH" watch --target legate --url "http://127.0.0.1:$floor_port" --watchers "$w"
+    echo -n "watch legate_dev: "; "$BENCH" watch --target legate --url "http://127.0.0.1:$dev_port" --watchers "$w" --pid "$dev_pid"
+    echo -n "watch etcd: ";       "$BENCH" watch --target etcd --url "http://127.0.0.1:$etcd_port" --watchers "$w" --pid "$etcd_pid"
+    echo -n "watch floor (bare server): "; "$BENCH" watch --target legate --url "http://127.0.0.1:$floor_port" --watchers "$w" --pid "$floor_pid"
 done
 echo "rss_after_load_kb legate_dev=$(rss_kb $dev_pid) legate_server=$(rss_kb $disk_pid) etcd=$(rss_kb $etcd_pid)"
 echo -n "csr_sign legate: "; "$BENCH" csr --seconds "${CSR_SECONDS:-5}"

@@ -197,6 +197,10 @@ enum Command {
         watchers: usize,
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// The server's process: reports the share of one core it used
+        /// while the watchers waited.
+        #[arg(long)]
+        pid: Option<u32>,
     },
     /// The floor of the watch run: a bare server answering the watch
     /// round's requests with no HTTP library, routing or store (see
@@ -837,18 +841,29 @@ async fn main() -> Result<()> {
             target,
             watchers,
             rounds,
+            pid,
         } => {
             let mut all = Vec::new();
+            let mut idle = Vec::new();
             for round in 0..rounds {
-                let latencies = match target {
-                    Target::Legate => watch::legate_round(&client, &url, watchers).await?,
-                    Target::Etcd => watch::etcd_round(&client, &url, watchers, round).await?,
+                let result = match target {
+                    Target::Legate => watch::legate_round(&client, &url, watchers, pid).await?,
+                    Target::Etcd => watch::etcd_round(&client, &url, watchers, round, pid).await?,
                 };
-                all.extend(latencies);
+                all.extend(result.latencies);
+                idle.extend(result.idle_share);
             }
             all.sort();
+            let idle = if idle.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " idle_cpu_pct={:.1}",
+                    idle.iter().sum::<f64>() / idle.len() as f64 * 100.0
+                )
+            };
             println!(
-                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}",
+                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}{idle}",
                 watchers,
                 rounds,
                 percentile(&all, 50.0).as_secs_f64() * 1e3,

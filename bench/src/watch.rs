@@ -95,6 +95,42 @@ async fn etcd_stream(
     }
 }
 
+/// CPU time a process has used (user + system), from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("unreadable /proc stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_millis(ticks * 1000 / per_second))
+}
+
+/// While the watchers wait: settles for a second, then returns the share
+/// of one core `pid` used over the next two (`None` without a pid).
+async fn idle_share(pid: Option<u32>) -> Result<Option<f64>> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let Some(pid) = pid else {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        return Ok(None);
+    };
+    let before = cpu_time(pid)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(Some((cpu_time(pid)? - before).as_secs_f64() / 2.0))
+}
+
+/// One round's wake latencies, and the share of a core the server used
+/// while the watchers waited.
+pub struct Round {
+    pub latencies: Vec<Duration>,
+    pub idle_share: Option<f64>,
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -106,7 +142,8 @@ pub async fn etcd_round(
     url: &str,
     watchers: usize,
     round: usize,
-) -> Result<Vec<Duration>> {
+    pid: Option<u32>,
+) -> Result<Round> {
     let key = crate::b64("watched");
     let host = host_of(url);
     let ready = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -125,14 +162,17 @@ pub async fn etcd_round(
     while ready.load(std::sync::atomic::Ordering::SeqCst) < watchers && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_share = idle_share(pid).await?;
     let written = Instant::now();
     client
         .post(format!("{url}/v3/kv/put"))
         .json(&serde_json::json!({"key": key, "value": crate::b64(&format!("{round}"))}))
         .send()
         .await?;
-    collect(tasks, written).await
+    Ok(Round {
+        latencies: collect(tasks, written).await?,
+        idle_share,
+    })
 }
 
 /// Each watcher's latency after `written`; the connections close only
@@ -165,7 +205,8 @@ pub async fn legate_round(
     client: &reqwest::Client,
     url: &str,
     watchers: usize,
-) -> Result<Vec<Duration>> {
+    pid: Option<u32>,
+) -> Result<Round> {
     let response = client
         .put(format!("{url}/v1/kv/watched"))
         .body("0")
@@ -191,19 +232,52 @@ pub async fn legate_round(
         tasks.push(tokio::spawn(wait_for_change(stream, host.clone(), index)));
     }
     // Let every watcher reach the server and block.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_share = idle_share(pid).await?;
     let written = Instant::now();
     client
         .put(format!("{url}/v1/kv/watched"))
         .body("1")
         .send()
         .await?;
-    collect(tasks, written).await
+    Ok(Round {
+        latencies: collect(tasks, written).await?,
+        idle_share,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process's CPU time as getrusage(2) reports it.
+    fn rusage() -> Duration {
+        // SAFETY: getrusage fills the struct it is given.
+        let usage = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+            usage
+        };
+        let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+    }
+
+    #[test]
+    fn a_process_cpu_time_agrees_with_getrusage() {
+        let before = cpu_time(std::process::id()).unwrap();
+        let start = rusage();
+        let mut spin = 0u64;
+        while rusage() < start + Duration::from_millis(300) {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let after = cpu_time(std::process::id()).unwrap();
+        // /proc counts in clock ticks (10 ms here): well within 100 ms.
+        let grew = after.saturating_sub(before);
+        assert!(
+            grew >= Duration::from_millis(200) && grew <= Duration::from_millis(2000),
+            "{before:?} -> {after:?}"
+        );
+        assert!(cpu_time(u32::MAX).is_err());
+    }
 
     #[test]
     fn a_response_is_complete_with_its_body() {
