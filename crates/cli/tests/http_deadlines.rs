@@ -48,10 +48,13 @@ fn read_to_close(stream: &mut TcpStream) -> (String, Instant) {
 fn a_request_head_owed_too_long_closes_its_connection() {
     let agent = agent();
     let mut slow = connect(&agent);
+    let started = Instant::now();
     slow.write_all(b"GET /v1/status/leader HTTP/1.1\r\nHost: x\r\n")
         .unwrap();
-    let (answer, _) = read_to_close(&mut slow);
+    let (answer, closed) = read_to_close(&mut slow);
     assert_eq!(answer, "", "a half-sent head got an answer");
+    // Closed by the 1 s deadline, not before it.
+    assert!(closed - started >= Duration::from_secs(1));
 }
 
 #[test]
@@ -61,8 +64,16 @@ fn an_idle_keep_alive_connection_is_closed_after_its_answer() {
     client
         .write_all(b"GET /v1/status/leader HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    let (answer, _) = read_to_close(&mut client);
+    let asked = Instant::now();
+    let (answer, closed) = read_to_close(&mut client);
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    // Kept alive after its answer, then closed for idleness: not before
+    // the 2 s idle timeout.
+    assert!(
+        !answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert!(closed - asked >= Duration::from_secs(2));
 }
 
 #[test]

@@ -156,3 +156,32 @@ fn reads_and_blocking_queries_in_flight_are_counted() {
     });
     assert!(queries() >= asked + 1.0);
 }
+
+/// A timer dropped by the Prometheus sink after its retention time comes
+/// back with the next request: the agent looks it up again rather than
+/// recording into the dropped series.
+#[test]
+fn a_timer_dropped_after_its_retention_comes_back_with_the_next_request() {
+    let agent = TestAgent::dev(&[
+        "-hcl=telemetry { prometheus_retention_time = \"2s\" disable_hostname = true }",
+    ]);
+    let kv_gets = || {
+        let text = agent
+            .get_text("/v1/agent/metrics?format=prometheus")
+            .unwrap();
+        common::prometheus::sum(
+            &text,
+            "consul_api_http_count",
+            &[("method", "GET"), ("path", "v1_kv_")],
+        )
+    };
+    agent.request("GET", "/v1/kv/timed", None);
+    assert!(kv_gets() >= 1.0);
+    // Idle past the retention: gone from the next scrape.
+    common::eventually(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(500));
+        (kv_gets() == 0.0).then_some(())
+    });
+    agent.request("GET", "/v1/kv/timed", None);
+    assert!(kv_gets() >= 1.0, "the timer did not come back");
+}

@@ -3,9 +3,8 @@
 //! headers Consul puts on every answer, and the `api.http` timer.
 //!
 //! One hand-written layer rather than three `from_fn` middlewares: each
-//! of those boxed its future and cloned the service under it per request,
-//! and ten thousand blocking queries answered at once each paid for every
-//! level on the way out.
+//! of those boxed its future, and ten thousand blocking queries answered
+//! at once each paid for every level on the way out.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -111,7 +110,8 @@ where
                 Ok(response) => response,
                 Err(never) => match never {},
             },
-            // Polled again after its answer: a contract breach, not a panic.
+            // A refusal polled again after its answer (a contract breach;
+            // hyper never does it) answers 500 rather than panicking.
             None => this
                 .refused
                 .take()
@@ -185,30 +185,27 @@ fn add_common_headers(state: &AppState, mut response: Response) -> Response {
 
 /// Consul's `api.http` timer of a routed request, labelled with the
 /// method and the route's pattern as Consul names it (`/v1/kv/{*key}` →
-/// `v1_kv_`); each (route, method) is looked up in the recorder once.
+/// `v1_kv_`), the label computed once per route. The timer itself is
+/// looked up in the recorder on every request: the Prometheus sink drops
+/// a timer idle past its retention time, and a handle kept from before
+/// would record into the dropped series from then on.
 fn api_http(method: &Method, pattern: &str) -> metrics::Histogram {
-    type ByMethod = Vec<(&'static str, metrics::Histogram)>;
-    static TIMERS: OnceLock<RwLock<HashMap<String, ByMethod>>> = OnceLock::new();
-    let method = util::static_method(method);
-    let timers = TIMERS.get_or_init(Default::default);
-    let known = timers
+    static LABELS: OnceLock<RwLock<HashMap<String, metrics::SharedString>>> = OnceLock::new();
+    let labels = LABELS.get_or_init(Default::default);
+    let known = labels
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .get(pattern)
-        .and_then(|methods| methods.iter().find(|(m, _)| *m == method))
-        .map(|(_, histogram)| histogram.clone());
-    if let Some(histogram) = known {
-        return histogram;
-    }
-    let mut timers = timers.write().unwrap_or_else(|e| e.into_inner());
-    let methods = timers.entry(pattern.to_string()).or_default();
-    if let Some((_, histogram)) = methods.iter().find(|(m, _)| *m == method) {
-        return histogram.clone();
-    }
-    let histogram =
-        metrics::histogram!("api.http", "method" => method, "path" => path_label(pattern));
-    methods.push((method, histogram.clone()));
-    histogram
+        .cloned();
+    let label = known.unwrap_or_else(|| {
+        let label = metrics::SharedString::from_owned(path_label(pattern));
+        labels
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pattern.to_string(), label.clone());
+        label
+    });
+    metrics::histogram!("api.http", "method" => util::static_method(method), "path" => label)
 }
 
 /// The `path` label of a route pattern: what precedes its first
@@ -236,7 +233,6 @@ mod tests {
     fn each_route_and_method_keeps_its_own_timer() {
         use legate_telemetry::inmem::{Clock, Inmem};
         let sink = Inmem::new(std::sync::Arc::new(Clock::manual(1_700_000_000)));
-        // Patterns no other test times, so the handles are this sink's.
         metrics::with_local_recorder(&sink, || {
             api_http(&Method::GET, "/v1/timer-test/{*key}").record(1.0);
             api_http(&Method::GET, "/v1/timer-test/{*key}").record(3.0);

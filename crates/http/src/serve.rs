@@ -50,19 +50,20 @@ struct Activity {
     /// control frames are not request heads, so only the idle timeout
     /// applies between requests.
     http2: std::sync::atomic::AtomicBool,
-    /// The connection's socket, peeked to see whether its client left.
-    socket: RawFd,
-    /// Told when the connection is to be closed, and why.
+    /// The connection's socket, peeked to see whether its client left;
+    /// -1 once the connection is closing (it is set so, under the lock,
+    /// before the socket is closed, so a peek never reaches a descriptor
+    /// that has since been given to another socket).
+    socket: std::sync::Mutex<RawFd>,
+    /// Told when the sweep finds the connection due to close.
     closing: tokio::sync::Notify,
-    why: std::sync::OnceLock<&'static str>,
 }
 
 impl Activity {
     fn new(socket: RawFd) -> Arc<Activity> {
         Arc::new(Activity {
-            socket,
+            socket: std::sync::Mutex::new(socket),
             closing: tokio::sync::Notify::new(),
-            why: std::sync::OnceLock::new(),
             epoch: Instant::now(),
             in_flight: AtomicUsize::new(0),
             // A new connection owes its first request head from now on.
@@ -79,7 +80,9 @@ impl Activity {
     /// Why the connection should be closed now, if it should.
     fn expired(&self, limits: &Limits) -> Option<&'static str> {
         if self.in_flight.load(Ordering::Acquire) != 0 {
-            return peer_closed(self.socket).then_some("the client closed the connection");
+            let socket = self.socket.lock().unwrap_or_else(|e| e.into_inner());
+            return (*socket >= 0 && peer_closed(*socket))
+                .then_some("the client closed the connection");
         }
         let now = self.now();
         let head = self.head_started.load(Ordering::Acquire);
@@ -167,8 +170,7 @@ impl Sweep {
                 .cloned()
                 .collect();
             for activity in connections {
-                if let Some(why) = activity.expired(&self.limits) {
-                    let _ = activity.why.set(why);
+                if activity.expired(&self.limits).is_some() {
                     activity.closing.notify_one();
                 }
             }
@@ -181,10 +183,9 @@ impl Sweep {
 /// not.
 fn peer_closed(socket: RawFd) -> bool {
     let mut byte = 0u8;
-    // SAFETY: a non-blocking peek of one byte into a local buffer. The
-    // connection may have closed the descriptor since (the sweep holds its
-    // `Activity`, not the socket): the peek then fails, or reads another
-    // socket, and its answer only ever reaches the closed connection.
+    // SAFETY: a non-blocking peek of one byte into a local buffer, on a
+    // socket its connection keeps open while the caller holds the lock of
+    // `Activity::socket` (the connection takes it to give the socket up).
     let read = unsafe {
         libc::recv(
             socket,
@@ -251,6 +252,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Gives a connection's socket up to the sweep's peeks when dropped,
+/// before the socket itself is closed.
+struct SocketGone<'a>(&'a Activity);
+
+impl Drop for SocketGone<'_> {
+    fn drop(&mut self) {
+        *self.0.socket.lock().unwrap_or_else(|e| e.into_inner()) = -1;
     }
 }
 
@@ -378,8 +389,7 @@ async fn connection(
     stop: watch::Receiver<bool>,
 ) {
     let peer = stream.peer();
-    // The connection future below owns the socket and lives as long as
-    // this task, so its descriptor stays valid while it is swept.
+    // The socket is peeked by the sweep until `drive` gives it up.
     let activity = Activity::new(stream.get_ref().as_raw_fd());
     let tracked = Tracked {
         stream,
@@ -454,6 +464,9 @@ async fn drive<I>(
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
+    // Declared after the connection, so dropped (and the socket given up)
+    // before the connection closes it.
+    let _gone = SocketGone(&activity);
     let mut stopping = false;
     loop {
         tokio::select! {
@@ -464,9 +477,12 @@ async fn drive<I>(
                 return;
             }
             _ = activity.closing.notified() => {
-                let why = activity.why.get().copied().unwrap_or("expired");
-                tracing::debug!(?peer, why, "closing an HTTP connection");
-                return;
+                // Checked again here: a request may have begun since the
+                // sweep looked, and it is never cut.
+                if let Some(why) = activity.expired(&sweep.limits) {
+                    tracing::debug!(?peer, why, "closing an HTTP connection");
+                    return;
+                }
             }
             _ = stop.wait_for(|s| *s), if !stopping => {
                 stopping = true;

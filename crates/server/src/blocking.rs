@@ -43,9 +43,9 @@ impl Server {
     }
 
     /// Runs a read with the request's consistency and blocking options.
-    /// `watch` subscribes to what the read depends on (called before each
-    /// read, so no change between read and wait is missed); `read` returns
-    /// the result with its index.
+    /// `watch` subscribes to what the read depends on (called before any
+    /// read that may be followed by a wait, so no change between read and
+    /// wait is missed); `read` returns the result with its index.
     pub(crate) async fn blocking_query<T>(
         &self,
         opts: &QueryOptions,
@@ -69,7 +69,7 @@ impl Server {
     ) -> Result<Queried<T>, RpcError> {
         self.check_datacenter(&opts.datacenter)?;
         self.check_consistency(opts.consistency).await?;
-        handles().queries.increment(1);
+        metrics::counter!("rpc.query").increment(1);
         let _blocking = (opts.min_index > 0).then(BlockingGuard::enter);
         let deadline = if opts.min_index > 0 {
             let wait = opts.effective_wait().min(self.config.max_query_time);
@@ -303,20 +303,14 @@ fn changed_positions(tables: &Tables, watched: &[(Watched, u64)]) -> (u64, Vec<u
 /// Blocking queries in flight on this server (`rpc.queries_blocking`).
 static BLOCKING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
-/// The metrics every read records, looked up once: a lookup by name on
-/// each of ten thousand watchers waking at once is a cost of its own.
-/// (The agent installs its recorder before it serves anything.)
-struct Handles {
-    queries: metrics::Counter,
-    blocking: metrics::Gauge,
-}
-
-fn handles() -> &'static Handles {
-    static HANDLES: std::sync::OnceLock<Handles> = std::sync::OnceLock::new();
-    HANDLES.get_or_init(|| Handles {
-        queries: metrics::counter!("rpc.query"),
-        blocking: metrics::gauge!("rpc.queries_blocking"),
-    })
+/// The gauge of blocking queries, looked up once: ten thousand watchers
+/// waking at once each set it. (Gauges stay in every sink; counters and
+/// timers are looked up on each use, since the Prometheus sink drops
+/// them when idle and a kept handle would record into nothing. The agent
+/// installs its recorder before it serves anything.)
+fn blocking_gauge() -> &'static metrics::Gauge {
+    static GAUGE: std::sync::OnceLock<metrics::Gauge> = std::sync::OnceLock::new();
+    GAUGE.get_or_init(|| metrics::gauge!("rpc.queries_blocking"))
 }
 
 /// Counts one blocking query while it lives.
@@ -325,7 +319,7 @@ struct BlockingGuard;
 impl BlockingGuard {
     fn enter() -> BlockingGuard {
         let now = BLOCKING.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        handles().blocking.set(now as f64);
+        blocking_gauge().set(now as f64);
         BlockingGuard
     }
 }
@@ -333,6 +327,6 @@ impl BlockingGuard {
 impl Drop for BlockingGuard {
     fn drop(&mut self) {
         let now = BLOCKING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) - 1;
-        handles().blocking.set(now as f64);
+        blocking_gauge().set(now as f64);
     }
 }
