@@ -106,7 +106,9 @@ struct Sweep {
     limits: Limits,
 }
 
-/// A connection's place in the [`Sweep`], given up when dropped.
+/// A connection's place in the [`Sweep`], given up when dropped, with
+/// its socket: dropped before the socket is closed, it leaves no
+/// descriptor for a peek that may since belong to another socket.
 struct Swept {
     sweep: Arc<Sweep>,
     id: u64,
@@ -114,11 +116,15 @@ struct Swept {
 
 impl Drop for Swept {
     fn drop(&mut self) {
-        self.sweep
+        let left = self
+            .sweep
             .connections
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.id);
+        if let Some(activity) = left {
+            *activity.socket.lock().unwrap_or_else(|e| e.into_inner()) = -1;
+        }
     }
 }
 
@@ -252,16 +258,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// Gives a connection's socket up to the sweep's peeks when dropped,
-/// before the socket itself is closed.
-struct SocketGone<'a>(&'a Activity);
-
-impl Drop for SocketGone<'_> {
-    fn drop(&mut self) {
-        *self.0.socket.lock().unwrap_or_else(|e| e.into_inner()) = -1;
     }
 }
 
@@ -445,7 +441,6 @@ async fn drive<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let _swept = sweep.enter(&activity);
     let requests = activity.clone();
     let service =
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
@@ -464,9 +459,9 @@ async fn drive<I>(
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
-    // Declared after the connection, so dropped (and the socket given up)
-    // before the connection closes it.
-    let _gone = SocketGone(&activity);
+    // Entered after the connection exists, so left (and the socket given
+    // up) before the connection closes it.
+    let _swept = sweep.enter(&activity);
     let mut stopping = false;
     loop {
         tokio::select! {

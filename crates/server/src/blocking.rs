@@ -107,15 +107,7 @@ impl Server {
                 value,
             }))
         };
-        let mut woken = false;
         loop {
-            // A wake mostly brings what the query waits for: read first,
-            // and subscribe (then read again) only when it did not.
-            if woken {
-                if let Some(answer) = answer()? {
-                    return Ok(answer);
-                }
-            }
             // Subscribed only when the read may wait: a subscription to a
             // service keeps its channel until the next write to it. The
             // subscription comes before the read, so no change between
@@ -134,7 +126,11 @@ impl Server {
                     return Ok(Queried { meta: self.query_meta(index, opts.consistency), value });
                 }
             }
-            woken = true;
+            // A wake mostly brings what the query waits for: read first,
+            // and subscribe (then read again) only when it did not.
+            if let Some(answer) = answer()? {
+                return Ok(answer);
+            }
         }
     }
 
