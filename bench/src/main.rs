@@ -845,6 +845,7 @@ async fn main() -> Result<()> {
         } => {
             let mut all = Vec::new();
             let mut idle = Vec::new();
+            let mut wake_cpu = Vec::new();
             for round in 0..rounds {
                 let result = match target {
                     Target::Legate => watch::legate_round(&client, &url, watchers, pid).await?,
@@ -852,6 +853,7 @@ async fn main() -> Result<()> {
                 };
                 all.extend(result.latencies);
                 idle.extend(result.idle_share);
+                wake_cpu.extend(result.wake_cpu);
             }
             all.sort();
             let idle = if idle.is_empty() {
@@ -862,8 +864,19 @@ async fn main() -> Result<()> {
                     idle.iter().sum::<f64>() / idle.len() as f64 * 100.0
                 )
             };
+            // The server's CPU per woken watcher, from the write until the
+            // last answer (averaged over the rounds).
+            let wake = if wake_cpu.is_empty() {
+                String::new()
+            } else {
+                let total: Duration = wake_cpu.iter().sum();
+                format!(
+                    " wake_cpu_us_per_watcher={:.1}",
+                    total.as_secs_f64() * 1e6 / (wake_cpu.len() * watchers) as f64
+                )
+            };
             println!(
-                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}{idle}",
+                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}{idle}{wake}",
                 watchers,
                 rounds,
                 percentile(&all, 50.0).as_secs_f64() * 1e3,

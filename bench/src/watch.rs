@@ -6,45 +6,87 @@
 //! client for both peers: a general client (reqwest) spent as much CPU per
 //! woken watcher as the agent did, and with its idle pool capped it closed
 //! most connections as the answers came, so both sides paid for TCP
-//! teardown inside the measured wake.
+//! teardown inside the measured wake. One thread reads every watcher's
+//! socket through one epoll set (see [`Watchers`]): the load generator
+//! shares this machine's two cores with the server it measures, so the
+//! less CPU it spends per answer, the less it weighs on the server's
+//! figures — for every peer alike.
 
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-/// One watcher's blocking read: the request sent, then the time its whole
-/// answer arrived. The connection is handed back so it stays open until
-/// every watcher has its answer.
-async fn wait_for_change(
-    mut stream: TcpStream,
-    host: String,
-    index: u64,
-) -> Result<(Instant, TcpStream)> {
-    let request = format!(
-        "GET /v1/kv/watched?index={index}&wait=60s HTTP/1.1\r\nHost: {host}\r\nUser-Agent: legate-bench\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            bail!("the agent closed the connection before answering");
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(total) = complete_length(&buf)? {
-            if buf.len() >= total {
-                return Ok((Instant::now(), stream));
+/// What a watcher asks its peer for, and how it reads the answer.
+#[derive(Clone)]
+enum Watch {
+    /// A blocking read of `/v1/kv/watched` past `index`.
+    Legate { index: u64 },
+    /// An etcd v3 watch stream on `key` (base64).
+    Etcd { key: String },
+}
+
+/// How far one watcher's answer has come.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Progress {
+    /// Nothing yet that counts.
+    Waiting,
+    /// The peer confirmed the watch (etcd's `"created":true`).
+    Ready,
+    /// The change arrived.
+    Done,
+}
+
+impl Watch {
+    fn request(&self, host: &str) -> String {
+        match self {
+            Watch::Legate { index } => format!(
+                "GET /v1/kv/watched?index={index}&wait=60s HTTP/1.1\r\nHost: {host}\r\nUser-Agent: legate-bench\r\n\r\n"
+            ),
+            Watch::Etcd { key } => {
+                let body = format!(r#"{{"create_request":{{"key":"{key}"}}}}"#);
+                format!(
+                    "POST /v3/watch HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
             }
         }
+    }
+
+    /// Reads what has arrived so far on one watcher's connection.
+    fn progress(&self, seen: &[u8]) -> Result<Progress> {
+        match self {
+            Watch::Legate { .. } => Ok(match complete_length(seen)? {
+                Some(total) if seen.len() >= total => Progress::Done,
+                _ => Progress::Waiting,
+            }),
+            Watch::Etcd { .. } => {
+                let Some(created) = find(seen, br#""created":true"#) else {
+                    return Ok(Progress::Waiting);
+                };
+                Ok(if find(&seen[created..], br#""events""#).is_some() {
+                    Progress::Done
+                } else {
+                    Progress::Ready
+                })
+            }
+        }
+    }
+
+    /// A blocking read is in place as soon as it is sent; an etcd watch
+    /// once etcd confirms it.
+    fn ready_when_sent(&self) -> bool {
+        matches!(self, Watch::Legate { .. })
     }
 }
 
 /// The length of the whole response once its head is in `buf`.
 fn complete_length(buf: &[u8]) -> Result<Option<usize>> {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+    let Some(end) = find(buf, b"\r\n\r\n") else {
         return Ok(None);
     };
     let head = std::str::from_utf8(&buf[..end]).context("response head is not text")?;
@@ -62,53 +104,183 @@ fn complete_length(buf: &[u8]) -> Result<Option<usize>> {
     Ok(Some(end + 4 + length))
 }
 
-/// One etcd watch stream: the watch created (`ready` counts it), then the
-/// time the event arrived. The stream is handed back open.
-async fn etcd_stream(
-    mut stream: TcpStream,
-    host: String,
-    key: String,
-    ready: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) -> Result<(Instant, TcpStream)> {
-    let body = format!(r#"{{"create_request":{{"key":"{key}"}}}}"#);
-    let request = format!(
-        "POST /v3/watch HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut seen = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let mut created = false;
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            bail!("etcd closed the watch stream");
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Every watcher of a round, each on a connection of its own, read by one
+/// thread through one epoll set: a task per watcher on a multi-threaded
+/// runtime cost more CPU per wake than the reads themselves (the reactor
+/// hands each ready socket to a task, often on the other thread), CPU the
+/// servers under test share on this machine.
+struct Watchers {
+    watch: Watch,
+    epoll: OwnedFd,
+    streams: Vec<TcpStream>,
+    seen: Vec<Vec<u8>>,
+    progress: Vec<Progress>,
+    done_at: Vec<Option<Instant>>,
+}
+
+impl Watchers {
+    /// Opens `count` connections to `host` and sends each its watch.
+    fn open(host: &str, count: usize, watch: Watch) -> Result<Watchers> {
+        // SAFETY: epoll_create1 has no preconditions; the result is checked.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error()).context("epoll_create1");
         }
-        seen.extend_from_slice(&chunk[..n]);
-        if !created && contains(&seen, br#""created":true"#) {
-            created = true;
-            ready.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: `raw` is a fresh descriptor this struct now owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        let request = watch.request(host);
+        let mut streams = Vec::with_capacity(count);
+        for slot in 0..count {
+            let mut stream = TcpStream::connect(host).with_context(|| format!("connect {host}"))?;
+            stream.set_nodelay(true)?;
+            stream.write_all(request.as_bytes())?;
+            stream.set_nonblocking(true)?;
+            let mut event = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: slot as u64,
+            };
+            // SAFETY: both descriptors are open and `event` outlives the call.
+            let rc = unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    stream.as_raw_fd(),
+                    &mut event,
+                )
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error()).context("epoll_ctl");
+            }
+            streams.push(stream);
         }
-        if created && contains(&seen, br#""events""#) {
-            return Ok((Instant::now(), stream));
+        let initial = if watch.ready_when_sent() {
+            Progress::Ready
+        } else {
+            Progress::Waiting
+        };
+        Ok(Watchers {
+            watch,
+            epoll,
+            seen: vec![Vec::new(); count],
+            progress: vec![initial; count],
+            done_at: vec![None; count],
+            streams,
+        })
+    }
+
+    /// Reads until every watcher has its change (or `deadline` passes),
+    /// counting confirmed watches in `ready`; returns when each change
+    /// arrived, with the connections still open.
+    fn run(
+        mut self,
+        ready: Arc<AtomicUsize>,
+        deadline: Instant,
+    ) -> Result<(Vec<Instant>, Vec<TcpStream>)> {
+        ready.store(
+            self.progress
+                .iter()
+                .filter(|p| **p != Progress::Waiting)
+                .count(),
+            Ordering::SeqCst,
+        );
+        let mut remaining = self.streams.len();
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
+        let mut chunk = [0u8; 4096];
+        while remaining > 0 {
+            if Instant::now() > deadline {
+                bail!("{remaining} watchers saw no change in time");
+            }
+            // SAFETY: `events` has room for the count passed.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    100,
+                )
+            };
+            if n < 0 {
+                let error = std::io::Error::last_os_error();
+                if error.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error).context("epoll_wait");
+            }
+            for event in &events[..n as usize] {
+                let slot = event.u64 as usize;
+                let read = match std::io::Read::read(&mut &self.streams[slot], &mut chunk) {
+                    Ok(0) if self.progress[slot] == Progress::Done => {
+                        self.forget(slot)?;
+                        continue;
+                    }
+                    Ok(0) => bail!("the peer closed a watcher's connection before answering"),
+                    Ok(read) => read,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e).context("read"),
+                };
+                if self.progress[slot] == Progress::Done {
+                    continue;
+                }
+                let seen = &mut self.seen[slot];
+                seen.extend_from_slice(&chunk[..read]);
+                let now = self.watch.progress(seen)?;
+                if now == Progress::Done {
+                    self.done_at[slot] = Some(Instant::now());
+                    remaining -= 1;
+                }
+                if self.progress[slot] == Progress::Waiting && now != Progress::Waiting {
+                    ready.fetch_add(1, Ordering::SeqCst);
+                }
+                self.progress[slot] = now;
+            }
         }
+        let done_at = self.done_at.into_iter().flatten().collect();
+        Ok((done_at, self.streams))
+    }
+
+    /// Stops watching a connection the peer closed after its answer.
+    fn forget(&self, slot: usize) -> Result<()> {
+        // SAFETY: both descriptors are open; DEL ignores the event.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                self.streams[slot].as_raw_fd(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error()).context("epoll_ctl");
+        }
+        Ok(())
     }
 }
 
-/// CPU time a process has used (user + system), from `/proc/<pid>/stat`.
+/// CPU time a process's live threads have used, to the nanosecond: the
+/// sum of `/proc/<pid>/task/*/schedstat` (`/proc/<pid>/stat` counts in
+/// 10 ms ticks, too coarse for one wake). A thread that exits takes its
+/// time with it, so a window is only as exact as the server's threads
+/// are long-lived (Legate's and etcd's workers are).
 fn cpu_time(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name, which is in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("unreadable /proc stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(Duration::from_millis(ticks * 1000 / per_second))
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = task?.path().join("schedstat");
+        // A thread that ended since the listing is skipped.
+        let Ok(stat) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        let on_cpu: u64 = stat
+            .split_whitespace()
+            .next()
+            .context("empty schedstat")?
+            .parse()?;
+        total += on_cpu;
+    }
+    Ok(Duration::from_nanos(total))
 }
 
 /// While the watchers wait: settles for a second, then returns the share
@@ -124,73 +296,90 @@ async fn idle_share(pid: Option<u32>) -> Result<Option<f64>> {
     Ok(Some((cpu_time(pid)? - before).as_secs_f64() / 2.0))
 }
 
-/// One round's wake latencies, and the share of a core the server used
-/// while the watchers waited.
+/// One round's wake latencies, the share of a core the server used while
+/// the watchers waited, and the CPU it spent from the write until the
+/// last watcher had its answer.
 pub struct Round {
     pub latencies: Vec<Duration>,
     pub idle_share: Option<f64>,
+    pub wake_cpu: Option<Duration>,
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// One round against either peer: opens `watchers` watches, waits until
+/// each is in place and the server has settled, writes the key once
+/// (`write`) and returns each watcher's wake latency.
+async fn round<W>(
+    url: &str,
+    watchers: usize,
+    watch: Watch,
+    pid: Option<u32>,
+    write: W,
+) -> Result<Round>
+where
+    W: std::future::Future<Output = Result<()>>,
+{
+    let host = host_of(url);
+    let opened =
+        tokio::task::spawn_blocking(move || Watchers::open(&host, watchers, watch)).await??;
+    let ready = Arc::new(AtomicUsize::new(0));
+    let reader = {
+        let ready = ready.clone();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        std::thread::spawn(move || opened.run(ready, deadline))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready.load(Ordering::SeqCst) < watchers
+        && Instant::now() < deadline
+        && !reader.is_finished()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let every watcher reach the server and block.
+    let idle_share = idle_share(pid).await?;
+    let cpu_before = pid.map(cpu_time).transpose()?;
+    let written = Instant::now();
+    write.await?;
+    let (done_at, open) = tokio::task::spawn_blocking(move || reader.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the watch reader panicked"))??;
+    let wake_cpu = match (pid, cpu_before) {
+        (Some(pid), Some(before)) => Some(cpu_time(pid)?.saturating_sub(before)),
+        _ => None,
+    };
+    let latencies = done_at
+        .iter()
+        .map(|at| at.saturating_duration_since(written))
+        .collect();
+    // The connections close only after a pause, so their teardown stays
+    // out of any profile of the wake.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(open);
+    Ok(Round {
+        latencies,
+        idle_share,
+        wake_cpu,
+    })
 }
 
-/// One etcd round: opens `watchers` watch streams on the key, writes it
-/// once and returns each stream's wake latency.
+/// One etcd round: `watchers` watch streams on the key, written once.
 pub async fn etcd_round(
     client: &reqwest::Client,
     url: &str,
     watchers: usize,
-    round: usize,
+    round_number: usize,
     pid: Option<u32>,
 ) -> Result<Round> {
     let key = crate::b64("watched");
-    let host = host_of(url);
-    let ready = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::with_capacity(watchers);
-    for _ in 0..watchers {
-        let stream = TcpStream::connect(&host).await?;
-        stream.set_nodelay(true)?;
-        tasks.push(tokio::spawn(etcd_stream(
-            stream,
-            host.clone(),
-            key.clone(),
-            ready.clone(),
-        )));
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ready.load(std::sync::atomic::Ordering::SeqCst) < watchers && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let idle_share = idle_share(pid).await?;
-    let written = Instant::now();
-    client
-        .post(format!("{url}/v3/kv/put"))
-        .json(&serde_json::json!({"key": key, "value": crate::b64(&format!("{round}"))}))
-        .send()
-        .await?;
-    Ok(Round {
-        latencies: collect(tasks, written).await?,
-        idle_share,
-    })
-}
-
-/// Each watcher's latency after `written`; the connections close only
-/// after a pause, so their teardown stays out of any profile of the wake.
-async fn collect(
-    tasks: Vec<tokio::task::JoinHandle<Result<(Instant, TcpStream)>>>,
-    written: Instant,
-) -> Result<Vec<Duration>> {
-    let mut latencies = Vec::with_capacity(tasks.len());
-    let mut open = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        let (at, stream) = task.await??;
-        latencies.push(at.saturating_duration_since(written));
-        open.push(stream);
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    drop(open);
-    Ok(latencies)
+    let write = async {
+        client
+            .post(format!("{url}/v3/kv/put"))
+            .json(&serde_json::json!({"key": key, "value": crate::b64(&format!("{round_number}"))}))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    };
+    round(url, watchers, Watch::Etcd { key: key.clone() }, pid, write).await
 }
 
 fn host_of(url: &str) -> String {
@@ -199,8 +388,8 @@ fn host_of(url: &str) -> String {
         .to_string()
 }
 
-/// One round: seeds the key, opens `watchers` blocking reads on it, writes
-/// it once and returns each watcher's wake latency.
+/// One Legate round: seeds the key, opens `watchers` blocking reads on
+/// it, writes it once.
 pub async fn legate_round(
     client: &reqwest::Client,
     url: &str,
@@ -224,25 +413,16 @@ pub async fn legate_round(
         .context("no X-Consul-Index")?
         .to_str()?
         .parse()?;
-    let host = host_of(url);
-    let mut tasks = Vec::with_capacity(watchers);
-    for _ in 0..watchers {
-        let stream = TcpStream::connect(&host).await?;
-        stream.set_nodelay(true)?;
-        tasks.push(tokio::spawn(wait_for_change(stream, host.clone(), index)));
-    }
-    // Let every watcher reach the server and block.
-    let idle_share = idle_share(pid).await?;
-    let written = Instant::now();
-    client
-        .put(format!("{url}/v1/kv/watched"))
-        .body("1")
-        .send()
-        .await?;
-    Ok(Round {
-        latencies: collect(tasks, written).await?,
-        idle_share,
-    })
+    let write = async {
+        client
+            .put(format!("{url}/v1/kv/watched"))
+            .body("1")
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    };
+    round(url, watchers, Watch::Legate { index }, pid, write).await
 }
 
 #[cfg(test)]
@@ -270,13 +450,62 @@ mod tests {
             spin = std::hint::black_box(spin.wrapping_add(1));
         }
         let after = cpu_time(std::process::id()).unwrap();
-        // /proc counts in clock ticks (10 ms here): well within 100 ms.
+        // Both count this test's threads; the spin alone is 300 ms.
         let grew = after.saturating_sub(before);
         assert!(
-            grew >= Duration::from_millis(200) && grew <= Duration::from_millis(2000),
+            grew >= Duration::from_millis(280) && grew <= Duration::from_millis(2000),
             "{before:?} -> {after:?}"
         );
         assert!(cpu_time(u32::MAX).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_round_against_the_floor_server_times_every_watcher() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        tokio::spawn(crate::watch_floor::serve(port));
+        let url = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        for _ in 0..100 {
+            if client
+                .get(format!("{url}/v1/kv/watched"))
+                .send()
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let round = legate_round(&client, &url, 5, None).await.unwrap();
+        assert_eq!(round.latencies.len(), 5);
+        // Each watcher was answered by the write, not by its 60 s wait.
+        assert!(round.latencies.iter().all(|l| *l < Duration::from_secs(30)));
+        assert_eq!(round.idle_share, None);
+        assert_eq!(round.wake_cpu, None);
+    }
+
+    #[test]
+    fn an_etcd_watch_is_ready_when_created_and_done_with_its_events() {
+        let watch = Watch::Etcd {
+            key: "d2F0Y2hlZA==".into(),
+        };
+        assert!(!watch.ready_when_sent());
+        let created = br#"{"result":{"header":{},"created":true}}"#.to_vec();
+        assert_eq!(
+            watch.progress(b"HTTP/1.1 200 OK\r\n").unwrap(),
+            Progress::Waiting
+        );
+        assert_eq!(watch.progress(&created).unwrap(), Progress::Ready);
+        let mut both = created.clone();
+        both.extend_from_slice(br#"{"result":{"events":[{"kv":{}}]}}"#);
+        assert_eq!(watch.progress(&both).unwrap(), Progress::Done);
+        let legate = Watch::Legate { index: 3 };
+        assert!(legate.ready_when_sent());
+        assert!(legate
+            .request("h:1")
+            .starts_with("GET /v1/kv/watched?index=3&wait=60s "));
     }
 
     #[test]
