@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use legate_types::rpc::TxnOp;
 use legate_types::{KvOp, KvVerb, KV_MAX_VALUE_SIZE};
 
-use crate::util::{decode_body, json, json_meta, with_meta, ApiError, ApiResult};
+use crate::util::{decode_body, json, with_meta, ApiError, ApiResult};
 use crate::{AppState, Req};
 
 pub async fn kv_root(
@@ -31,7 +31,7 @@ pub async fn kv(
 
 async fn dispatch(st: AppState, method: Method, key: String, req: Req, body: Bytes) -> ApiResult {
     match method {
-        Method::GET => get(&st, key, &req).await,
+        Method::GET => get(&st, key, req).await,
         Method::PUT => put(&st, key, &req, body).await,
         Method::DELETE => delete(&st, key, &req).await,
         other => Err(ApiError {
@@ -41,40 +41,31 @@ async fn dispatch(st: AppState, method: Method, key: String, req: Req, body: Byt
     }
 }
 
-async fn get(st: &AppState, key: String, req: &Req) -> ApiResult {
+/// A read of one key, a prefix (`?recurse`) or its keys (`?keys`). The
+/// request is let go before the read may block (see `Req::into_answer`).
+async fn get(st: &AppState, key: String, req: Req) -> ApiResult {
     let opts = req.query_options()?;
     let rpc = st.agent.rpc();
     if req.params.has("keys") {
         let separator = req.params.get("separator").unwrap_or("").to_string();
+        let answer = req.into_answer();
         let result = rpc.kv_keys(&opts, key, separator).await?;
-        if result.value.is_empty() {
-            return Ok(with_meta(
-                StatusCode::NOT_FOUND.into_response(),
-                &result.meta,
-            ));
-        }
-        return Ok(json_meta(&req.params, &result.meta, &result.value));
+        return Ok(answer.list_or_404(&result.meta, &result.value));
     }
     if req.params.has("recurse") {
+        let answer = req.into_answer();
         let result = rpc.kv_list(&opts, key).await?;
-        if result.value.is_empty() {
-            return Ok(with_meta(
-                StatusCode::NOT_FOUND.into_response(),
-                &result.meta,
-            ));
-        }
-        return Ok(json_meta(&req.params, &result.meta, &result.value));
+        return Ok(answer.list_or_404(&result.meta, &result.value));
     }
     if key.is_empty() {
         return Err(ApiError::bad_request("Missing key name"));
     }
+    let raw = req.params.has("raw");
+    let answer = req.into_answer();
     let result = rpc.kv_get(&opts, key).await?;
     match result.value {
-        None => Ok(with_meta(
-            StatusCode::NOT_FOUND.into_response(),
-            &result.meta,
-        )),
-        Some(entry) if req.params.has("raw") => {
+        None => Ok(answer.status_meta(StatusCode::NOT_FOUND, &result.meta)),
+        Some(entry) if raw => {
             let mut response: Response = entry.value.into_response();
             response.headers_mut().insert(
                 "content-type",
@@ -86,7 +77,7 @@ async fn get(st: &AppState, key: String, req: &Req) -> ApiResult {
             );
             Ok(with_meta(response, &result.meta))
         }
-        Some(entry) => Ok(json_meta(&req.params, &result.meta, &vec![entry])),
+        Some(entry) => Ok(answer.json_meta(&result.meta, &[entry])),
     }
 }
 

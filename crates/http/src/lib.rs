@@ -500,7 +500,10 @@ impl axum::extract::FromRequestParts<AppState> for Req {
         }
         Ok(Req {
             params,
-            headers: parts.headers.clone(),
+            // Taken, not copied: no extractor after this one reads the
+            // headers, and a blocking read answers with this map (see
+            // `Req::into_answer`).
+            headers: std::mem::take(&mut parts.headers),
             peer: parts.extensions.get::<PeerAddr>().map(|p| p.0),
             agent_node: state.agent.config().node_name.clone(),
             default_token: state.agent.tokens().default_token().unwrap_or_default(),
@@ -523,7 +526,7 @@ impl Req {
     /// Runs a read with this request's query options and answers with its
     /// JSON and the blocking-query headers.
     pub(crate) async fn read<T, Fut>(
-        &self,
+        self,
         call: impl FnOnce(legate_types::QueryOptions) -> Fut,
     ) -> util::ApiResult
     where
@@ -531,8 +534,16 @@ impl Req {
         Fut: std::future::Future<Output = Result<legate_types::Queried<T>, legate_types::RpcError>>,
     {
         let opts = self.query_options()?;
+        let answer = self.into_answer();
         let result = call(opts).await?;
-        Ok(util::json_meta(&self.params, &result.meta, &result.value))
+        Ok(answer.json_meta(&result.meta, &result.value))
+    }
+
+    /// What a read that may block keeps of its request to answer with
+    /// (see [`util::Answer`]); the rest is let go before the read waits,
+    /// so a wake of thousands of blocking queries frees no requests.
+    pub(crate) fn into_answer(self) -> util::Answer {
+        util::Answer::new(self.params.has("pretty"), self.headers)
     }
 
     /// `?peer=<name>`: no cluster peers exist in Legate, so a read about
