@@ -77,8 +77,7 @@ fn server_tls(
 }
 
 async fn bind(address: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, String> {
-    tokio::net::TcpListener::bind(address)
-        .await
+    legate_net::bind_tcp(address)
         .map_err(|e| format!("Error starting the {what} on {address}: {e}"))
 }
 

@@ -207,7 +207,7 @@ impl DnsServer {
     ) -> std::io::Result<DnsServer> {
         let sockets = udp::bind(address)?;
         let address = sockets[0].local_addr()?;
-        let listener = tokio::net::TcpListener::bind(address).await?;
+        let listener = legate_net::bind_tcp(address)?;
         let fast = Arc::new(fast::FastAnswers::new(resolver.token_source()));
         let udp =
             udp::UdpServer::start(sockets, Arc::new(DnsHandler::new(resolver.clone())), fast)?;

@@ -74,7 +74,7 @@ impl Listener {
     /// Binds `address` (port 0 picks one).
     pub async fn bind(address: SocketAddr) -> std::io::Result<Listener> {
         Ok(Listener {
-            listener: TcpListener::bind(address).await?,
+            listener: legate_net::bind_tcp(address)?,
             handlers: HashMap::new(),
             tls: None,
             max_connections: MAX_CONNECTIONS,
