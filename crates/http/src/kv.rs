@@ -3,11 +3,10 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
 use legate_types::rpc::TxnOp;
 use legate_types::{KvOp, KvVerb, KV_MAX_VALUE_SIZE};
 
-use crate::util::{decode_body, json, with_meta, ApiError, ApiResult};
+use crate::util::{decode_body, json, ApiError, ApiResult};
 use crate::{AppState, Req};
 
 pub async fn kv_root(
@@ -65,18 +64,7 @@ async fn get(st: &AppState, key: String, req: Req) -> ApiResult {
     let result = rpc.kv_get(&opts, key).await?;
     match result.value {
         None => Ok(answer.status_meta(StatusCode::NOT_FOUND, &result.meta)),
-        Some(entry) if raw => {
-            let mut response: Response = entry.value.into_response();
-            response.headers_mut().insert(
-                "content-type",
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            response.headers_mut().insert(
-                "x-content-type-options",
-                HeaderValue::from_static("nosniff"),
-            );
-            Ok(with_meta(response, &result.meta))
-        }
+        Some(entry) if raw => Ok(answer.raw(entry.value, &result.meta)),
         Some(entry) => Ok(answer.json_meta(&result.meta, &[entry])),
     }
 }

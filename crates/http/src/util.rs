@@ -415,6 +415,22 @@ impl Answer {
         with_meta(response, meta)
     }
 
+    /// A value as its own bytes (`/v1/kv/<key>?raw`), as text that is
+    /// not to be sniffed, with the blocking-query headers.
+    pub fn raw(mut self, value: bytes::Bytes, meta: &QueryMeta) -> Response {
+        self.headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        self.headers.insert(
+            HeaderName::from_static("x-content-type-options"),
+            HeaderValue::from_static("nosniff"),
+        );
+        let mut response = Response::new(axum::body::Body::from(value));
+        *response.headers_mut() = self.headers;
+        with_meta(response, meta)
+    }
+
     /// A list as JSON, or a 404 with the blocking-query headers when it is
     /// empty (how `/v1/kv` answers a prefix with no keys).
     pub fn list_or_404<T: Serialize>(self, meta: &QueryMeta, rows: &[T]) -> Response {
@@ -520,6 +536,14 @@ mod tests {
         assert_eq!(headers[CONTENT_TYPE], "application/json");
         assert_eq!(headers[X_CONSUL_INDEX], "7");
         assert!(headers.capacity() >= RESPONSE_HEADERS);
+        let mut request = HeaderMap::new();
+        request.insert("host", HeaderValue::from_static("agent:8500"));
+        let raw = Answer::new(false, request).raw(bytes::Bytes::from_static(b"v"), &meta);
+        let headers = raw.headers();
+        assert!(headers.get("host").is_none());
+        assert_eq!(headers[CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers[X_CONSUL_INDEX], "7");
         let empty = Answer::new(true, HeaderMap::new()).list_or_404(&meta, &Vec::<u8>::new());
         assert_eq!(empty.status(), StatusCode::NOT_FOUND);
         assert_eq!(empty.headers()[X_CONSUL_INDEX], "7");
