@@ -364,3 +364,88 @@ fn ca_path_trusts_every_certificate_in_the_folder() {
         "{out:?}"
     );
 }
+
+/// A blocking query over HTTPS whose client leaves is dropped at once,
+/// over HTTP/1.1 and over HTTP/2 alike: the connection itself reads the
+/// end of the stream (hyper's HTTP/1 read of a busy connection, h2's
+/// frame reader), with no periodic peek of the socket.
+#[test]
+fn a_blocking_query_over_https_whose_client_left_is_dropped_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(dir.path());
+    let https = free_port();
+    let file = dir.path().join("agent.hcl");
+    std::fs::write(
+        &file,
+        format!(
+            "ports {{ https = {https} }}\ntelemetry {{ prometheus_retention_time = \"60s\" disable_hostname = true }}\ntls {{\n  defaults {{\n    cert_file = \"{}\"\n    key_file = \"{}\"\n  }}\n}}\n",
+            path(&certs.server.0),
+            path(&certs.server.1),
+        ),
+    )
+    .unwrap();
+    let agent = TestAgent::start_with(
+        &[
+            "-dev",
+            "-dns-port=-1",
+            "-grpc-port=-1",
+            "-config-file",
+            path(&file),
+        ],
+        false,
+    );
+    let base = format!("https://127.0.0.1:{https}");
+    // Each protocol is what curl negotiates, not only what it asks for.
+    for (flag, version) in [("--http1.1", "1.1"), ("--http2", "2")] {
+        let url = format!("{base}/v1/status/leader");
+        let (code, out) = curl(&[
+            "--cacert",
+            path(&certs.ca),
+            flag,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version}",
+            &url,
+        ]);
+        assert_eq!((code, out.as_str()), (0, version), "{flag}");
+    }
+    let blocking = || {
+        let text = agent
+            .get_text("/v1/agent/metrics?format=prometheus")
+            .unwrap();
+        common::prometheus::sum(&text, "consul_rpc_queries_blocking", &[])
+    };
+    let before = blocking();
+    let url = format!("{base}/v1/kv/held?index=100000&wait=10m");
+    let mut clients: Vec<std::process::Child> = ["--http1.1", "--http1.1", "--http2", "--http2"]
+        .iter()
+        .map(|flag| {
+            Command::new("curl")
+                .args([
+                    "-s",
+                    "--max-time",
+                    "600",
+                    "--cacert",
+                    path(&certs.ca),
+                    flag,
+                    &url,
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("curl")
+        })
+        .collect();
+    let during = common::eventually(Duration::from_secs(10), || {
+        let now = blocking();
+        (now >= before + 4.0).then_some(now)
+    });
+    for client in &mut clients {
+        client.kill().unwrap();
+        client.wait().unwrap();
+    }
+    // Their ten-minute waits end with the clients, not with the wait.
+    common::eventually(Duration::from_secs(10), || {
+        (blocking() <= during - 4.0).then_some(())
+    });
+}

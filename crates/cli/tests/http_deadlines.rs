@@ -92,8 +92,8 @@ fn a_blocking_query_outlives_both_deadlines() {
 }
 
 /// (hyper itself reads the end of file of an HTTP/1 connection whose
-/// request is in flight; the sweep's peek is the second way. This checks
-/// what a client sees, whichever notices first.)
+/// request is in flight: the agent polls no socket for it. HTTPS and
+/// HTTP/2 are checked in `client_tls.rs`.)
 #[test]
 fn a_blocking_query_whose_client_left_is_dropped_at_once() {
     let agent = agent();

@@ -8,13 +8,15 @@
 //! (blocking queries waiting up to ten minutes included) are never cut
 //! by these deadlines, but a request whose client has gone (the socket
 //! reads end-of-file) is dropped at once, as Go's server cancels it, so
-//! abandoned long polls do not hold a descriptor until their wait ends.
+//! abandoned long polls do not hold a descriptor until their wait ends:
+//! the connection notices it itself (hyper reads a busy HTTP/1
+//! connection for its end, h2 reads frames throughout), so nothing polls
+//! the sockets of requests in flight.
 //! One task per listener (`Sweep`) checks every connection's deadlines
 //! each tick (a quarter of the head deadline, within 50 ms..1 s), rather
 //! than a timer in each connection.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -50,19 +52,13 @@ struct Activity {
     /// control frames are not request heads, so only the idle timeout
     /// applies between requests.
     http2: std::sync::atomic::AtomicBool,
-    /// The connection's socket, peeked to see whether its client left;
-    /// -1 once the connection is closing (it is set so, under the lock,
-    /// before the socket is closed, so a peek never reaches a descriptor
-    /// that has since been given to another socket).
-    socket: std::sync::Mutex<RawFd>,
     /// Told when the sweep finds the connection due to close.
     closing: tokio::sync::Notify,
 }
 
 impl Activity {
-    fn new(socket: RawFd) -> Arc<Activity> {
+    fn new() -> Arc<Activity> {
         Arc::new(Activity {
-            socket: std::sync::Mutex::new(socket),
             closing: tokio::sync::Notify::new(),
             epoch: Instant::now(),
             in_flight: AtomicUsize::new(0),
@@ -77,12 +73,12 @@ impl Activity {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Why the connection should be closed now, if it should.
+    /// Why the connection should be closed now, if it should: never
+    /// while a request is in flight (a client that left is noticed by
+    /// the connection itself).
     fn expired(&self, limits: &Limits) -> Option<&'static str> {
         if self.in_flight.load(Ordering::Acquire) != 0 {
-            let socket = self.socket.lock().unwrap_or_else(|e| e.into_inner());
-            return (*socket >= 0 && peer_closed(*socket))
-                .then_some("the client closed the connection");
+            return None;
         }
         let now = self.now();
         let head = self.head_started.load(Ordering::Acquire);
@@ -106,9 +102,7 @@ struct Sweep {
     limits: Limits,
 }
 
-/// A connection's place in the [`Sweep`], given up when dropped, with
-/// its socket: dropped before the socket is closed, it leaves no
-/// descriptor for a peek that may since belong to another socket.
+/// A connection's place in the [`Sweep`], given up when dropped.
 struct Swept {
     sweep: Arc<Sweep>,
     id: u64,
@@ -116,15 +110,11 @@ struct Swept {
 
 impl Drop for Swept {
     fn drop(&mut self) {
-        let left = self
-            .sweep
+        self.sweep
             .connections
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.id);
-        if let Some(activity) = left {
-            *activity.socket.lock().unwrap_or_else(|e| e.into_inner()) = -1;
-        }
     }
 }
 
@@ -167,7 +157,7 @@ impl Sweep {
             .clamp(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             tokio::time::sleep(tick).await;
-            // Checked outside the lock, so accepting never waits on the peeks.
+            // Checked outside the lock, so accepting never waits on the checks.
             let connections: Vec<Arc<Activity>> = self
                 .connections
                 .lock()
@@ -182,25 +172,6 @@ impl Sweep {
             }
         }
     }
-}
-
-/// Whether the peer has closed its side: a peek that reads end-of-file.
-/// Bytes waiting (a pipelined request) or nothing to read yet mean it has
-/// not.
-fn peer_closed(socket: RawFd) -> bool {
-    let mut byte = 0u8;
-    // SAFETY: a non-blocking peek of one byte into a local buffer, on a
-    // socket its connection keeps open while the caller holds the lock of
-    // `Activity::socket` (the connection takes it to give the socket up).
-    let read = unsafe {
-        libc::recv(
-            socket,
-            (&mut byte as *mut u8).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    read == 0
 }
 
 /// The socket, noting activity.
@@ -337,7 +308,7 @@ pub(crate) async fn serve_unix(
         };
         match accepted {
             Ok((stream, _)) => {
-                let activity = Activity::new(stream.as_raw_fd());
+                let activity = Activity::new();
                 let tracked = Tracked {
                     stream,
                     activity: activity.clone(),
@@ -385,8 +356,7 @@ async fn connection(
     stop: watch::Receiver<bool>,
 ) {
     let peer = stream.peer();
-    // The socket is peeked by the sweep until `drive` gives it up.
-    let activity = Activity::new(stream.get_ref().as_raw_fd());
+    let activity = Activity::new();
     let tracked = Tracked {
         stream,
         activity: activity.clone(),
@@ -459,8 +429,6 @@ async fn drive<I>(
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
-    // Entered after the connection exists, so left (and the socket given
-    // up) before the connection closes it.
     let _swept = sweep.enter(&activity);
     let mut stopping = false;
     loop {
