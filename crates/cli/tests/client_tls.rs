@@ -55,6 +55,18 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// A dev agent with `config`, its DNS and plain gRPC ports off, and its
+/// gRPC TLS port off unless `grpc_tls` (the dev default port would clash
+/// between tests run at once).
+fn dev_agent(config: &Path, grpc_tls: bool) -> TestAgent {
+    let mut flags = vec!["-dev", "-dns-port=-1", "-grpc-port=-1"];
+    if !grpc_tls {
+        flags.push("-grpc-tls-port=-1");
+    }
+    flags.extend(["-config-file", path(config)]);
+    TestAgent::start_with(&flags, false)
+}
+
 /// `curl` against the HTTPS port: its exit code and output.
 fn curl(args: &[&str]) -> (i32, String) {
     let out = Command::new("curl")
@@ -120,16 +132,7 @@ tls {{
     )
     .unwrap();
     // The plain gRPC port is off: xDS is served over TLS only.
-    let agent = TestAgent::start_with(
-        &[
-            "-dev",
-            "-dns-port=-1",
-            "-grpc-port=-1",
-            "-config-file",
-            path(&config),
-        ],
-        false,
-    );
+    let agent = dev_agent(&config, true);
     let url = format!("https://127.0.0.1:{https}/v1/status/leader");
 
     // curl: the CA checks the agent; verify_incoming wants a client certificate.
@@ -321,16 +324,7 @@ fn ca_path_trusts_every_certificate_in_the_folder() {
     };
     let file = dir.path().join("agent.hcl");
     std::fs::write(&file, config(&cas)).unwrap();
-    let _agent = TestAgent::start_with(
-        &[
-            "-dev",
-            "-dns-port=-1",
-            "-grpc-port=-1",
-            "-config-file",
-            path(&file),
-        ],
-        false,
-    );
+    let _agent = dev_agent(&file, false);
     let url = format!("https://127.0.0.1:{https}/v1/status/leader");
     let (code, out) = curl(&["--cacert", path(&certs.ca), &url]);
     assert_ne!(code, 0, "a client certificate is required: {out}");
@@ -384,16 +378,7 @@ fn a_blocking_query_over_https_whose_client_left_is_dropped_at_once() {
         ),
     )
     .unwrap();
-    let agent = TestAgent::start_with(
-        &[
-            "-dev",
-            "-dns-port=-1",
-            "-grpc-port=-1",
-            "-config-file",
-            path(&file),
-        ],
-        false,
-    );
+    let agent = dev_agent(&file, false);
     let base = format!("https://127.0.0.1:{https}");
     // Each protocol is what curl negotiates, not only what it asks for.
     for (flag, version) in [("--http1.1", "1.1"), ("--http2", "2")] {
