@@ -65,7 +65,10 @@ async fn get(st: &AppState, key: String, req: Req) -> ApiResult {
     match result.value {
         None => Ok(answer.status_meta(StatusCode::NOT_FOUND, &result.meta)),
         Some(entry) if raw => Ok(answer.raw(entry.value, &result.meta)),
-        Some(entry) => Ok(answer.json_meta(&result.meta, &[entry])),
+        Some(entry) => {
+            let body = crate::kv_answer::entry_body(entry, answer.pretty());
+            Ok(answer.encoded_meta(&result.meta, body))
+        }
     }
 }
 

@@ -21,6 +21,7 @@ mod gateway_services;
 mod host;
 mod intentions;
 mod kv;
+mod kv_answer;
 mod metrics;
 mod misc;
 mod monitor;

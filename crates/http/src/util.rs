@@ -360,19 +360,29 @@ pub fn json<T: Serialize>(params: &Params, value: &T) -> Response {
 /// [`json`] into a header map of the caller's (emptied, with room for
 /// [`RESPONSE_HEADERS`]: grown later, a map is rebuilt, and on a wake of
 /// thousands of queries the fresh memory page-faulted).
-fn json_with<T: Serialize>(mut headers: HeaderMap, pretty: bool, value: &T) -> Response {
-    let body = if pretty {
-        serde_json::to_vec_pretty(value)
+fn json_with<T: Serialize>(headers: HeaderMap, pretty: bool, value: &T) -> Response {
+    encoded_with(headers, encode_json(value, pretty).map(bytes::Bytes::from))
+}
+
+/// A value as a JSON body: indented and ending in a newline for
+/// `?pretty`, compact otherwise.
+pub fn encode_json<T: Serialize>(value: &T, pretty: bool) -> serde_json::Result<Vec<u8>> {
+    if pretty {
+        let mut bytes = serde_json::to_vec_pretty(value)?;
+        bytes.push(b'\n');
+        Ok(bytes)
     } else {
         serde_json::to_vec(value)
-    };
+    }
+}
+
+/// An encoded JSON body as the answer, in `headers`; an encoding failure
+/// as a 500.
+fn encoded_with(mut headers: HeaderMap, body: serde_json::Result<bytes::Bytes>) -> Response {
     match body {
-        Ok(mut bytes) => {
-            if pretty {
-                bytes.push(b'\n');
-            }
+        Ok(body) => {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            let mut response = Response::new(axum::body::Body::from(bytes));
+            let mut response = Response::new(axum::body::Body::from(body));
             *response.headers_mut() = headers;
             response
         }
@@ -403,9 +413,24 @@ impl Answer {
         Answer { pretty, headers }
     }
 
+    /// Whether the answer is to be indented (`?pretty`).
+    pub fn pretty(&self) -> bool {
+        self.pretty
+    }
+
     /// The value as JSON with the blocking-query headers.
     pub fn json_meta<T: Serialize>(self, meta: &QueryMeta, value: &T) -> Response {
         with_meta(json_with(self.headers, self.pretty, value), meta)
+    }
+
+    /// A JSON body encoded beforehand (`encode_json`) with the
+    /// blocking-query headers.
+    pub fn encoded_meta(
+        self,
+        meta: &QueryMeta,
+        body: serde_json::Result<bytes::Bytes>,
+    ) -> Response {
+        with_meta(encoded_with(self.headers, body), meta)
     }
 
     /// An empty answer with `status` and the blocking-query headers.
