@@ -260,27 +260,47 @@ impl Watchers {
     }
 }
 
-/// CPU time a process's live threads have used, to the nanosecond: the
-/// sum of `/proc/<pid>/task/*/schedstat` (`/proc/<pid>/stat` counts in
-/// 10 ms ticks, too coarse for one wake). A thread that exits takes its
-/// time with it, so a window is only as exact as the server's threads
-/// are long-lived (Legate's and etcd's workers are).
-fn cpu_time(pid: u32) -> Result<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = task?.path().join("schedstat");
-        // A thread that ended since the listing is skipped.
-        let Ok(stat) = std::fs::read_to_string(path) else {
-            continue;
-        };
-        let on_cpu: u64 = stat
-            .split_whitespace()
-            .next()
-            .context("empty schedstat")?
-            .parse()?;
-        total += on_cpu;
+/// Each live thread's on-CPU time, to the nanosecond, by thread id:
+/// `/proc/<pid>/task/*/schedstat` (`/proc/<pid>/stat` counts in 10 ms
+/// ticks, too coarse for one wake).
+struct CpuTimes(std::collections::HashMap<u32, u64>);
+
+impl CpuTimes {
+    fn of(pid: u32) -> Result<CpuTimes> {
+        let mut threads = std::collections::HashMap::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let task = task?;
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            // A thread that ended since the listing is skipped.
+            let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+                continue;
+            };
+            let on_cpu: u64 = stat
+                .split_whitespace()
+                .next()
+                .context("empty schedstat")?
+                .parse()?;
+            threads.insert(tid, on_cpu);
+        }
+        Ok(CpuTimes(threads))
     }
-    Ok(Duration::from_nanos(total))
+
+    /// The CPU `pid`'s threads used since these times: each thread's own
+    /// growth, a thread born since counted whole. A thread that ended in
+    /// between takes its time since with it (an undercount; the servers'
+    /// workers are long-lived), where a plain sum of the live threads
+    /// would go back.
+    fn since(&self, pid: u32) -> Result<Duration> {
+        let now = CpuTimes::of(pid)?;
+        let grown = now
+            .0
+            .iter()
+            .map(|(tid, after)| after.saturating_sub(self.0.get(tid).copied().unwrap_or(0)))
+            .sum();
+        Ok(Duration::from_nanos(grown))
+    }
 }
 
 /// While the watchers wait: settles for a second, then returns the share
@@ -291,9 +311,9 @@ async fn idle_share(pid: Option<u32>) -> Result<Option<f64>> {
         tokio::time::sleep(Duration::from_secs(2)).await;
         return Ok(None);
     };
-    let before = cpu_time(pid)?;
+    let before = CpuTimes::of(pid)?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    Ok(Some((cpu_time(pid)? - before).as_secs_f64() / 2.0))
+    Ok(Some(before.since(pid)?.as_secs_f64() / 2.0))
 }
 
 /// One round's wake latencies, the share of a core the server used while
@@ -336,14 +356,14 @@ where
     }
     // Let every watcher reach the server and block.
     let idle_share = idle_share(pid).await?;
-    let cpu_before = pid.map(cpu_time).transpose()?;
+    let cpu_before = pid.map(CpuTimes::of).transpose()?;
     let written = Instant::now();
     write.await?;
     let (done_at, open) = tokio::task::spawn_blocking(move || reader.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the watch reader panicked"))??;
     let wake_cpu = match (pid, cpu_before) {
-        (Some(pid), Some(before)) => Some(cpu_time(pid)?.saturating_sub(before)),
+        (Some(pid), Some(before)) => Some(before.since(pid)?),
         _ => None,
     };
     let latencies = done_at
@@ -443,20 +463,53 @@ mod tests {
 
     #[test]
     fn a_process_cpu_time_agrees_with_getrusage() {
-        let before = cpu_time(std::process::id()).unwrap();
+        let pid = std::process::id();
+        let before = CpuTimes::of(pid).unwrap();
         let start = rusage();
         let mut spin = 0u64;
         while rusage() < start + Duration::from_millis(300) {
             spin = std::hint::black_box(spin.wrapping_add(1));
         }
-        let after = cpu_time(std::process::id()).unwrap();
         // Both count this test's threads; the spin alone is 300 ms.
-        let grew = after.saturating_sub(before);
+        let grew = before.since(pid).unwrap();
         assert!(
             grew >= Duration::from_millis(280) && grew <= Duration::from_millis(2000),
-            "{before:?} -> {after:?}"
+            "{grew:?}"
         );
-        assert!(cpu_time(u32::MAX).is_err());
+        assert!(CpuTimes::of(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn a_thread_that_ends_inside_the_window_takes_no_time_back_from_the_others() {
+        let pid = std::process::id();
+        let spin = |millis| {
+            let start = rusage();
+            while rusage() < start + Duration::from_millis(millis) {
+                std::hint::black_box(0u64);
+            }
+        };
+        // A thread with 200 ms of its own, alive when the window opens.
+        let (started, go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        let before = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                spin(200);
+                started.wait();
+                go.wait();
+            });
+            started.wait();
+            let before = CpuTimes::of(pid).unwrap();
+            go.wait();
+            before
+        });
+        // It has ended now; 100 ms of this thread's own work inside the
+        // window still count in full (a plain sum would have dropped by
+        // the ended thread's 200 ms).
+        spin(100);
+        let grew = before.since(pid).unwrap();
+        assert!(
+            grew >= Duration::from_millis(90) && grew < Duration::from_millis(1000),
+            "{grew:?}"
+        );
     }
 
     #[tokio::test]
