@@ -6,11 +6,9 @@
 //! of those boxed its future, and ten thousand blocking queries answered
 //! at once each paid for every level on the way out.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{OnceLock, RwLock};
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
@@ -19,6 +17,7 @@ use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use pin_project_lite::pin_project;
 
+use crate::route_timer::{route_timer, RouteTimer};
 use crate::{util, AppState, PeerAddr};
 
 /// Wraps routes in [`Common`].
@@ -64,10 +63,12 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let timer = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map(|route| (api_http(request.method(), route.as_str()), Instant::now()));
+        let timer = request.extensions().get::<MatchedPath>().map(|route| {
+            (
+                route_timer(request.method(), route.as_str()),
+                Instant::now(),
+            )
+        });
         let (inner, refused) = match refusal(&self.state, &request) {
             Some(response) => (None, Some(response)),
             None => {
@@ -93,7 +94,7 @@ pin_project! {
         inner: Option<F>,
         refused: Option<Response>,
         state: AppState,
-        timer: Option<(metrics::Histogram, Instant)>,
+        timer: Option<(&'static RouteTimer, Instant)>,
     }
 }
 
@@ -118,8 +119,8 @@ where
                 .unwrap_or_else(|| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
         };
         let response = add_common_headers(this.state, response);
-        if let Some((histogram, started)) = this.timer.take() {
-            histogram.record(legate_telemetry::millis_since(started));
+        if let Some((timer, started)) = this.timer.take() {
+            timer.record_since(started);
         }
         Poll::Ready(Ok(response))
     }
@@ -181,87 +182,4 @@ fn add_common_headers(state: &AppState, mut response: Response) -> Response {
         }
     }
     response
-}
-
-/// Consul's `api.http` timer of a routed request, labelled with the
-/// method and the route's pattern as Consul names it (`/v1/kv/{*key}` →
-/// `v1_kv_`), the label computed once per route. The timer itself is
-/// looked up in the recorder on every request: the Prometheus sink drops
-/// a timer idle past its retention time, and a handle kept from before
-/// would record into the dropped series from then on.
-fn api_http(method: &Method, pattern: &str) -> metrics::Histogram {
-    static LABELS: OnceLock<RwLock<HashMap<String, metrics::SharedString>>> = OnceLock::new();
-    let labels = LABELS.get_or_init(Default::default);
-    let known = labels
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(pattern)
-        .cloned();
-    let label = known.unwrap_or_else(|| {
-        let label = metrics::SharedString::from_owned(path_label(pattern));
-        labels
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(pattern.to_string(), label.clone());
-        label
-    });
-    metrics::histogram!("api.http", "method" => util::static_method(method), "path" => label)
-}
-
-/// The `path` label of a route pattern: what precedes its first
-/// parameter, without the leading slash, slashes as underscores.
-fn path_label(pattern: &str) -> String {
-    let prefix = pattern.split('{').next().unwrap_or(pattern);
-    prefix.trim_start_matches('/').replace('/', "_")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn route_patterns_name_their_timer_as_consul_does() {
-        assert_eq!(path_label("/v1/kv/{*key}"), "v1_kv_");
-        assert_eq!(path_label("/v1/agent/self"), "v1_agent_self");
-        assert_eq!(
-            path_label("/v1/health/service/{service}"),
-            "v1_health_service_"
-        );
-    }
-
-    #[test]
-    fn each_route_and_method_keeps_its_own_timer() {
-        use legate_telemetry::inmem::{Clock, Inmem};
-        let sink = Inmem::new(std::sync::Arc::new(Clock::manual(1_700_000_000)));
-        metrics::with_local_recorder(&sink, || {
-            api_http(&Method::GET, "/v1/timer-test/{*key}").record(1.0);
-            api_http(&Method::GET, "/v1/timer-test/{*key}").record(3.0);
-            api_http(&Method::PUT, "/v1/timer-test/{*key}").record(5.0);
-            api_http(&Method::GET, "/v1/timer-test-other").record(7.0);
-        });
-        let summary = sink.summary();
-        let mut seen: Vec<(String, String, u64, f64)> = summary["Samples"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|sample| {
-                assert_eq!(sample["Name"], "api.http");
-                (
-                    sample["Labels"]["method"].as_str().unwrap().to_string(),
-                    sample["Labels"]["path"].as_str().unwrap().to_string(),
-                    sample["Count"].as_u64().unwrap(),
-                    sample["Sum"].as_f64().unwrap(),
-                )
-            })
-            .collect();
-        seen.sort_by(|a, b| (&a.1, &a.0).cmp(&(&b.1, &b.0)));
-        assert_eq!(
-            seen,
-            vec![
-                ("GET".into(), "v1_timer-test-other".into(), 1, 7.0),
-                ("GET".into(), "v1_timer-test_".into(), 2, 4.0),
-                ("PUT".into(), "v1_timer-test_".into(), 1, 5.0),
-            ]
-        );
-    }
 }

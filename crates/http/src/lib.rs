@@ -26,6 +26,7 @@ mod metrics;
 mod misc;
 mod monitor;
 mod prepared_query;
+mod route_timer;
 mod serve;
 mod translate;
 mod ui_gateway;

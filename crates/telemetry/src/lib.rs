@@ -83,6 +83,8 @@ impl Default for TelemetryConfig {
 pub struct Telemetry {
     inmem: inmem::Inmem,
     prometheus: Option<PrometheusHandle>,
+    /// The Prometheus sink's retention time, when it is on.
+    prometheus_retention: Option<Duration>,
     /// `prefix_filter` entries ignored (neither `+` nor `-`), for a warning.
     pub ignored_filters: Vec<String>,
 }
@@ -176,6 +178,7 @@ pub fn install(config: &TelemetryConfig) -> Result<&'static Telemetry, String> {
     let telemetry = Telemetry {
         inmem,
         prometheus,
+        prometheus_retention: config.prometheus_retention,
         ignored_filters,
     };
     if INSTALLED.set(telemetry).is_err() {
@@ -185,6 +188,21 @@ pub fn install(config: &TelemetryConfig) -> Result<&'static Telemetry, String> {
         .map_err(|e| format!("metrics recorder: {e}"))?;
     help::describe_all();
     Ok(INSTALLED.get().expect("just set"))
+}
+
+/// How long a counter's or timer's handle may be kept and used again
+/// before it is looked up in the recorder anew: half the Prometheus
+/// retention time, at most a second. The Prometheus sink drops a series
+/// idle longer than its retention time; a handle used within half of it
+/// since its lookup (which records at once) keeps its series live, while
+/// one kept longer could record into a dropped series. (The in-memory
+/// sink never drops a series a handle holds.)
+pub fn handle_lifetime() -> Duration {
+    let most = Duration::from_secs(1);
+    match installed().and_then(|t| t.prometheus_retention) {
+        Some(retention) => (retention / 2).min(most),
+        None => most,
+    }
 }
 
 /// Milliseconds since `start`, as Consul's timers record them.
