@@ -359,6 +359,18 @@ fn ca_path_trusts_every_certificate_in_the_folder() {
     );
 }
 
+/// Client processes, killed when dropped (so a failing test leaves none).
+struct Clients(Vec<std::process::Child>);
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        for client in &mut self.0 {
+            let _ = client.kill();
+            let _ = client.wait();
+        }
+    }
+}
+
 /// A blocking query over HTTPS whose client leaves is dropped at once,
 /// over HTTP/1.1 and over HTTP/2 alike: the connection itself reads the
 /// end of the stream (hyper's HTTP/1 read of a busy connection, h2's
@@ -403,32 +415,31 @@ fn a_blocking_query_over_https_whose_client_left_is_dropped_at_once() {
     };
     let before = blocking();
     let url = format!("{base}/v1/kv/held?index=100000&wait=10m");
-    let mut clients: Vec<std::process::Child> = ["--http1.1", "--http1.1", "--http2", "--http2"]
-        .iter()
-        .map(|flag| {
-            Command::new("curl")
-                .args([
-                    "-s",
-                    "--max-time",
-                    "600",
-                    "--cacert",
-                    path(&certs.ca),
-                    flag,
-                    &url,
-                ])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("curl")
-        })
-        .collect();
+    let clients = Clients(
+        ["--http1.1", "--http1.1", "--http2", "--http2"]
+            .iter()
+            .map(|flag| {
+                Command::new("curl")
+                    .args([
+                        "-s",
+                        "--max-time",
+                        "600",
+                        "--cacert",
+                        path(&certs.ca),
+                        flag,
+                        &url,
+                    ])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("curl")
+            })
+            .collect(),
+    );
     let during = common::eventually(Duration::from_secs(10), || {
         let now = blocking();
         (now >= before + 4.0).then_some(now)
     });
-    for client in &mut clients {
-        client.kill().unwrap();
-        client.wait().unwrap();
-    }
+    drop(clients);
     // Their ten-minute waits end with the clients, not with the wait.
     common::eventually(Duration::from_secs(10), || {
         (blocking() <= during - 4.0).then_some(())
