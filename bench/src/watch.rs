@@ -143,18 +143,7 @@ impl Watchers {
                 events: libc::EPOLLIN as u32,
                 u64: slot as u64,
             };
-            // SAFETY: both descriptors are open and `event` outlives the call.
-            let rc = unsafe {
-                libc::epoll_ctl(
-                    epoll.as_raw_fd(),
-                    libc::EPOLL_CTL_ADD,
-                    stream.as_raw_fd(),
-                    &mut event,
-                )
-            };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error()).context("epoll_ctl");
-            }
+            epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, &stream, &mut event)?;
             streams.push(stream);
         }
         let initial = if watch.ready_when_sent() {
@@ -244,20 +233,31 @@ impl Watchers {
 
     /// Stops watching a connection the peer closed after its answer.
     fn forget(&self, slot: usize) -> Result<()> {
-        // SAFETY: both descriptors are open; DEL ignores the event.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.epoll.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                self.streams[slot].as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error()).context("epoll_ctl");
-        }
-        Ok(())
+        // DEL ignores the event.
+        let mut unused = libc::epoll_event { events: 0, u64: 0 };
+        epoll_ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_DEL,
+            &self.streams[slot],
+            &mut unused,
+        )
     }
+}
+
+/// `epoll_ctl(2)` of `op` on `stream` in `epoll`.
+fn epoll_ctl(
+    epoll: &OwnedFd,
+    op: libc::c_int,
+    stream: &TcpStream,
+    event: &mut libc::epoll_event,
+) -> Result<()> {
+    // SAFETY: both descriptors are open (borrowed for the call) and
+    // `event` outlives it.
+    let rc = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, stream.as_raw_fd(), event) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error()).context("epoll_ctl");
+    }
+    Ok(())
 }
 
 /// Each live thread's on-CPU time, to the nanosecond, by thread id:
