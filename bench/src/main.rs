@@ -844,6 +844,7 @@ async fn main() -> Result<()> {
             pid,
         } => {
             let mut all = Vec::new();
+            let mut arrivals = Vec::new();
             let mut idle = Vec::new();
             let mut wake_cpu = Vec::new();
             for round in 0..rounds {
@@ -852,10 +853,12 @@ async fn main() -> Result<()> {
                     Target::Etcd => watch::etcd_round(&client, &url, watchers, round, pid).await?,
                 };
                 all.extend(result.latencies);
+                arrivals.extend(result.arrivals);
                 idle.extend(result.idle_share);
                 wake_cpu.extend(result.wake_cpu);
             }
             all.sort();
+            arrivals.sort();
             let idle = if idle.is_empty() {
                 String::new()
             } else {
@@ -876,12 +879,14 @@ async fn main() -> Result<()> {
                 )
             };
             println!(
-                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}{idle}{wake}",
+                "watchers={} rounds={} p50_ms={:.2} p99_ms={:.2} max_ms={:.2} arrived_p50_ms={:.2} arrived_p99_ms={:.2}{idle}{wake}",
                 watchers,
                 rounds,
                 percentile(&all, 50.0).as_secs_f64() * 1e3,
                 percentile(&all, 99.0).as_secs_f64() * 1e3,
-                all.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+                all.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+                percentile(&arrivals, 50.0).as_secs_f64() * 1e3,
+                percentile(&arrivals, 99.0).as_secs_f64() * 1e3,
             );
             Ok(())
         }

@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
@@ -120,6 +120,17 @@ struct Watchers {
     seen: Vec<Vec<u8>>,
     progress: Vec<Progress>,
     done_at: Vec<Option<Instant>>,
+    /// When each change reached its socket: the kernel's receive time of
+    /// the bytes that completed it (`SO_TIMESTAMPNS`), free of how late
+    /// this thread, sharing the cores with the server, got to read them.
+    arrived_at: Vec<Option<SystemTime>>,
+}
+
+/// Each watcher's change: when this thread read it, and when it reached
+/// the watcher's socket.
+struct Changes {
+    read_at: Vec<Instant>,
+    arrived_at: Vec<SystemTime>,
 }
 
 impl Watchers {
@@ -139,6 +150,7 @@ impl Watchers {
             stream.set_nodelay(true)?;
             stream.write_all(request.as_bytes())?;
             stream.set_nonblocking(true)?;
+            stamp_arrivals(&stream)?;
             let mut event = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: slot as u64,
@@ -157,18 +169,19 @@ impl Watchers {
             seen: vec![Vec::new(); count],
             progress: vec![initial; count],
             done_at: vec![None; count],
+            arrived_at: vec![None; count],
             streams,
         })
     }
 
     /// Reads until every watcher has its change (or `deadline` passes),
     /// counting confirmed watches in `ready`; returns when each change
-    /// arrived, with the connections still open.
+    /// was read and when it arrived, with the connections still open.
     fn run(
         mut self,
         ready: Arc<AtomicUsize>,
         deadline: Instant,
-    ) -> Result<(Vec<Instant>, Vec<TcpStream>)> {
+    ) -> Result<(Changes, Vec<TcpStream>)> {
         ready.store(
             self.progress
                 .iter()
@@ -201,12 +214,12 @@ impl Watchers {
             }
             for event in &events[..n as usize] {
                 let slot = event.u64 as usize;
-                let read = match std::io::Read::read(&mut &self.streams[slot], &mut chunk) {
-                    Ok(0) if self.progress[slot] == Progress::Done => {
+                let read = match read_stamped(&self.streams[slot], &mut chunk) {
+                    Ok((0, _)) if self.progress[slot] == Progress::Done => {
                         self.forget(slot)?;
                         continue;
                     }
-                    Ok(0) => bail!("the peer closed a watcher's connection before answering"),
+                    Ok((0, _)) => bail!("the peer closed a watcher's connection before answering"),
                     Ok(read) => read,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                     Err(e) => return Err(e).context("read"),
@@ -214,11 +227,24 @@ impl Watchers {
                 if self.progress[slot] == Progress::Done {
                     continue;
                 }
+                let (read, arrived) = read;
                 let seen = &mut self.seen[slot];
-                seen.extend_from_slice(&chunk[..read]);
-                let now = self.watch.progress(seen)?;
+                // An answer in one read is judged where it lies; only a
+                // part is kept for the next read to complete.
+                let now = if seen.is_empty() {
+                    let now = self.watch.progress(&chunk[..read])?;
+                    if now != Progress::Done {
+                        seen.extend_from_slice(&chunk[..read]);
+                    }
+                    now
+                } else {
+                    seen.extend_from_slice(&chunk[..read]);
+                    self.watch.progress(seen)?
+                };
                 if now == Progress::Done {
                     self.done_at[slot] = Some(Instant::now());
+                    self.arrived_at[slot] =
+                        Some(arrived.context("the kernel gave no receive time for an answer")?);
                     remaining -= 1;
                 }
                 if self.progress[slot] == Progress::Waiting && now != Progress::Waiting {
@@ -227,8 +253,11 @@ impl Watchers {
                 self.progress[slot] = now;
             }
         }
-        let done_at = self.done_at.into_iter().flatten().collect();
-        Ok((done_at, self.streams))
+        let changes = Changes {
+            read_at: self.done_at.into_iter().flatten().collect(),
+            arrived_at: self.arrived_at.into_iter().flatten().collect(),
+        };
+        Ok((changes, self.streams))
     }
 
     /// Stops watching a connection the peer closed after its answer.
@@ -242,6 +271,71 @@ impl Watchers {
             &mut unused,
         )
     }
+}
+
+/// Has the kernel stamp each read of `stream` with the time its bytes
+/// arrived (`SO_TIMESTAMPNS`, the wall clock).
+fn stamp_arrivals(stream: &TcpStream) -> Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the descriptor is open and `on` outlives the call, with its
+    // size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error()).context("setsockopt(SO_TIMESTAMPNS)");
+    }
+    Ok(())
+}
+
+/// One `recvmsg(2)` into `buf`: the bytes read and, when the kernel gave
+/// one, the arrival time of the last of them.
+fn read_stamped(
+    stream: &TcpStream,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, Option<SystemTime>)> {
+    // Room for one `SCM_TIMESTAMPNS` message, aligned for `cmsghdr`.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid (no name, no buffers).
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `message` points at `iov` (over `buf`) and `control`, all
+    // of which outlive the call, with their sizes.
+    let read = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut message, 0) };
+    if read < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut arrived = None;
+    // SAFETY: the CMSG_* walk stays within `message.msg_controllen`
+    // bytes of `control`, as the kernel filled it.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET
+                && (*header).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let at: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast());
+                arrived = Some(
+                    SystemTime::UNIX_EPOCH + Duration::new(at.tv_sec as u64, at.tv_nsec as u32),
+                );
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    Ok((read as usize, arrived))
 }
 
 /// `epoll_ctl(2)` of `op` on `stream` in `epoll`.
@@ -320,7 +414,10 @@ async fn idle_share(pid: Option<u32>) -> Result<Option<f64>> {
 /// the watchers waited, and the CPU it spent from the write until the
 /// last watcher had its answer.
 pub struct Round {
+    /// From the write until each watcher read its change.
     pub latencies: Vec<Duration>,
+    /// From the write until each change reached its watcher's socket.
+    pub arrivals: Vec<Duration>,
     pub idle_share: Option<f64>,
     pub wake_cpu: Option<Duration>,
 }
@@ -358,17 +455,24 @@ where
     let idle_share = idle_share(pid).await?;
     let cpu_before = pid.map(CpuTimes::of).transpose()?;
     let written = Instant::now();
+    let written_wall = SystemTime::now();
     write.await?;
-    let (done_at, open) = tokio::task::spawn_blocking(move || reader.join())
+    let (changes, open) = tokio::task::spawn_blocking(move || reader.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the watch reader panicked"))??;
     let wake_cpu = match (pid, cpu_before) {
         (Some(pid), Some(before)) => Some(before.since(pid)?),
         _ => None,
     };
-    let latencies = done_at
+    let latencies = changes
+        .read_at
         .iter()
         .map(|at| at.saturating_duration_since(written))
+        .collect();
+    let arrivals = changes
+        .arrived_at
+        .iter()
+        .map(|at| at.duration_since(written_wall).unwrap_or_default())
         .collect();
     // The connections close only after a pause, so their teardown stays
     // out of any profile of the wake.
@@ -376,6 +480,7 @@ where
     drop(open);
     Ok(Round {
         latencies,
+        arrivals,
         idle_share,
         wake_cpu,
     })
@@ -533,8 +638,18 @@ mod tests {
         }
         let round = legate_round(&client, &url, 5, None).await.unwrap();
         assert_eq!(round.latencies.len(), 5);
+        assert_eq!(round.arrivals.len(), 5);
         // Each watcher was answered by the write, not by its 60 s wait.
         assert!(round.latencies.iter().all(|l| *l < Duration::from_secs(30)));
+        // An answer reaches its socket before it is read (the two clocks
+        // are read a few microseconds apart at the write).
+        for (arrived, read) in round.arrivals.iter().zip(&round.latencies) {
+            assert!(*arrived > Duration::ZERO);
+            assert!(
+                *arrived <= *read + Duration::from_millis(1),
+                "{arrived:?} > {read:?}"
+            );
+        }
         assert_eq!(round.idle_share, None);
         assert_eq!(round.wake_cpu, None);
     }
