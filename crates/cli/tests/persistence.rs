@@ -115,7 +115,48 @@ fn graceful_shutdown_exits_zero_on_sigterm_and_leave() {
     );
     let exit = wait_exit(&mut agent.child, Duration::from_secs(10));
     assert_eq!(exit, Some(0), "log:\n{}", agent.log_text());
-    let _ = blocked.join();
+    // The blocking query was answered with what the store held, as
+    // Consul's servers answer theirs when they shut down, not cut off.
+    let (status, headers, body) = blocked
+        .join()
+        .unwrap()
+        .expect("the blocking query was answered");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"Key\":\"k\""), "{body}");
+    assert!(
+        headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("x-consul-index")),
+        "{headers:?}"
+    );
+}
+
+#[test]
+fn stopping_closes_idle_keep_alive_connections_at_once() {
+    use std::io::{Read, Write};
+    let agent = TestAgent::dev(&[]);
+    let mut idle = std::net::TcpStream::connect(("127.0.0.1", agent.http_port)).unwrap();
+    idle.write_all(b"GET /v1/status/leader HTTP/1.1\r\nHost: agent\r\n\r\n")
+        .unwrap();
+    let mut answer = [0u8; 1024];
+    let read = idle.read(&mut answer).unwrap();
+    assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+    let pid = agent.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // The stop reaches every connection: this one, between requests, is
+    // closed at once, not cut off when the five-second grace for
+    // requests in flight runs out.
+    idle.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+    let closed = idle.read(&mut answer);
+    assert!(
+        matches!(closed, Ok(0)),
+        "{closed:?}; log:\n{}",
+        agent.log_text()
+    );
 }
 
 fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> Option<i32> {

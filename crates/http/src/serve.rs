@@ -27,7 +27,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use legate_agent::limits::Limits;
 use legate_net::{Acceptor, Connections, Incoming, LimitedStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tower::Service;
 
@@ -52,7 +51,11 @@ struct Activity {
     /// control frames are not request heads, so only the idle timeout
     /// applies between requests.
     http2: std::sync::atomic::AtomicBool,
-    /// Told when the sweep finds the connection due to close.
+    /// The server is stopping: the connection finishes what is in
+    /// flight and closes.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Told when the sweep finds the connection due to close, and when
+    /// the server stops.
     closing: tokio::sync::Notify,
 }
 
@@ -66,7 +69,14 @@ impl Activity {
             head_started: AtomicU64::new(0),
             last: AtomicU64::new(0),
             http2: std::sync::atomic::AtomicBool::new(false),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Tells the connection that the server is stopping.
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.closing.notify_one();
     }
 
     fn now(&self) -> u64 {
@@ -100,6 +110,8 @@ struct Sweep {
     connections: std::sync::Mutex<std::collections::HashMap<u64, Arc<Activity>>>,
     next: AtomicU64,
     limits: Limits,
+    /// The server is stopping: connections to come are told at once.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// A connection's place in the [`Sweep`], given up when dropped.
@@ -135,6 +147,7 @@ impl Sweep {
             connections: Default::default(),
             next: AtomicU64::new(0),
             limits: limits.clone(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let task = tokio::spawn(sweep.clone().run());
         (sweep, SweepTask(task))
@@ -146,9 +159,29 @@ impl Sweep {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, activity.clone());
+        // Checked after the entry is in: a stop either finds the entry
+        // or set this flag before this looked.
+        if self.stopping.load(Ordering::SeqCst) {
+            activity.stop();
+        }
         Swept {
             sweep: self.clone(),
             id,
+        }
+    }
+
+    /// Tells every connection, and each one to come, that the server is
+    /// stopping: through each connection's own notify, so a connection
+    /// waits on nothing shared with the others.
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for activity in self
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            activity.stop();
         }
     }
 
@@ -260,7 +293,6 @@ pub(crate) async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let acceptor = Acceptor::new(listener, limits.http_max_conns_per_client, "HTTP");
-    let (stop_tx, stop_rx) = watch::channel(false);
     let (sweep, _sweeping) = Sweep::start(limits);
     let mut connections = Connections::new();
     tokio::pin!(shutdown);
@@ -278,12 +310,11 @@ pub(crate) async fn serve(
                     router.clone(),
                     sweep.clone(),
                     tls.clone(),
-                    stop_rx.clone(),
                 ));
             }
         }
     }
-    let _ = stop_tx.send(true);
+    sweep.stop();
     connections.drain(SHUTDOWN_GRACE).await;
     Ok(())
 }
@@ -297,7 +328,6 @@ pub(crate) async fn serve_unix(
     limits: &Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let (stop_tx, stop_rx) = watch::channel(false);
     let (sweep, _sweeping) = Sweep::start(limits);
     let mut connections = Connections::new();
     tokio::pin!(shutdown);
@@ -317,7 +347,6 @@ pub(crate) async fn serve_unix(
                     TokioIo::new(tracked),
                     router.clone(),
                     sweep.clone(),
-                    stop_rx.clone(),
                     None,
                     activity,
                 ));
@@ -328,7 +357,7 @@ pub(crate) async fn serve_unix(
             }
         }
     }
-    let _ = stop_tx.send(true);
+    sweep.stop();
     connections.drain(SHUTDOWN_GRACE).await;
     Ok(())
 }
@@ -353,7 +382,6 @@ async fn connection(
     router: crate::ApiService,
     sweep: Arc<Sweep>,
     tls: Option<TlsAcceptor>,
-    stop: watch::Receiver<bool>,
 ) {
     let peer = stream.peer();
     let activity = Activity::new();
@@ -362,15 +390,7 @@ async fn connection(
         activity: activity.clone(),
     };
     let Some(tls) = tls else {
-        return drive(
-            TokioIo::new(tracked),
-            router,
-            sweep,
-            stop,
-            Some(peer),
-            activity,
-        )
-        .await;
+        return drive(TokioIo::new(tracked), router, sweep, Some(peer), activity).await;
     };
     // The handshake is the request head's first part: it gets the same deadline.
     let handshake = tokio::time::timeout(sweep.limits.http_handshake_timeout, tls.accept(tracked));
@@ -388,15 +408,7 @@ async fn connection(
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
         activity.http2.store(true, Ordering::Release);
     }
-    drive(
-        TokioIo::new(stream),
-        router,
-        sweep,
-        stop,
-        Some(peer),
-        activity,
-    )
-    .await
+    drive(TokioIo::new(stream), router, sweep, Some(peer), activity).await
 }
 
 /// Serves the requests of one connection (plain or TLS) until it ends,
@@ -405,7 +417,6 @@ async fn drive<I>(
     io: TokioIo<I>,
     router: crate::ApiService,
     sweep: Arc<Sweep>,
-    mut stop: watch::Receiver<bool>,
     peer: Option<std::net::SocketAddr>,
     activity: Arc<Activity>,
 ) where
@@ -440,16 +451,17 @@ async fn drive<I>(
                 return;
             }
             _ = activity.closing.notified() => {
+                if !stopping && activity.stopping.load(Ordering::Acquire) {
+                    stopping = true;
+                    conn.as_mut().graceful_shutdown();
+                    continue;
+                }
                 // Checked again here: a request may have begun since the
                 // sweep looked, and it is never cut.
                 if let Some(why) = activity.expired(&sweep.limits) {
                     tracing::debug!(?peer, why, "closing an HTTP connection");
                     return;
                 }
-            }
-            _ = stop.wait_for(|s| *s), if !stopping => {
-                stopping = true;
-                conn.as_mut().graceful_shutdown();
             }
         }
     }

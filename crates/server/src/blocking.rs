@@ -119,12 +119,27 @@ impl Server {
             let remaining = deadline
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or_default();
-            tokio::select! {
-                _ = watches.unwrap_or_default().wait(remaining) => {}
-                _ = self.shutdown.wait() => {
-                    let (index, value) = read(&self.store.read())?;
-                    return Ok(Queried { meta: self.query_meta(index, opts.consistency), value });
+            let watches = watches.unwrap_or_default();
+            // A stopping server wakes every subscription after raising its
+            // flag (`Server::begin_shutdown`), so the flag read after
+            // subscribing covers a stop on either side of it; only a wait
+            // with nothing to wake it waits for the stop itself.
+            if !self.shutdown.is_triggered() {
+                if watches.is_empty() {
+                    tokio::select! {
+                        _ = watches.wait(remaining) => {}
+                        _ = self.shutdown.wait() => {}
+                    }
+                } else {
+                    watches.wait(remaining).await;
                 }
+            }
+            if self.shutdown.is_triggered() {
+                let (index, value) = read(&self.store.read())?;
+                return Ok(Queried {
+                    meta: self.query_meta(index, opts.consistency),
+                    value,
+                });
             }
             // A wake mostly brings what the query waits for: read first,
             // and subscribe (then read again) only when it did not.

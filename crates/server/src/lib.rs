@@ -214,21 +214,32 @@ pub struct Server {
 mod tokio_util_shutdown {
     use tokio::sync::watch;
 
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
     /// A flag background loops watch to know when to stop.
     #[derive(Clone)]
     pub struct Shutdown {
-        tx: std::sync::Arc<watch::Sender<bool>>,
+        tx: Arc<watch::Sender<bool>>,
+        /// The same flag, read without the channel's lock.
+        triggered: Arc<AtomicBool>,
     }
 
     impl Shutdown {
         pub fn new() -> Shutdown {
             Shutdown {
-                tx: std::sync::Arc::new(watch::channel(false).0),
+                tx: Arc::new(watch::channel(false).0),
+                triggered: Arc::new(AtomicBool::new(false)),
             }
         }
 
         pub fn trigger(&self) {
+            self.triggered.store(true, Ordering::SeqCst);
             self.tx.send_replace(true);
+        }
+
+        pub fn is_triggered(&self) -> bool {
+            self.triggered.load(Ordering::SeqCst)
         }
 
         pub async fn wait(&self) {
@@ -356,11 +367,14 @@ impl Server {
     /// until [`Server::shutdown`].
     pub fn begin_shutdown(&self) {
         self.shutdown.trigger();
+        // After the flag: a query subscribed before this wakes, and one
+        // subscribing after it finds the flag set (see `blocking_read`).
+        self.store.wake_all();
     }
 
     /// Stops the leader loops and Raft.
     pub async fn shutdown(&self) {
-        self.shutdown.trigger();
+        self.begin_shutdown();
         self.raft.shutdown().await;
     }
 

@@ -403,6 +403,14 @@ impl StateStore {
         &self.watches
     }
 
+    /// Wakes every subscription, nothing having changed: a stopping
+    /// server's blocking queries then answer with what they hold, with no
+    /// query waiting on a shutdown signal of its own.
+    pub fn wake_all(&self) {
+        let index = self.read().latest_index();
+        self.watches.notify_all(index);
+    }
+
     /// Applies one command at `index`. Errors are part of the result (the
     /// command is still consumed by the log), never panics.
     pub fn apply(&self, index: u64, command: &Command) -> CommandResult {
