@@ -135,6 +135,11 @@ impl Server {
                 }
             }
             if self.shutdown.is_triggered() {
+                // Counted against the task's budget, as the shutdown
+                // channel's wait was: a caller that asks again at once (the
+                // agent's own watch loops) still yields to the tasks that
+                // finish the stop, rather than holding its worker.
+                tokio::task::consume_budget().await;
                 let (index, value) = read(&self.store.read())?;
                 return Ok(Queried {
                     meta: self.query_meta(index, opts.consistency),

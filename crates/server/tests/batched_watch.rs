@@ -185,3 +185,30 @@ async fn too_many_entries_are_refused() {
     }
     server.shutdown().await;
 }
+
+/// Once the server stops, blocking calls answer at once; a caller that asks
+/// again straight away (the agent's watch loops) must still give the other
+/// tasks on its thread their turn, or the stop never finishes.
+#[tokio::test(flavor = "current_thread")]
+async fn calls_answered_by_a_stop_still_yield_to_other_tasks() {
+    let server = start().await;
+    let at = register(&server, "db").await;
+    server.begin_shutdown();
+    let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = other_ran.clone();
+    tokio::spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+    let mut calls = 0;
+    while !other_ran.load(std::sync::atomic::Ordering::SeqCst) && calls < 10_000 {
+        let answer = server
+            .changes_since(&blocking(Duration::from_secs(300)), vec![service("db", at)])
+            .await
+            .unwrap();
+        assert!(answer.value.is_empty());
+        calls += 1;
+    }
+    assert!(
+        other_ran.load(std::sync::atomic::Ordering::SeqCst),
+        "{calls} calls answered by the stop without yielding once"
+    );
+    server.shutdown().await;
+}
