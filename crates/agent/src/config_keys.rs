@@ -275,6 +275,7 @@ pub(crate) const IMPLEMENTED_KEYS: &[&str] = &[
     "sync_coordinate_interval_min",
     "sync_coordinate_rate_target",
     "watches",
+    "xds",
 ];
 
 /// Keys of [`KNOWN_KEYS`] that configure what Legate does not have

@@ -94,6 +94,17 @@ fn unknown_keys_are_refused_and_unimplemented_warned() {
 }
 
 #[test]
+fn the_xds_block_is_read_without_a_warning() {
+    let config = load(&[ConfigSource::Json(
+        "x.json".into(),
+        json!({"xds": {"update_max_per_second": 10}}),
+    )])
+    .unwrap();
+    assert_eq!(config.xds_update_max_per_second, 10.0);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+}
+
+#[test]
 fn bad_values_name_the_key() {
     for (value, needle) in [
         (json!({"ports": {"http": "abc"}}), "ports.http"),
