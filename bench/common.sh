@@ -4,6 +4,20 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    # A process that has not stopped 10 s after its SIGTERM is reported and
+    # killed, so that it cannot weigh on the next run's figures.
+    for _ in $(seq 1 100); do
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "process $pid did not stop within 10 s of SIGTERM; killed" >&2
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+    done
     wait 2>/dev/null || true
     rm -rf "$work"
 }
