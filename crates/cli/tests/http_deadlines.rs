@@ -96,15 +96,34 @@ fn a_blocking_query_outlives_both_deadlines() {
 /// HTTP/2 are checked in `client_tls.rs`.)
 #[test]
 fn a_blocking_query_whose_client_left_is_dropped_at_once() {
-    let agent = agent();
+    // The default head deadline: the one-second deadline of `agent()`
+    // could close a connection before a loaded machine let the agent read
+    // its head, and the query would never be held.
+    let agent = TestAgent::dev(&[
+        "-hcl=telemetry { prometheus_retention_time = \"1h\" disable_hostname = true }",
+    ]);
     let scrape = || {
         agent
             .get_text("/v1/agent/metrics?format=prometheus")
             .unwrap()
     };
     let blocking = || common::prometheus::sum(&scrape(), "consul_rpc_queries_blocking", &[]);
-    // The agent's own watches hold blocking queries too: count from theirs.
-    let before = blocking();
+    // The agent's own watches hold blocking queries too: count from theirs,
+    // once their number has held still for half a second (they start
+    // with the agent).
+    let mut before = blocking();
+    let mut still_since = std::time::Instant::now();
+    let settle_by = std::time::Instant::now() + Duration::from_secs(10);
+    while still_since.elapsed() < Duration::from_millis(500)
+        && std::time::Instant::now() < settle_by
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = blocking();
+        if now != before {
+            before = now;
+            still_since = std::time::Instant::now();
+        }
+    }
     let mut clients: Vec<TcpStream> = (0..5)
         .map(|_| {
             let mut client = connect(&agent);
