@@ -85,13 +85,7 @@ fn kv_and_sidecar_registration_survive_kill_9() {
 #[test]
 fn graceful_shutdown_exits_zero_on_sigterm_and_leave() {
     let mut agent = TestAgent::dev(&[]);
-    // SIGTERM
-    let pid = agent.child.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigterm(&agent);
     let exit = wait_exit(&mut agent.child, Duration::from_secs(10));
     assert_eq!(exit, Some(0), "log:\n{}", agent.log_text());
 
@@ -141,12 +135,7 @@ fn stopping_closes_idle_keep_alive_connections_at_once() {
     let mut answer = [0u8; 1024];
     let read = idle.read(&mut answer).unwrap();
     assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
-    let pid = agent.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sigterm(&agent);
     // The stop reaches every connection: this one, between requests, is
     // closed at once, not cut off when the five-second grace for
     // requests in flight runs out.
@@ -157,6 +146,15 @@ fn stopping_closes_idle_keep_alive_connections_at_once() {
         "{closed:?}; log:\n{}",
         agent.log_text()
     );
+}
+
+fn sigterm(agent: &TestAgent) {
+    let pid = agent.child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> Option<i32> {

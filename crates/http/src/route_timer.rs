@@ -63,10 +63,7 @@ impl RouteTimer {
     /// Records a request that began at `started` and ends now.
     pub(crate) fn record_since(&'static self, started: Instant) {
         let now = Instant::now();
-        self.record(
-            now.saturating_duration_since(started).as_secs_f64() * 1000.0,
-            now,
-        );
+        self.record(legate_telemetry::millis_between(started, now), now);
     }
 
     /// Records `millis` at `now` through this thread's handle, looked up

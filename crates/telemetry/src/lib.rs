@@ -207,7 +207,13 @@ pub fn handle_lifetime() -> Duration {
 
 /// Milliseconds since `start`, as Consul's timers record them.
 pub fn millis_since(start: std::time::Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1000.0
+    millis_between(start, std::time::Instant::now())
+}
+
+/// Milliseconds from `start` to `end` (none when `end` is earlier), for a
+/// caller that has read the clock already.
+pub fn millis_between(start: std::time::Instant, end: std::time::Instant) -> f64 {
+    end.saturating_duration_since(start).as_secs_f64() * 1000.0
 }
 
 /// Records the milliseconds from its creation to its drop under `name`
