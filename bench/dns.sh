@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 if ! command -v named >/dev/null 2>&1; then
     apt-get install -y -qq bind9 >/dev/null
 fi
+# `dig` checks that BIND has loaded its zone before the runs.
+command -v dig >/dev/null 2>&1 || apt-get install -y -qq bind9-dnsutils >/dev/null
 cargo build --release --quiet -p legate-cli -p legate-bench
 LEGATE=${LEGATE:-target/release/legate}
 BENCH=target/release/legate-bench
