@@ -371,7 +371,6 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             inner.budget.applied = 0;
             (copy, meta)
         };
-        // The size estimate walks the KV table: not under the lock applies wait on.
         let live = self.store.read().approx_bytes();
         let machine = self.clone();
         let saved_meta = meta.clone();

@@ -25,6 +25,7 @@ mod federation_states;
 mod interned;
 pub mod inventory;
 mod kv;
+mod kv_rows;
 mod prepared_queries;
 mod service_row;
 mod session;
@@ -65,7 +66,7 @@ pub struct Tables {
     pub(crate) connect_by_target: BTreeMap<String, BTreeSet<NodeKey>>,
     /// Health checks in their stored form ([`check_row`]).
     pub(crate) checks: BTreeMap<NodeKey, Box<check_row::CheckRow>>,
-    pub(crate) kv: BTreeMap<String, KvEntry>,
+    pub(crate) kv: kv_rows::KvRows,
     pub(crate) kv_tombstones: BTreeMap<String, u64>,
     /// The highest tombstone index reaped so far: prefix indexes never drop
     /// below it, so reaping never moves a blocking query's index backwards.
@@ -177,15 +178,11 @@ impl Tables {
     }
 
     /// About how many bytes the tables hold: KV keys and values exactly,
-    /// other rows at a flat estimate. Walks the KV table; callers ask
-    /// rarely (the snapshot policy, at most once a second).
+    /// other rows at a flat estimate. Counts, never walks: the snapshot
+    /// policy asks every few seconds, on a runtime worker.
     pub fn approx_bytes(&self) -> u64 {
         const ROW: u64 = 512;
-        let kv: u64 = self
-            .kv
-            .values()
-            .map(|e| (e.key.len() + e.value.len()) as u64 + 64)
-            .sum();
+        let kv = self.kv.bytes();
         let rows = self.nodes.len()
             + self.services.len()
             + self.checks.len()

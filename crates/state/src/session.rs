@@ -60,20 +60,17 @@ impl Tables {
         };
         self.bump(Table::Sessions, index, changes);
         self.prepared_queries_of_session_delete(index, id, changes);
-        let held: Vec<String> = self
-            .kv
-            .values()
-            .filter(|e| e.session == id)
-            .map(|e| e.key.clone())
-            .collect();
+        let held = self.kv.held_by(id);
         let delay = Duration::from_nanos(session.lock_delay).min(legate_types::MAX_LOCK_DELAY);
         for key in held {
             match session.behavior {
                 SessionBehavior::Release => {
                     self.journal_kv(&key);
-                    if let Some(entry) = self.kv.get_mut(&key) {
+                    let released = self.kv.update(&key, |entry| {
                         entry.session.clear();
                         entry.modify_index = index;
+                    });
+                    if released {
                         self.bump(Table::Kvs, index, changes);
                         changes.kv_keys.insert(key.clone());
                     }
