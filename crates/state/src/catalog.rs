@@ -36,7 +36,9 @@ impl Tables {
                 .or_default()
                 .insert(key.clone());
         }
+        self.service_usage.add(&row);
         if let Some(replaced) = self.services.insert(key, Box::new(row)) {
+            self.service_usage.subtract(&replaced);
             replaced.release(&mut self.names);
         }
     }
@@ -45,6 +47,7 @@ impl Tables {
     /// part of (its own, and the one it serves through the mesh).
     pub(crate) fn remove_service_row(&mut self, key: &NodeKey) -> Option<Vec<String>> {
         let row = self.services.remove(key)?;
+        self.service_usage.subtract(&row);
         if let Some(set) = self.services_by_name.get_mut(row.name()) {
             set.remove(key);
             if set.is_empty() {
@@ -439,35 +442,15 @@ impl Tables {
         (self.table_index(Table::Services), out)
     }
 
-    /// The catalog's usage as Consul CE counts it (`/v1/operator/usage`).
+    /// The catalog's usage as Consul CE counts it (`/v1/operator/usage`),
+    /// from counts kept as rows change ([`crate::service_usage`]).
     pub fn usage(&self) -> (u64, legate_types::rpc::ServiceUsage) {
         let mut usage = legate_types::rpc::ServiceUsage {
             services: self.services_by_name.len() as u64,
             service_instances: self.services.len() as u64,
             ..Default::default()
         };
-        for kind in [
-            "connect-native",
-            "connect-proxy",
-            "ingress-gateway",
-            "mesh-gateway",
-            "terminating-gateway",
-        ] {
-            usage.connect_service_instances.insert(kind.into(), 0);
-        }
-        for service in self.services.values() {
-            let kind = if service.is_connect_native() && service.kind().is_empty() {
-                "connect-native"
-            } else {
-                service.kind()
-            };
-            if let Some(count) = usage.connect_service_instances.get_mut(kind) {
-                *count += 1;
-            }
-            if service.kind().is_empty() && service.name() != "consul" {
-                usage.billable_service_instances += 1;
-            }
-        }
+        self.service_usage.fill(&mut usage);
         (self.table_index(Table::Services), usage)
     }
 

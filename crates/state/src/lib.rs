@@ -28,6 +28,7 @@ mod kv;
 mod kv_rows;
 mod prepared_queries;
 mod service_row;
+mod service_usage;
 mod session;
 pub mod stream;
 mod txn;
@@ -60,6 +61,8 @@ pub struct Tables {
     pub(crate) nodes: BTreeMap<String, Node>,
     /// Service instances in their stored form ([`service_row`]).
     pub(crate) services: BTreeMap<NodeKey, Box<service_row::ServiceRow>>,
+    /// Consul's usage counts of the instances, kept as rows change.
+    pub(crate) service_usage: service_usage::UsageCounts,
     /// The texts service and check rows share.
     pub(crate) names: interned::Interner,
     pub(crate) services_by_name: BTreeMap<String, BTreeSet<NodeKey>>,
