@@ -112,14 +112,20 @@ impl Agent {
                     && ns.node.locality == expected_node.locality
                     && ns.node.id == expected_node.id
             });
-            let remote: BTreeMap<String, legate_types::NodeService> =
+            let mut remote: BTreeMap<String, legate_types::NodeService> =
                 remote_services.map(|ns| ns.services).unwrap_or_default();
-            for (id, service) in &remote {
+            for (id, service) in remote.iter_mut() {
                 if SERVER_OWNED_SERVICES.contains(&id.as_str()) {
                     continue;
                 }
                 match local.services.get_mut(id) {
-                    Some(l) => l.in_sync = l.service.without_index() == service.without_index(),
+                    Some(l) => {
+                        // Compared without their Raft indexes, and without
+                        // a copy of either (a full sync compares every
+                        // local service).
+                        service.raft = l.service.raft;
+                        l.in_sync = l.service == *service;
+                    }
                     None => {
                         local.deleted_services.insert(id.clone());
                     }

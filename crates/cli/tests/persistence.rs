@@ -194,3 +194,42 @@ fn api_registrations_survive_a_restart_beside_config_file_services() {
     assert_eq!(services["from-api"]["Port"], 7001, "{services}");
     assert_eq!(services["from-config"]["Port"], 7000, "{services}");
 }
+
+#[test]
+fn a_restart_syncs_a_service_whose_definition_changed_and_keeps_the_others_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = |changed_port: u16| {
+        format!(
+            "services {{\n  name = \"same\"\n  port = 7000\n  tags = [\"a\"]\n  meta {{ k = \"v\" }}\n}}\n\
+             services {{\n  name = \"changes\"\n  port = {changed_port}\n}}\n"
+        )
+    };
+    let config = common::write(dir.path(), "services.hcl", &services(7100));
+    let data = dir.path().join("data").display().to_string();
+    let mut flags = server_flags(&data);
+    flags.push(format!("-config-file={}", config.display()));
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let catalog_row = |agent: &TestAgent, name: &str| {
+        agent
+            .get(&format!("/v1/catalog/service/{name}"))
+            .ok()
+            .and_then(|rows| rows.as_array()?.first().cloned())
+    };
+    let mut agent = TestAgent::start(&flag_refs);
+    let same_before = eventually(Duration::from_secs(10), || {
+        catalog_row(&agent, "changes")?;
+        catalog_row(&agent, "same")
+    });
+    agent.kill9();
+    common::write(dir.path(), "services.hcl", &services(7200));
+    let agent = TestAgent::start(&flag_refs);
+    // The full sync at start finds the changed port and pushes it.
+    eventually(Duration::from_secs(10), || {
+        (catalog_row(&agent, "changes")?["ServicePort"] == 7200).then_some(())
+    });
+    // The unchanged service's row is the one it was (the catalog also
+    // ignores an identical write, as Consul's does).
+    let same_after = catalog_row(&agent, "same").unwrap();
+    assert_eq!(same_after["ModifyIndex"], same_before["ModifyIndex"]);
+    assert_eq!(same_after["ServiceTags"], json!(["a"]));
+}
