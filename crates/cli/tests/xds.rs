@@ -513,3 +513,40 @@ fn connect_envoy_execs_envoy_with_the_bootstrap_and_passthrough_arguments() {
         19001
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_does_not_decode_ends_the_stream_with_internal() {
+    use envoy_types::pb::google::protobuf::Duration as WrongMessage;
+    let grpc = free_port();
+    let (_agent, _dir) = start_demo(grpc);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tonic::client::Grpc::new(channel);
+    client.ready().await.unwrap();
+    // A Duration's field 1 is a varint, where a DeltaDiscoveryRequest's is
+    // the node message: the server cannot decode it.
+    let wrong = WrongMessage {
+        seconds: 5,
+        nanos: 0,
+    };
+    let codec = tonic_prost::ProstCodec::<WrongMessage, DeltaDiscoveryResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+    );
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(wrong).await.unwrap();
+    let mut stream = client
+        .streaming(tonic::Request::new(ReceiverStream::new(rx)), path, codec)
+        .await
+        .unwrap()
+        .into_inner();
+    let end = tokio::time::timeout(Duration::from_secs(20), stream.message())
+        .await
+        .expect("the stream ends in time");
+    let status = end.expect_err("the stream ends with an error, not OK");
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    drop(tx);
+}

@@ -497,6 +497,11 @@ impl<P: Protocol> OpenStream<P> {
                     Ok(None) => return false,
                     Err(status) => {
                         tracing::debug!(node = %self.session.common().node_id, %status, "xDS stream ended");
+                        // A request that does not decode ends the stream
+                        // with its status (`Internal`, as gRPC's own
+                        // servers answer), not with `OK`; to a client
+                        // already gone, the send is a no-op.
+                        let _ = self.session.common().tx.send(Box::new(Err(status))).await;
                         return false;
                     }
                 };
