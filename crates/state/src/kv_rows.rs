@@ -6,6 +6,7 @@
 //! Reads go through `Deref` to the map; every change goes through the
 //! methods here, so the figures cannot drift from the rows.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Deref;
 
@@ -21,8 +22,39 @@ fn measure(entry: &KvEntry) -> u64 {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct KvRows {
     rows: BTreeMap<String, KvEntry>,
+    counts: Counts,
+}
+
+/// What is kept about the rows as they change.
+#[derive(Debug, Default, Clone)]
+struct Counts {
     bytes: u64,
     by_session: HashMap<String, BTreeSet<String>>,
+}
+
+impl Counts {
+    fn count_in(&mut self, key: &str, entry: &KvEntry) {
+        self.bytes += measure(entry);
+        if !entry.session.is_empty() {
+            self.by_session
+                .entry(entry.session.clone())
+                .or_default()
+                .insert(key.to_string());
+        }
+    }
+
+    fn count_out(&mut self, key: &str, entry: &KvEntry) {
+        self.bytes -= measure(entry);
+        if entry.session.is_empty() {
+            return;
+        }
+        if let Some(keys) = self.by_session.get_mut(&entry.session) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_session.remove(&entry.session);
+            }
+        }
+    }
 }
 
 impl Deref for KvRows {
@@ -36,66 +68,53 @@ impl Deref for KvRows {
 impl KvRows {
     /// Stores `entry` under `key`, returning the entry it replaced.
     pub(crate) fn insert(&mut self, key: String, entry: KvEntry) -> Option<KvEntry> {
-        self.count_in(&key, &entry);
-        let old = self.rows.insert(key, entry);
-        if let Some(old) = &old {
-            self.count_out(old);
+        match self.rows.entry(key) {
+            Entry::Occupied(mut row) => {
+                // The old entry goes out first: the new one may hold the
+                // same session.
+                self.counts.count_out(row.key(), row.get());
+                self.counts.count_in(row.key(), &entry);
+                Some(row.insert(entry))
+            }
+            Entry::Vacant(row) => {
+                self.counts.count_in(row.key(), &entry);
+                row.insert(entry);
+                None
+            }
         }
-        old
     }
 
     /// Removes the entry under `key`.
     pub(crate) fn remove(&mut self, key: &str) -> Option<KvEntry> {
         let old = self.rows.remove(key)?;
-        self.count_out(&old);
+        self.counts.count_out(key, &old);
         Some(old)
     }
 
     /// Changes the entry under `key` in place; false when there is none.
     pub(crate) fn update(&mut self, key: &str, change: impl FnOnce(&mut KvEntry)) -> bool {
-        let Some(mut entry) = self.remove(key) else {
+        let Some(entry) = self.rows.get_mut(key) else {
             return false;
         };
-        change(&mut entry);
-        self.insert(key.to_string(), entry);
+        self.counts.count_out(key, entry);
+        change(entry);
+        self.counts.count_in(key, entry);
         true
     }
 
     /// About how many bytes the entries take (see [`measure`]), without
     /// walking them.
     pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
+        self.counts.bytes
     }
 
     /// The keys whose lock `session` holds, in key order.
     pub(crate) fn held_by(&self, session: &str) -> Vec<String> {
-        self.by_session
+        self.counts
+            .by_session
             .get(session)
             .map(|keys| keys.iter().cloned().collect())
             .unwrap_or_default()
-    }
-
-    fn count_in(&mut self, key: &str, entry: &KvEntry) {
-        self.bytes += measure(entry);
-        if !entry.session.is_empty() {
-            self.by_session
-                .entry(entry.session.clone())
-                .or_default()
-                .insert(key.to_string());
-        }
-    }
-
-    fn count_out(&mut self, entry: &KvEntry) {
-        self.bytes -= measure(entry);
-        if entry.session.is_empty() {
-            return;
-        }
-        if let Some(keys) = self.by_session.get_mut(&entry.session) {
-            keys.remove(&entry.key);
-            if keys.is_empty() {
-                self.by_session.remove(&entry.session);
-            }
-        }
     }
 }
 
@@ -127,7 +146,7 @@ mod tests {
     fn check(rows: &KvRows) {
         let (bytes, by_session) = walked(rows);
         assert_eq!(rows.bytes(), bytes);
-        assert_eq!(rows.by_session, by_session);
+        assert_eq!(rows.counts.by_session, by_session);
     }
 
     #[test]
@@ -140,6 +159,11 @@ mod tests {
         rows.insert("b".into(), entry("b", "a longer value", "s2"));
         check(&rows);
         assert!(rows.held_by("s1").is_empty());
+        assert_eq!(rows.held_by("s2"), ["b"]);
+        // Written again by the session that holds it (a lock's holder
+        // updating its value).
+        rows.insert("b".into(), entry("b", "a longer value, again", "s2"));
+        check(&rows);
         assert_eq!(rows.held_by("s2"), ["b"]);
         assert!(rows.update("a", |e| {
             e.value = bytes::Bytes::from_static(b"changed in place");
@@ -155,7 +179,7 @@ mod tests {
         assert!(rows.remove("a").is_none());
         check(&rows);
         assert!(rows.held_by("s2").is_empty());
-        assert!(rows.by_session.is_empty());
+        assert!(rows.counts.by_session.is_empty());
         assert!(rows.remove("b").is_some());
         assert_eq!(rows.bytes(), 0);
     }

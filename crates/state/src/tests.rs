@@ -314,6 +314,31 @@ fn locks_follow_sessions() {
 }
 
 #[test]
+fn a_lock_its_holder_wrote_again_is_released_with_its_session() {
+    let store = StateStore::new();
+    store.apply(1, &register("n1", None, vec![]));
+    let session = Session {
+        id: "s1".into(),
+        node: "n1".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        store.apply(2, &Command::SessionCreate(session)),
+        CommandResult::Done
+    );
+    for (index, value) in [(3, "first"), (4, "second")] {
+        assert_eq!(
+            store.apply(index, &kv(KvVerb::Lock, "lock", value, 0, "s1")),
+            CommandResult::Applied(true)
+        );
+    }
+    store.apply(5, &Command::SessionDestroy("s1".into()));
+    let entry = store.read().kv_get("lock").1.unwrap();
+    assert_eq!(entry.session, "", "the lock outlived its session");
+    assert_eq!(entry.value, "second".as_bytes());
+}
+
+#[test]
 fn failed_transactions_roll_back() {
     let store = StateStore::new();
     store.apply(1, &kv(KvVerb::Set, "x", "1", 0, ""));
