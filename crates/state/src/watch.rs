@@ -149,13 +149,13 @@ pub struct WatchSet {
 }
 
 impl WatchSet {
-    /// Waits until any subscription changes or `timeout` passes; returns
-    /// `true` when something changed.
     /// True when nothing is subscribed (a wait is then a plain sleep).
     pub fn is_empty(&self) -> bool {
         self.receivers.is_empty()
     }
 
+    /// Waits until any subscription changes or `timeout` passes; returns
+    /// `true` when something changed.
     pub async fn wait(mut self, timeout: Duration) -> bool {
         if self.receivers.is_empty() {
             tokio::time::sleep(timeout).await;
